@@ -1,0 +1,114 @@
+"""Authentication and the caller's own session and identity (both APIs)."""
+
+from __future__ import annotations
+
+import falcon
+
+from api.controller import Controller
+from api.http import empty, ok, read_model
+from api.middleware import ADMIN, NONE, PARTIAL, SESSION
+from api.resources import Family, FamilyCollection, FamilyItem
+from api.routing import Routes
+from api.schemas.api_sessions import Authenticate, info_dict, render_api_session
+from api.schemas.identities import render_identity
+from engine.errors import FieldError, InvalidAuthError, InvalidAuthMethodError
+from engine.managers.api_sessions import ApiSessionManager
+from engine.query import Symbol, SymbolTable, SymbolType
+
+METHODS = ("password", "cert", "ext-jwt")
+
+
+def _client_ip(req: falcon.Request) -> str:
+    return str(req.remote_addr or "")
+
+
+class AuthenticateResource:
+    auth = NONE
+
+    def __init__(self, ctrl: Controller) -> None:
+        self.ctrl = ctrl
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        method = req.get_param("method")
+        if method is None:
+            raise FieldError("method", "method in query is required")
+        if method not in METHODS:
+            raise InvalidAuthMethodError(field="method", value=method, reason="unsupported authentication method")
+        if method != "password":
+            # Certificate and external-JWT authentication arrive with the PKI issue.
+            raise InvalidAuthError()
+        model = read_model(req, Authenticate, allow_empty=True)
+        if model.username is None or model.password is None:
+            raise InvalidAuthError()
+        session, _ = self.ctrl.auth.authenticate_password(
+            model.username,
+            model.password,
+            ip_address=_client_ip(req),
+            config_types=model.config_types,
+            env_info=info_dict(model.env_info),
+            sdk_info=info_dict(model.sdk_info),
+        )
+        req.context.session = session
+        resp.set_header("zt-session", session.token)
+        ok(resp, render_api_session(self.ctrl, session, current=True))
+
+
+class CurrentApiSessionResource:
+    auth = PARTIAL
+
+    def __init__(self, ctrl: Controller) -> None:
+        self.ctrl = ctrl
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        ok(resp, render_api_session(self.ctrl, req.context.session, current=True))
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
+        self.ctrl.sessions.delete(req.context.session.id)
+        req.context.session = None
+        empty(resp)
+
+
+class CurrentIdentityResource:
+    auth = SESSION
+
+    def __init__(self, ctrl: Controller) -> None:
+        self.ctrl = ctrl
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        ok(resp, render_identity(self.ctrl, req.context.identity))
+
+
+def api_session_symbols() -> SymbolTable:
+    return SymbolTable(
+        {
+            "id": Symbol(SymbolType.STRING, lambda s: s.id),
+            "createdAt": Symbol(SymbolType.DATETIME, lambda s: s.created_at),
+            "updatedAt": Symbol(SymbolType.DATETIME, lambda s: s.updated_at),
+            "token": Symbol(SymbolType.STRING, lambda s: s.token),
+            "identity": Symbol(SymbolType.STRING, lambda s: s.identity_id),
+            "identityId": Symbol(SymbolType.STRING, lambda s: s.identity_id),
+            "ipAddress": Symbol(SymbolType.STRING, lambda s: s.ip_address),
+            "authenticatorId": Symbol(SymbolType.STRING, lambda s: s.authenticator_id),
+        },
+        tags_getter=lambda s: s.tags,
+    )
+
+
+def register(routes: Routes) -> None:
+    ctrl = routes.ctrl
+    authenticate = AuthenticateResource(ctrl)
+    routes.both("/authenticate", authenticate)
+    routes.both("/current-api-session", CurrentApiSessionResource(ctrl))
+    routes.both("/current-identity", CurrentIdentityResource(ctrl))
+
+    sessions: ApiSessionManager = ctrl.sessions
+    family = Family(
+        entity="api-sessions",
+        manager=sessions,
+        render=lambda s: render_api_session(ctrl, s, current=False),
+        symbols=api_session_symbols(),
+        list_items=lambda req: sessions.active(),
+        auth=ADMIN,
+    )
+    routes.management("/api-sessions", FamilyCollection(family))
+    routes.management("/api-sessions/{id}", FamilyItem(family))

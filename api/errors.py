@@ -1,0 +1,134 @@
+"""HTTP status per error class and the handlers that render the OpenZiti error envelope."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import falcon
+from pydantic import ValidationError
+
+from engine import errors as e
+
+log = logging.getLogger("trellis.api")
+
+ERROR_META = {"apiEnrollmentVersion": "0.0.1", "apiVersion": "0.0.1"}
+
+STATUS: dict[type[e.ControllerError], int] = {
+    e.ControllerError: 500,
+    e.NotFoundError: 404,
+    e.FieldError: 400,
+    e.InvalidFilterError: 400,
+    e.InvalidPaginationError: 400,
+    e.InvalidSortError: 400,
+    e.CouldNotParseBodyError: 400,
+    e.UnauthorizedError: 401,
+    e.InvalidAuthError: 401,
+    e.InvalidAuthMethodError: 400,
+    e.ReferencedEntityError: 409,
+    e.EntityCanNotBeDeletedError: 400,
+    e.EntityCanNotBeUpdatedError: 400,
+    e.EnrollmentExistsError: 409,
+    e.CertificateIsNotCaError: 400,
+    e.InvalidCertPemError: 400,
+    e.RequestEntityTooLargeError: 413,
+}
+
+_FALCON_CODES = {
+    404: ("NOT_FOUND", e.NotFoundError.default_message),
+    405: ("METHOD_NOT_ALLOWED", "The resource requested does not support this HTTP verb"),
+    413: ("REQUEST_ENTITY_TOO_LARGE", e.RequestEntityTooLargeError.default_message),
+    415: ("UNSUPPORTED_MEDIA", "The request media type is not supported"),
+}
+
+
+def status_of(error: e.ControllerError) -> int:
+    for cls in type(error).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]  # type: ignore[index]
+    return 500
+
+
+def envelope(code: str, message: str, request_id: str, cause: dict[str, Any] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": message, "requestId": request_id}
+    if cause:
+        body["cause"] = cause
+    return {"error": body, "meta": ERROR_META}
+
+
+def _request_id(req: falcon.Request) -> str:
+    return str(getattr(req.context, "request_id", ""))
+
+
+def _render(resp: falcon.Response, status: int, body: dict[str, Any]) -> None:
+    resp.status = falcon.code_to_http_status(status)
+    resp.media = body
+    resp.content_type = falcon.MEDIA_JSON
+
+
+def handle_controller_error(
+    req: falcon.Request, resp: falcon.Response, ex: e.ControllerError, params: dict[str, Any]
+) -> None:
+    status = status_of(ex)
+    if status >= 500:
+        log.exception("request %s failed", _request_id(req))
+    for name, value in ex.headers.items():
+        resp.set_header(name, value)
+    # The message is the code's fixed text; a specific message goes to ``cause.message``.
+    cause = ex.cause() or {}
+    if ex.message != type(ex).default_message:
+        cause.setdefault("message", ex.message)
+    _render(resp, status, envelope(ex.code, type(ex).default_message, _request_id(req), cause or None))
+
+
+def field_error_from_validation(ex: ValidationError) -> e.ControllerError:
+    """The first pydantic error as OpenZiti's COULD_NOT_VALIDATE (or COULD_NOT_PARSE_BODY)."""
+    first = ex.errors(include_url=False)[0]
+    if first["type"] == "json_invalid":
+        return e.CouldNotParseBodyError(reason=str(first.get("msg", "")))
+    loc = [str(p) for p in first.get("loc", ()) if not isinstance(p, int)]
+    field = ".".join(loc) if loc else "body"
+    if first["type"] == "missing":
+        reason = f"{field} in body is required"
+        value: Any = None
+    else:
+        reason = str(first.get("msg", "invalid value"))
+        value = first.get("input")
+        if isinstance(value, (dict, list)):
+            value = None
+    return e.FieldError(field, reason, value)
+
+
+def handle_validation_error(
+    req: falcon.Request, resp: falcon.Response, ex: ValidationError, params: dict[str, Any]
+) -> None:
+    handle_controller_error(req, resp, field_error_from_validation(ex), params)
+
+
+def handle_http_error(
+    req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError, params: dict[str, Any]
+) -> None:
+    status = int(ex.status_code)
+    code, message = _FALCON_CODES.get(status, ("COULD_NOT_VALIDATE", str(ex.title or "")))
+    cause = None
+    if status == 400 and ex.description:
+        cause = {"reason": ex.description}
+    if ex.headers:
+        for name, value in ex.headers.items():
+            resp.set_header(name, value)
+    _render(resp, status, envelope(code, message, _request_id(req), cause))
+
+
+def handle_unexpected(
+    req: falcon.Request, resp: falcon.Response, ex: Exception, params: dict[str, Any]
+) -> None:
+    log.exception("request %s failed with an unhandled error", _request_id(req))
+    _render(resp, 500, envelope("UNHANDLED", e.ControllerError.default_message, _request_id(req), None))
+
+
+def install(app: falcon.App) -> None:
+    """Register the handlers; falcon picks the most specific class for each exception."""
+    app.add_error_handler(Exception, handle_unexpected)
+    app.add_error_handler(falcon.HTTPError, handle_http_error)
+    app.add_error_handler(ValidationError, handle_validation_error)
+    app.add_error_handler(e.ControllerError, handle_controller_error)

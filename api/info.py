@@ -1,0 +1,153 @@
+"""Informational operations: version, capabilities, protocols, API specs, CA certificates."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import falcon
+
+from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
+from api.http import ok
+from api.middleware import NONE
+from api.routing import Routes
+from engine.errors import NotFoundError
+from pki.certs import pkcs7_certs_only_b64
+
+#: The OpenZiti controller release whose API Trellis implements; clients gate features on it.
+ZITI_COMPAT_VERSION = "v1.6.0"
+BUILD_DATE = datetime(2026, 11, 22, tzinfo=UTC)
+#: Every capability value OpenZiti knows (``/enumerated-capabilities``); we advertise none.
+KNOWN_CAPABILITIES = ["OIDC_AUTH", "OIDC_AUTH_WITH_CSR", "HA_CONTROLLER"]
+
+
+def version_document(ctrl: Controller) -> dict[str, Any]:
+    base = ctrl.base_url
+
+    def entry(path: str) -> dict[str, Any]:
+        return {"v1": {"apiBaseUrls": [base + path], "path": path, "version": "v1"}}
+
+    import platform
+
+    return {
+        "apiVersions": {
+            "edge": entry(CLIENT_BASE),
+            "edge-client": entry(CLIENT_BASE),
+            "edge-management": entry(MANAGEMENT_BASE),
+        },
+        "buildDate": BUILD_DATE.strftime("%Y-%m-%d %H:%M:%S"),
+        "capabilities": [],
+        "revision": f"trellis-{ctrl.version_trellis}",
+        "runtimeVersion": f"python{platform.python_version()}",
+        "version": ctrl.version,
+    }
+
+
+class VersionResource:
+    auth = NONE
+
+    def __init__(self, ctrl: Controller) -> None:
+        self.ctrl = ctrl
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        ok(resp, version_document(self.ctrl))
+
+
+class CapabilitiesResource:
+    auth = NONE
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        ok(resp, list(KNOWN_CAPABILITIES))
+
+
+class ProtocolsResource:
+    auth = NONE
+
+    def __init__(self, ctrl: Controller) -> None:
+        self.ctrl = ctrl
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        ok(resp, {"https": {"address": self.ctrl.settings.advertised_address}})
+
+
+SPEC_IDS = {"client": "edge-client", "management": "edge-management"}
+SPEC_NAMES = {"client": "edge-client.yml", "management": "edge-management.yml"}
+
+
+class SpecsResource:
+    """``/specs``, ``/specs/{id}``, ``/specs/{id}/spec`` and ``{base}/swagger.json``."""
+
+    auth = NONE
+
+    def __init__(self, ctrl: Controller, api: str) -> None:
+        self.ctrl = ctrl
+        self.api = api
+
+    def _entity(self) -> dict[str, Any]:
+        spec_id = SPEC_IDS[self.api]
+        stamp = BUILD_DATE.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        return {
+            "_links": {"self": {"href": f"./specs/{spec_id}"}, "spec": {"href": f"./specs/{spec_id}/spec"}},
+            "createdAt": stamp,
+            "id": spec_id,
+            "name": SPEC_NAMES[self.api],
+            "tags": {},
+            "updatedAt": stamp,
+        }
+
+    def _document(self) -> dict[str, Any]:
+        from api.spec import build_spec
+
+        return build_spec(self.ctrl, self.api)
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        ok(resp, [self._entity()], {"pagination": {"limit": 10, "offset": 0, "totalCount": 1}})
+
+    def on_get_item(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        if id != SPEC_IDS[self.api]:
+            raise NotFoundError()
+        ok(resp, self._entity())
+
+    def on_get_body(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        if id != SPEC_IDS[self.api]:
+            raise NotFoundError()
+        ok(resp, self._document())
+
+    def on_get_swagger(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = self._document()
+
+
+class CaCertsResource:
+    """``/.well-known/est/cacerts``: base64 PKCS#7 certs-only of the controller's CA chain."""
+
+    auth = NONE
+
+    def __init__(self, ctrl: Controller) -> None:
+        self.ctrl = ctrl
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if self.ctrl.pki is None:
+            raise NotFoundError()
+        resp.content_type = "application/pkcs7-mime"
+        resp.set_header("Content-Transfer-Encoding", "base64")
+        resp.text = pkcs7_certs_only_b64(self.ctrl.pki.ca_certificates())
+
+
+def register(routes: Routes) -> None:
+    ctrl = routes.ctrl
+    version = VersionResource(ctrl)
+    for path in ("/", "/version"):
+        routes.raw(path, version)
+    cacerts = CaCertsResource(ctrl)
+    routes.raw("/.well-known/est/cacerts", cacerts)
+    for api in ("client", "management"):
+        routes.add(api, "/", version)
+        routes.add(api, "/version", version)
+        routes.add(api, "/enumerated-capabilities", CapabilitiesResource())
+        routes.add(api, "/.well-known/est/cacerts", cacerts)
+        specs = SpecsResource(ctrl, api)
+        routes.add(api, "/specs", specs)
+        routes.add(api, "/specs/{id}", specs, suffix="item")
+        routes.add(api, "/specs/{id}/spec", specs, suffix="body")
+        routes.add(api, "/swagger.json", specs, suffix="swagger")
+    routes.client("/protocols", ProtocolsResource(ctrl))

@@ -1,0 +1,128 @@
+"""The standard family pattern as Falcon resources: list, create, read, replace, patch, delete.
+
+A family module describes itself with a :class:`Family` (its manager, wire models, renderer and
+filterable symbols) and mounts ``FamilyCollection`` / ``FamilyItem`` with :func:`mount`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import falcon
+
+from api.http import created, empty, list_response, ok, read_model
+from api.middleware import ADMIN
+from api.routing import Routes
+from api.wire import WireModel
+from engine.entities import Entity
+from engine.managers._base import EntityManager
+from engine.query import SymbolTable
+
+E = TypeVar("E", bound=Entity)
+
+Mode = str  # "create" | "update" | "patch"
+
+
+def entity_defaults(kind: type[Entity]) -> dict[str, Any]:
+    """Each field's default value (a PUT resets omitted optional fields to these)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(kind):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def model_fields(model: WireModel, mode: Mode, kind: type[Entity]) -> dict[str, Any]:
+    """Manager fields from a request model, by the OpenZiti rules for each mode.
+
+    create: every field given (absent ones take the entity's defaults);
+    update (PUT): every field, absent or null ones reset to the defaults;
+    patch: only fields present in the body with a non-null value.
+    """
+    if mode == "patch":
+        return {k: v for k, v in model.fields_set().items() if v is not None}
+    values = model.all_fields()
+    if mode == "create":
+        return {k: v for k, v in values.items() if v is not None}
+    defaults = entity_defaults(kind)
+    return {k: (defaults.get(k) if v is None else v) for k, v in values.items() if v is not None or k in defaults}
+
+
+@dataclass
+class Family(Generic[E]):
+    entity: str
+    manager: EntityManager[E]
+    render: Callable[[E], dict[str, Any]]
+    symbols: SymbolTable
+    create_model: type[WireModel] | None = None
+    update_model: type[WireModel] | None = None
+    patch_model: type[WireModel] | None = None
+    #: Converts a request model into manager fields; defaults to :func:`model_fields`.
+    to_fields: Callable[[WireModel, Mode], dict[str, Any]] | None = None
+    #: Items for the list before filtering (e.g. applying ``roleFilter``); defaults to all.
+    list_items: Callable[[falcon.Request], Iterable[E]] | None = None
+    auth: str = ADMIN
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def fields(self, model: WireModel, mode: Mode) -> dict[str, Any]:
+        if self.to_fields is not None:
+            return self.to_fields(model, mode)
+        return model_fields(model, mode, self.manager.kind)
+
+
+class FamilyCollection(Generic[E]):
+    def __init__(self, family: Family[E]) -> None:
+        self.family = family
+        self.auth = family.auth
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        fam = self.family
+        items = fam.list_items(req) if fam.list_items else fam.manager.list()
+        list_response(req, resp, items, fam.symbols, fam.render)
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        fam = self.family
+        if fam.create_model is None:
+            raise falcon.HTTPMethodNotAllowed(["GET"])
+        model = read_model(req, fam.create_model)
+        entity = fam.manager.create(fam.fields(model, "create"))
+        created(resp, fam.entity, entity.id)
+
+
+class FamilyItem(Generic[E]):
+    def __init__(self, family: Family[E]) -> None:
+        self.family = family
+        self.auth = family.auth
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        ok(resp, self.family.render(self.family.manager.require(id)))
+
+    def on_put(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        self._update(req, resp, id, self.family.update_model, "update")
+
+    def on_patch(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        self._update(req, resp, id, self.family.patch_model, "patch")
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        self.family.manager.delete(id)
+        empty(resp)
+
+    def _update(
+        self, req: falcon.Request, resp: falcon.Response, id: str, model_type: type[WireModel] | None, mode: Mode
+    ) -> None:
+        if model_type is None:
+            raise falcon.HTTPMethodNotAllowed(["GET", "DELETE"])
+        model = read_model(req, model_type)
+        self.family.manager.update(id, self.family.fields(model, mode))
+        empty(resp)
+
+
+def mount(routes: Routes, family: Family[Any], *, api: str = "management") -> None:
+    """Mount the collection at ``/<entity>`` and the item at ``/<entity>/{id}``."""
+    routes.add(api, f"/{family.entity}", FamilyCollection(family))
+    routes.add(api, f"/{family.entity}/{{id}}", FamilyItem(family))

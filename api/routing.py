@@ -1,0 +1,43 @@
+"""Route registration on both API prefixes, remembering every route for the spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import falcon
+
+from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
+
+APIS = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE}
+
+
+class Routes:
+    def __init__(self, app: falcon.App, ctrl: Controller) -> None:
+        self.app = app
+        self.ctrl = ctrl
+
+    def add(self, api: str, template: str, resource: Any, suffix: str | None = None) -> None:
+        """Mount ``resource`` at ``template`` under the ``api`` base path ("client"/"management")."""
+        full = APIS[api] + template
+        if suffix:
+            self.app.add_route(full, resource, suffix=suffix)
+        else:
+            self.app.add_route(full, resource)
+        self.ctrl.routes.append((api, template, resource, suffix))
+
+    def management(self, template: str, resource: Any, suffix: str | None = None) -> None:
+        self.add("management", template, resource, suffix)
+
+    def client(self, template: str, resource: Any, suffix: str | None = None) -> None:
+        self.add("client", template, resource, suffix)
+
+    def both(self, template: str, resource: Any, suffix: str | None = None) -> None:
+        self.add("client", template, resource, suffix)
+        self.add("management", template, resource, suffix)
+
+    def raw(self, path: str, resource: Any, suffix: str | None = None) -> None:
+        """A route outside both bases (``/version``, ``/.well-known/est/cacerts``)."""
+        if suffix:
+            self.app.add_route(path, resource, suffix=suffix)
+        else:
+            self.app.add_route(path, resource)

@@ -1,0 +1,1 @@
+"""Wire schemas (pydantic request models) and renderers (entity -> wire dict), per family."""

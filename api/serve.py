@@ -1,0 +1,77 @@
+"""``trellis serve``: gunicorn, one gthread worker, TLS with optional client certificates.
+
+One worker because one process may open the DuckDB file read-write (design.md §5); the app
+(and so the database) is loaded in the worker after the fork.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from api.info import ZITI_COMPAT_VERSION
+from api.settings import Settings
+from pki.authority import PkiPaths
+
+
+def tls_context(paths: PkiPaths) -> ssl.SSLContext:
+    """TLS 1.2-1.3, client certificates requested but optional, our CA bundle trusted."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_cert_chain(str(paths.server_cert), str(paths.server_key))
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx.load_verify_locations(cafile=str(paths.ca_bundle))
+    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return ctx
+
+
+class TrellisServer(BaseApplication):  # type: ignore[misc]
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.paths = PkiPaths.in_directory(settings.pki_dir)
+        self._ctx: ssl.SSLContext | None = None
+        super().__init__()
+
+    def load_config(self) -> None:
+        server = self
+
+        def ssl_context(conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+            # Called per accepted connection; build the context once per worker.
+            if server._ctx is None:
+                server._ctx = tls_context(server.paths)
+            return server._ctx
+
+        def post_worker_init(worker: Any) -> None:
+            import gunicorn.http.wsgi
+
+            gunicorn.http.wsgi.SERVER = f"ziti-controller/{ZITI_COMPAT_VERSION}"
+
+        options = {
+            "bind": self.settings.bind,
+            "workers": 1,
+            "worker_class": "gthread",
+            "threads": self.settings.threads,
+            "certfile": str(self.paths.server_cert),
+            "keyfile": str(self.paths.server_key),
+            "ssl_context": ssl_context,
+            "post_worker_init": post_worker_init,
+            "accesslog": "-",
+            "graceful_timeout": 10,
+            "timeout": 60,
+            "preload_app": False,
+        }
+        for key, value in options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        from api.app import create_app
+
+        return create_app(self.settings)
+
+
+def serve(settings: Settings) -> None:
+    TrellisServer(settings).run()

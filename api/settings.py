@@ -1,0 +1,54 @@
+"""Settings from the environment, read once by the composition root."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = Path(".trellis")
+    bind: str = "127.0.0.1:1280"
+    #: host:port clients use to reach the API (enrollment JWT ``iss``, ``apiBaseUrls``).
+    advertise: str = ""
+    sans: tuple[str, ...] = ()
+    session_timeout: timedelta = timedelta(minutes=30)
+    enrollment_duration: timedelta = timedelta(minutes=180)
+    max_body_bytes: int = 1024 * 1024
+    db_memory_limit: str = "1GB"
+    threads: int = 8
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "trellis.duckdb"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.home / "pki"
+
+    @property
+    def advertised_address(self) -> str:
+        if self.advertise:
+            return self.advertise
+        host, _, port = self.bind.rpartition(":")
+        if host in ("", "0.0.0.0", "::", "[::]"):
+            host = "localhost"
+        return f"{host}:{port}"
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if environ is None else environ)
+        timeout = int(env.get("TRELLIS_SESSION_TIMEOUT_MINUTES", "30"))
+        return cls(
+            home=Path(env.get("TRELLIS_HOME", ".trellis")),
+            bind=env.get("TRELLIS_BIND", "127.0.0.1:1280"),
+            advertise=env.get("TRELLIS_ADVERTISE", ""),
+            sans=tuple(s.strip() for s in env.get("TRELLIS_SAN", "").split(",") if s.strip()),
+            session_timeout=timedelta(minutes=max(1, timeout)),
+            db_memory_limit=env.get("TRELLIS_DB_MEMORY_LIMIT", "1GB"),
+            threads=int(env.get("TRELLIS_THREADS", "8")),
+        )

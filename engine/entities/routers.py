@@ -1,0 +1,46 @@
+"""Routers: edge routers (with the edge extension) and transit (fabric) routers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from engine.entities import Entity, register
+
+
+@dataclass(kw_only=True)
+class RouterBase(Entity):
+    name: str
+    cost: int = 0
+    no_traversal: bool = False
+    disabled: bool = False
+    fingerprint: str | None = None
+    cert_pem: str | None = None
+    is_verified: bool = False
+    enrollment_token: str | None = None
+    enrollment_created_at: datetime | None = None
+    enrollment_expires_at: datetime | None = None
+
+
+@register
+@dataclass(kw_only=True)
+class EdgeRouter(RouterBase):
+    ENTITY = "edge-routers"
+    UNIQUE = ("name", "enrollment_token", "fingerprint")
+
+    role_attributes: list[str] = field(default_factory=list)
+    is_tunneler_enabled: bool = False
+    app_data: dict[str, Any] = field(default_factory=dict)
+    hostname: str = ""
+    supported_protocols: dict[str, str] = field(default_factory=dict)
+
+
+@register
+@dataclass(kw_only=True)
+class Router(RouterBase):
+    ENTITY = "transit-routers"
+    UNIQUE = ("name", "enrollment_token", "fingerprint")
+
+    unverified_cert_pem: str | None = None
+    unverified_fingerprint: str | None = None

@@ -1,0 +1,168 @@
+"""What every manager shares: the environment, and create / update / delete of one kind.
+
+A manager method is one use case. It runs under the store's write lock, gathers its changes
+in a :class:`UnitOfWork` (so related entities change together), validates, and commits once.
+Validation failures raise before anything is written, so a refused request changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from engine.entities import Entity
+from engine.errors import FieldError, NameConflictError, NotFoundError
+from engine.ports import Change, Clock, IdGenerator, PasswordHasher, Store, UnitOfWork
+
+E = TypeVar("E", bound=Entity)
+
+Listener = Callable[[list[Change]], None]
+
+
+@dataclass
+class Env:
+    """The ports every manager uses, built once by the composition root."""
+
+    store: Store
+    clock: Clock
+    ids: IdGenerator
+    hasher: PasswordHasher
+    listeners: list[Listener] = field(default_factory=list)
+
+    def commit(self, uow: UnitOfWork) -> None:
+        """Commit ``uow`` and tell listeners (the policy engine, caches) what changed."""
+        changes = uow.changes()
+        uow.commit()
+        for listener in self.listeners:
+            listener(changes)
+
+
+class EntityManager(Generic[E]):
+    """Create, update and delete entities of one kind with validation and reference hooks."""
+
+    kind: type[E]
+    #: Fields callers may never set through create/update (ids, computed values).
+    immutable: frozenset[str] = frozenset({"id", "created_at", "updated_at"})
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+
+    # -- reads -------------------------------------------------------------------------------
+    def get(self, id: str) -> E | None:
+        return self.env.store.get(self.kind, id)
+
+    def require(self, id: str) -> E:
+        entity = self.env.store.get(self.kind, id)
+        if entity is None:
+            raise NotFoundError()
+        return entity
+
+    def list(self) -> list[E]:
+        return self.env.store.all(self.kind)
+
+    # -- writes ------------------------------------------------------------------------------
+    def create(self, fields: dict[str, Any]) -> E:
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            entity = self.build(uow, fields)
+            self.validate(uow, entity, None)
+            self.check_unique(uow, entity)
+            uow.put(entity)
+            self.after_create(uow, entity)
+            self.env.commit(uow)
+            return entity
+
+    def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> E:
+        """A new entity from create fields; override to derive fields (hashes, tokens)."""
+        now = self.env.clock.now()
+        values = {k: v for k, v in fields.items() if k not in self.immutable}
+        return self.kind(id=self.env.ids.new_id(), created_at=now, updated_at=now, **values)
+
+    def update(self, id: str, fields: dict[str, Any]) -> E:
+        """Set ``fields`` (a full replacement's fields, or a patch's present fields)."""
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            old = self.require(id)
+            new = self.apply(uow, old, fields)
+            self.validate(uow, new, old)
+            self.check_unique(uow, new)
+            uow.put(new)
+            self.after_update(uow, old, new)
+            self.env.commit(uow)
+            return new
+
+    def apply(self, uow: UnitOfWork, old: E, fields: dict[str, Any]) -> E:
+        """The updated entity; override to derive fields or refuse read-only ones."""
+        values = {k: v for k, v in fields.items() if k not in self.immutable}
+        return dataclasses.replace(old, updated_at=self.env.clock.now(), **values)
+
+    def delete(self, id: str) -> None:
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            old = self.require(id)
+            self.before_delete(uow, old)
+            uow.delete(self.kind, id)
+            self.after_delete(uow, old)
+            self.env.commit(uow)
+
+    # -- hooks -------------------------------------------------------------------------------
+    def validate(self, uow: UnitOfWork, new: E, old: E | None) -> None:
+        """Raise a ControllerError if ``new`` may not be stored."""
+
+    def after_create(self, uow: UnitOfWork, entity: E) -> None:
+        """Add dependent changes to ``uow`` after a create."""
+
+    def after_update(self, uow: UnitOfWork, old: E, new: E) -> None:
+        """Add dependent changes to ``uow`` after an update."""
+
+    def before_delete(self, uow: UnitOfWork, entity: E) -> None:
+        """Raise (e.g. ReferencedEntityError) if ``entity`` may not be deleted."""
+
+    def after_delete(self, uow: UnitOfWork, entity: E) -> None:
+        """Add dependent changes (cascades, reference clean-up) after a delete."""
+
+    # -- helpers -----------------------------------------------------------------------------
+    def check_unique(self, uow: UnitOfWork, entity: E) -> None:
+        for name in entity.UNIQUE:
+            value = getattr(entity, name)
+            if value is None:
+                continue
+            other = uow.store.find_unique(self.kind, name, value)
+            if other is not None and other.id != entity.id:
+                current = uow.get(self.kind, other.id)
+                if current is not None and getattr(current, name) == value:
+                    raise NameConflictError(_wire_name(name), value, self.kind.ENTITY)
+            for pending in _pending(uow, self.kind):
+                if pending.id != entity.id and getattr(pending, name) == value:
+                    raise NameConflictError(_wire_name(name), value, self.kind.ENTITY)
+
+
+def _pending(uow: UnitOfWork, kind: type[E]) -> Iterable[E]:
+    for change in uow.changes():
+        entity = getattr(change, "entity", None)
+        if isinstance(entity, kind):
+            yield entity
+
+
+def _wire_name(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def check_attributes(values: list[str], field: str = "roleAttributes") -> None:
+    """Entity role attributes may not start with ``#`` or ``@`` (policy-semantics §1.3)."""
+    for value in values:
+        if value.startswith("#"):
+            raise FieldError(field, "role attributes may not be prefixed with #", value)
+        if value.startswith("@"):
+            raise FieldError(field, "role attributes may not be prefixed with @", value)
+
+
+def require_entity(uow: UnitOfWork, kind: type[E], id: str | None, field: str) -> E:
+    """The referenced entity, or a field error naming the reference."""
+    entity = uow.get(kind, id) if id else None
+    if entity is None:
+        raise FieldError(field, f"{kind.ENTITY[:-1]} not found", id)
+    return entity

@@ -1,0 +1,1 @@
+"""Persistence behind the engine's ``Store`` port: DuckDB for real, memory for tests."""
