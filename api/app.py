@@ -21,7 +21,7 @@ from engine.managers._base import Env
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.authentication import AuthenticationManager
 from engine.managers.bootstrap import ensure_builtins
-from engine.ports import Store
+from engine.ports import Clock, Store
 from pki import CertificateAuthority, ScryptPasswordHasher
 
 log = logging.getLogger("trellis")
@@ -42,10 +42,10 @@ def load_pki(settings: Settings) -> CertificateAuthority | None:
     return CertificateAuthority.load(paths)
 
 
-def build_controller(settings: Settings, store: Store | None = None) -> Controller:
+def build_controller(settings: Settings, store: Store | None = None, clock: Clock | None = None) -> Controller:
     store = store if store is not None else open_store(settings)
     ids = ShortIds()
-    env = Env(store=store, clock=SystemClock(), ids=ids, hasher=ScryptPasswordHasher())
+    env = Env(store=store, clock=clock or SystemClock(), ids=ids, hasher=ScryptPasswordHasher())
     ensure_builtins(env)
     instance_id = store.get_setting("instance_id")
     if instance_id is None:
@@ -70,10 +70,12 @@ class TrellisApp(falcon.App):
     ctrl: Controller
 
 
-def create_app(settings: Settings | None = None, *, store: Store | None = None) -> TrellisApp:
-    """The WSGI app serving both APIs."""
+def create_app(
+    settings: Settings | None = None, *, store: Store | None = None, clock: Clock | None = None
+) -> TrellisApp:
+    """The WSGI app serving both APIs (``store`` and ``clock`` may be supplied, e.g. by tests)."""
     settings = settings or Settings.from_env()
-    ctrl = build_controller(settings, store)
+    ctrl = build_controller(settings, store, clock)
     app = TrellisApp(middleware=[RequestMiddleware(ctrl)], cors_enable=False)
     app.ctrl = ctrl
     json = media.JSONHandler(dumps=orjson.dumps, loads=orjson.loads)

@@ -23,7 +23,10 @@ def _client_ip(req: falcon.Request) -> str:
 
 
 class AuthenticateResource:
+    """Authenticate with a password (certificate and external JWT methods come later)."""
+
     auth = NONE
+    body_models = {"post": Authenticate}
 
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl

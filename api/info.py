@@ -141,7 +141,7 @@ def register(routes: Routes) -> None:
     cacerts = CaCertsResource(ctrl)
     routes.raw("/.well-known/est/cacerts", cacerts)
     for api in ("client", "management"):
-        routes.add(api, "/", version)
+        routes.add(api, "", version)
         routes.add(api, "/version", version)
         routes.add(api, "/enumerated-capabilities", CapabilitiesResource())
         routes.add(api, "/.well-known/est/cacerts", cacerts)

@@ -1,0 +1,189 @@
+"""Password authentication, API sessions and the caller's own session and identity."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from api.app import create_app
+from api.settings import Settings
+from engine.managers.bootstrap import create_default_admin
+from engine.managers.identities import IdentityManager
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api
+
+
+class SteppingClock:
+    """A settable clock for expiry tests (the engine's Clock port)."""
+
+    def __init__(self) -> None:
+        self.value = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self.value
+
+    def advance(self, delta: timedelta) -> None:
+        self.value += delta
+
+
+def _auth(anon: Api, body: dict[str, Any], base: str = MGMT, method: str = "password") -> Any:
+    return anon.client.simulate_post(base + "/authenticate", params={"method": method}, json=body)
+
+
+@pytest.mark.parametrize("base", [MGMT, CLIENT])
+def test_password_login_returns_token_in_body_and_header(anon: Api, base: str) -> None:
+    result = _auth(anon, {"username": ADMIN_USER, "password": ADMIN_PASSWORD}, base)
+    assert result.status_code == 200
+    data = result.json["data"]
+    assert result.headers["zt-session"] == data["token"]
+    assert len(data["token"]) == 36  # a UUIDv4, not the session id
+    assert data["id"] != data["token"]
+    assert data["identity"]["name"] == "Default Admin"
+    assert data["expirationSeconds"] > 1700
+    assert data["isMfaRequired"] is False
+    assert data["authQueries"] == []
+
+
+def test_wrong_password_is_invalid_auth(anon: Api) -> None:
+    result = _auth(anon, {"username": ADMIN_USER, "password": "wrong-password"})
+    assert result.status_code == 401
+    assert result.json["error"]["code"] == "INVALID_AUTH"
+
+
+def test_unknown_user_is_invalid_auth(anon: Api) -> None:
+    result = _auth(anon, {"username": "nobody", "password": "whatever"})
+    assert result.status_code == 401
+    assert result.json["error"]["code"] == "INVALID_AUTH"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"username": "abc", "password": "long-enough"}, "username"),
+        ({"username": "x" * 101, "password": "long-enough"}, "username"),
+        ({"username": "admin", "password": "four"}, "password"),
+        ({"username": "admin", "password": "p" * 101}, "password"),
+        ({"username": 5, "password": "long-enough"}, "username"),
+    ],
+)
+def test_credential_bounds_are_validated(anon: Api, body: dict[str, Any], field: str) -> None:
+    result = _auth(anon, body)
+    assert result.status_code == 400
+    assert result.json["error"]["code"] == "COULD_NOT_VALIDATE"
+    assert result.json["error"]["cause"]["field"] == field
+
+
+def test_missing_method_and_unknown_method_are_rejected(anon: Api) -> None:
+    missing = anon.client.simulate_post(MGMT + "/authenticate", json={})
+    assert missing.status_code == 400
+    unknown = _auth(anon, {}, method="magic")
+    assert unknown.status_code == 400
+    assert unknown.json["error"]["code"] == "INVALID_AUTH_METHOD"
+
+
+def test_management_requires_a_session(anon: Api) -> None:
+    result = anon.get("/api-sessions")
+    assert result.status_code == 401
+    assert result.json["error"]["code"] == "UNAUTHORIZED"
+    assert 'error="missing"' in result.headers["www-authenticate"]
+
+
+def test_bad_token_is_unauthorized_with_invalid_challenge(anon: Api) -> None:
+    result = anon.get("/api-sessions", token="00000000-0000-4000-8000-000000000000")
+    assert result.status_code == 401
+    assert 'error="invalid"' in result.headers["www-authenticate"]
+
+
+def test_non_admin_is_refused_on_management_but_served_on_client(api: Api) -> None:
+    IdentityManager(api.ctrl.env).create_with_password({"name": "alice"}, "alice", "alice-password")
+    token = api.login("alice", "alice-password", base=CLIENT)
+    refused = api.get("/api-sessions", token=token)
+    assert refused.status_code == 401
+    assert refused.json["error"]["code"] == "UNAUTHORIZED"
+    me = api.get("/current-identity", token=token, base=CLIENT)
+    assert me.status_code == 200
+    assert me.json["data"]["name"] == "alice"
+    assert me.json["data"]["isAdmin"] is False
+
+
+def test_current_api_session_and_identity(api: Api) -> None:
+    session = api.get("/current-api-session").json["data"]
+    assert session["token"] == api.token
+    assert "expiresAt" in session
+    identity = api.get("/current-identity").json["data"]
+    assert identity["isDefaultAdmin"] is True
+    assert identity["authenticators"]["updb"]["username"] == ADMIN_USER
+
+
+def test_authenticated_responses_carry_expiry_headers(api: Api) -> None:
+    result = api.get("/current-api-session")
+    assert int(result.headers["expiration-seconds"]) > 1700
+    assert result.headers["expires-at"].endswith("Z")
+
+
+def test_logout_invalidates_the_token(api: Api) -> None:
+    assert api.delete("/current-api-session").status_code == 200
+    assert api.get("/current-api-session").status_code == 401
+
+
+def test_admin_lists_reads_and_deletes_api_sessions(api: Api) -> None:
+    other = api.login(ADMIN_USER, ADMIN_PASSWORD)
+    listed = api.get("/api-sessions").json
+    assert listed["meta"]["pagination"]["totalCount"] == 2
+    target = next(s for s in listed["data"] if s["token"] == other)
+    assert api.get(f"/api-sessions/{target['id']}").json["data"]["identityId"] == target["identityId"]
+    assert api.delete(f"/api-sessions/{target['id']}").status_code == 200
+    assert api.get("/current-api-session", token=other).status_code == 401
+    assert api.get(f"/api-sessions/{target['id']}").status_code == 404
+    filtered = api.get("/api-sessions", params={"filter": f'token = "{api.token}"'}).json
+    assert filtered["meta"]["pagination"]["totalCount"] == 1
+
+
+def test_sessions_slide_and_expire(settings: Settings) -> None:
+    clock = SteppingClock()
+    app = create_app(settings, clock=clock)
+    try:
+        create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
+        api = Api(app)
+        token = api.login(ADMIN_USER, ADMIN_PASSWORD)
+        for _ in range(3):  # activity every 20 minutes keeps a 30-minute session alive
+            clock.advance(timedelta(minutes=20))
+            assert api.get("/current-api-session", token=token).status_code == 200
+        clock.advance(timedelta(minutes=31))
+        expired = api.get("/current-api-session", token=token)
+        assert expired.status_code == 401
+        assert api.ctrl.sessions.active() == []
+    finally:
+        app.ctrl.env.store.close()
+
+
+def test_sessions_survive_a_restart(settings: Settings) -> None:
+    first = create_app(settings)
+    create_default_admin(first.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
+    token = Api(first).login(ADMIN_USER, ADMIN_PASSWORD)
+    first.ctrl.env.store.close()
+    second = create_app(settings)
+    try:
+        assert Api(second).get("/current-api-session", token=token).status_code == 200
+    finally:
+        second.ctrl.env.store.close()
+
+
+def test_disabled_identity_cannot_log_in(api: Api) -> None:
+    import dataclasses
+
+    from engine.entities.identities import Identity
+    from engine.ports import UnitOfWork
+
+    manager = IdentityManager(api.ctrl.env)
+    bob = manager.create_with_password({"name": "bob"}, "bobby", "bob-password")
+    uow = UnitOfWork(api.ctrl.env.store)
+    uow.put(dataclasses.replace(bob, disabled=True))
+    api.ctrl.env.commit(uow)
+    result = api.client.simulate_post(
+        MGMT + "/authenticate", params={"method": "password"}, json={"username": "bobby", "password": "bob-password"}
+    )
+    assert result.status_code == 401
+    assert result.json["error"]["code"] == "UNAUTHORIZED"
+    assert isinstance(api.ctrl.env.store.get(Identity, bob.id), Identity)
