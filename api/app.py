@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+
 import falcon
 import orjson
 from falcon import media
@@ -42,7 +43,9 @@ def load_pki(settings: Settings) -> CertificateAuthority | None:
     return CertificateAuthority.load(paths)
 
 
-def build_controller(settings: Settings, store: Store | None = None, clock: Clock | None = None) -> Controller:
+def build_controller(
+    settings: Settings, store: Store | None = None, clock: Clock | None = None
+) -> Controller:
     store = store if store is not None else open_store(settings)
     ids = ShortIds()
     env = Env(store=store, clock=clock or SystemClock(), ids=ids, hasher=ScryptPasswordHasher())
@@ -64,7 +67,7 @@ def build_controller(settings: Settings, store: Store | None = None, clock: Cloc
     )
 
 
-class TrellisApp(falcon.App):
+class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
     """The Falcon app with the controller behind it at ``app.ctrl``."""
 
     ctrl: Controller

@@ -36,7 +36,9 @@ class AuthenticateResource:
         if method is None:
             raise FieldError("method", "method in query is required")
         if method not in METHODS:
-            raise InvalidAuthMethodError(field="method", value=method, reason="unsupported authentication method")
+            raise InvalidAuthMethodError(
+                field="method", value=method, reason="unsupported authentication method"
+            )
         if method != "password":
             # Certificate and external-JWT authentication arrive with the PKI issue.
             raise InvalidAuthError()

@@ -22,7 +22,9 @@ def init(settings: Settings, *, out: TextIO = sys.stdout) -> bool:
     created = False
     if not PkiPaths.in_directory(settings.pki_dir).exists():
         init_pki(settings.pki_dir, sans=list(settings.sans), now=datetime.now(UTC))
-        print(f"created PKI in {settings.pki_dir}; clients trust {settings.pki_dir / 'ca-bundle.pem'}", file=out)
+        print(
+            f"created PKI in {settings.pki_dir}; clients trust {settings.pki_dir / 'ca-bundle.pem'}", file=out
+        )
         created = True
     ctrl = build_controller(settings)
     try:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import jwt
+
 from api.settings import Settings
+from engine.entities.identities import Enrollment
 from engine.managers._base import Env
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.authentication import AuthenticationManager
@@ -33,3 +36,21 @@ class Controller:
     @property
     def base_url(self) -> str:
         return f"https://{self.settings.advertised_address}"
+
+    def enrollment_jwt(self, enrollment: Enrollment) -> str | None:
+        """The enrollment's JWT (wire-contract §6.1), signed with the TLS server key; None without a PKI."""
+        if self.pki is None:
+            return None
+        claims = {
+            "em": enrollment.method,
+            "iss": self.base_url,
+            "sub": enrollment.identity_id,
+            "jti": enrollment.token,
+            "exp": int(enrollment.expires_at.timestamp()),
+            "aud": [""],
+            "ctrls": [],
+        }
+        headers = {"kid": self.pki.jwt_kid(), "typ": "JWT"}
+        return jwt.encode(
+            claims, self.pki.signing_key_for_jwt(), algorithm=self.pki.jwt_algorithm(), headers=headers
+        )

@@ -45,7 +45,7 @@ _FALCON_CODES = {
 def status_of(error: e.ControllerError) -> int:
     for cls in type(error).__mro__:
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            return STATUS[cls]
     return 500
 
 
@@ -114,8 +114,7 @@ def handle_http_error(
     if status == 400 and ex.description:
         cause = {"reason": ex.description}
     if ex.headers:
-        for name, value in ex.headers.items():
-            resp.set_header(name, value)
+        resp.set_headers(ex.headers)
     _render(resp, status, envelope(code, message, _request_id(req), cause))
 
 
@@ -126,7 +125,7 @@ def handle_unexpected(
     _render(resp, 500, envelope("UNHANDLED", e.ControllerError.default_message, _request_id(req), None))
 
 
-def install(app: falcon.App) -> None:
+def install(app: falcon.App[falcon.Request, falcon.Response]) -> None:
     """Register the handlers; falcon picks the most specific class for each exception."""
     app.add_error_handler(Exception, handle_unexpected)
     app.add_error_handler(falcon.HTTPError, handle_http_error)

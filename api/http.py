@@ -66,9 +66,7 @@ def _int_param(req: falcon.Request, name: str) -> int | None:
         raise InvalidPaginationError(field=name, value=raw, reason=f"{name} must be an integer") from None
 
 
-def page(
-    req: falcon.Request, items: Iterable[T], symbols: SymbolTable
-) -> tuple[list[T], dict[str, Any]]:
+def page(req: falcon.Request, items: Iterable[T], symbols: SymbolTable) -> tuple[list[T], dict[str, Any]]:
     """Filter, sort and page ``items`` by the request's ``filter``/``sort``/``limit``/``offset``."""
     query = compile_query(req.get_param("filter"), symbols, sort_param=req.get_param("sort"))
     rows, total, limit, offset = execute(

@@ -50,7 +50,9 @@ def model_fields(model: WireModel, mode: Mode, kind: type[Entity]) -> dict[str, 
     if mode == "create":
         return {k: v for k, v in values.items() if v is not None}
     defaults = entity_defaults(kind)
-    return {k: (defaults.get(k) if v is None else v) for k, v in values.items() if v is not None or k in defaults}
+    return {
+        k: (defaults.get(k) if v is None else v) for k, v in values.items() if v is not None or k in defaults
+    }
 
 
 @dataclass
@@ -113,7 +115,12 @@ class FamilyItem(Generic[E]):
         empty(resp)
 
     def _update(
-        self, req: falcon.Request, resp: falcon.Response, id: str, model_type: type[WireModel] | None, mode: Mode
+        self,
+        req: falcon.Request,
+        resp: falcon.Response,
+        id: str,
+        model_type: type[WireModel] | None,
+        mode: Mode,
     ) -> None:
         if model_type is None:
             raise falcon.HTTPMethodNotAllowed(["GET", "DELETE"])

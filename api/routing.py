@@ -12,7 +12,7 @@ APIS = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE}
 
 
 class Routes:
-    def __init__(self, app: falcon.App, ctrl: Controller) -> None:
+    def __init__(self, app: falcon.App[falcon.Request, falcon.Response], ctrl: Controller) -> None:
         self.app = app
         self.ctrl = ctrl
 

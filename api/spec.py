@@ -43,7 +43,9 @@ def _schema_ref(model: Any, definitions: dict[str, Any]) -> dict[str, Any]:
     return {"$ref": f"#/definitions/{model.__name__}"}
 
 
-def _operation(api: str, template: str, verb: str, resource: Any, suffix: str | None, definitions: dict[str, Any]) -> dict[str, Any]:
+def _operation(
+    api: str, template: str, verb: str, resource: Any, suffix: str | None, definitions: dict[str, Any]
+) -> dict[str, Any]:
     params: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True, "type": "string"} for name in _PARAM.findall(template)
     ]
@@ -57,7 +59,9 @@ def _operation(api: str, template: str, verb: str, resource: Any, suffix: str | 
     key = verb if suffix is None else f"{verb}_{suffix}"
     model = _body_models(resource).get(key)
     if model is not None:
-        params.append({"name": "body", "in": "body", "required": True, "schema": _schema_ref(model, definitions)})
+        params.append(
+            {"name": "body", "in": "body", "required": True, "schema": _schema_ref(model, definitions)}
+        )
     responder = getattr(resource, f"on_{key}")
     doc = (responder.__doc__ or type(resource).__doc__ or "").strip().splitlines()
     op: dict[str, Any] = {
@@ -98,7 +102,9 @@ def build_spec(ctrl: Controller, api: str) -> dict[str, Any]:
         for verb in _VERBS:
             name = f"on_{verb}" if suffix is None else f"on_{verb}_{suffix}"
             if hasattr(resource, name):
-                paths.setdefault(template or "/", {})[verb] = _operation(api, template, verb, resource, suffix, definitions)
+                paths.setdefault(template or "/", {})[verb] = _operation(
+                    api, template, verb, resource, suffix, definitions
+                )
     return {
         "swagger": "2.0",
         "info": {"title": _TITLES[api], "version": ctrl.version_trellis},

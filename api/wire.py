@@ -16,9 +16,7 @@ from engine.errors import FieldError
 class WireModel(BaseModel):
     """A request body: camelCase on the wire, unknown keys ignored (as go-swagger does)."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", strict=True
-    )
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", strict=True)
 
     def fields_set(self) -> dict[str, Any]:
         """The fields the client sent, snake_case (a PATCH's changes)."""

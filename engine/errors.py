@@ -120,8 +120,7 @@ class CouldNotParseBodyError(ControllerError):
 class UnauthorizedError(ControllerError):
     code = "UNAUTHORIZED"
     default_message = (
-        "The request could not be completed. The session is not authorized or the "
-        "credentials are invalid"
+        "The request could not be completed. The session is not authorized or the credentials are invalid"
     )
 
 

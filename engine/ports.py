@@ -116,10 +116,10 @@ class UnitOfWork:
             pending = self._puts.get(key, entity)
             assert isinstance(pending, kind)
             out.append(pending)
-        for (entity_kind, entity_id), entity in self._puts.items():
+        for (entity_kind, entity_id), extra in self._puts.items():
             if entity_kind == kind.ENTITY and entity_id not in seen:
-                assert isinstance(entity, kind)
-                out.append(entity)
+                assert isinstance(extra, kind)
+                out.append(extra)
         return out
 
     def find_by(self, kind: type[E], field: str, value: object) -> list[E]:

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import typing
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 from engine.entities import Entity
@@ -39,16 +38,23 @@ def _default(value: object) -> object:
     raise TypeError(f"cannot store {type(value).__name__}")
 
 
-@cache
+_FIELD_NAMES: dict[type[Entity], frozenset[str]] = {}
+_DATETIME_FIELDS: dict[type[Entity], frozenset[str]] = {}
+
+
 def _field_names(kind: type[Entity]) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(kind))
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = frozenset(f.name for f in dataclasses.fields(kind))
+    return names
 
 
-@cache
 def _datetime_fields(kind: type[Entity]) -> frozenset[str]:
-    hints = typing.get_type_hints(kind)
-    out = set()
-    for name, hint in hints.items():
-        if hint is datetime or datetime in typing.get_args(hint):
-            out.add(name)
-    return frozenset(out)
+    cached = _DATETIME_FIELDS.get(kind)
+    if cached is None:
+        hints = typing.get_type_hints(kind)
+        cached = frozenset(
+            name for name, hint in hints.items() if hint is datetime or datetime in typing.get_args(hint)
+        )
+        _DATETIME_FIELDS[kind] = cached
+    return cached

@@ -60,7 +60,9 @@ class Api:
             out["zt-session"] = use
         return out
 
-    def request(self, method: str, path: str, *, token: str | None = None, base: str = MGMT, **kwargs: Any) -> falcon.testing.Result:
+    def request(
+        self, method: str, path: str, *, token: str | None = None, base: str = MGMT, **kwargs: Any
+    ) -> falcon.testing.Result:
         headers = self.headers(token, kwargs.pop("headers", None))
         return self.client.simulate_request(method, base + path, headers=headers, **kwargs)
 
@@ -81,7 +83,9 @@ class Api:
 
     def login(self, username: str, password: str, *, base: str = MGMT) -> str:
         result = self.client.simulate_post(
-            base + "/authenticate", params={"method": "password"}, json={"username": username, "password": password}
+            base + "/authenticate",
+            params={"method": "password"},
+            json={"username": username, "password": password},
         )
         assert result.status_code == 200, result.text
         return str(result.json["data"]["token"])

@@ -34,6 +34,8 @@ class EdgeRouter(RouterBase):
     app_data: dict[str, Any] = field(default_factory=dict)
     hostname: str = ""
     supported_protocols: dict[str, str] = field(default_factory=dict)
+    unverified_cert_pem: str | None = None
+    unverified_fingerprint: str | None = None
 
 
 @register

@@ -30,6 +30,8 @@ class ConfigType(Entity):
 
     name: str
     schema: dict[str, Any] = field(default_factory=dict)
+    #: What the type configures: "service" (the default) or "router"; fixed at create.
+    target: str = "service"
 
 
 @register

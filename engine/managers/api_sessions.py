@@ -7,7 +7,7 @@ import threading
 from datetime import datetime, timedelta
 
 from engine.entities.identities import ApiSession, Authenticator, Identity
-from engine.managers._base import Env, EntityManager
+from engine.managers._base import EntityManager, Env
 from engine.ports import UnitOfWork
 
 #: Activity is kept in memory and written to storage at most this often per session.

@@ -1,17 +1,107 @@
-"""Identities: create (with an optional first enrollment or password), update, delete."""
+"""Identities: create (with first enrollments or a password), update, disable/enable, delete.
+
+OpenZiti's rules kept here (``controller/model/identity_*.go``, ``db/identity_store.go``):
+
+* identity types are ``Default`` and ``Router``; router identities belong to tunneler-enabled
+  edge routers: they may not be created through the API, renamed, retyped or deleted while their
+  router exists (their role attributes may change), and no identity may become one;
+* the default admin stays an admin and cannot be deleted;
+* ``authPolicyId`` names an existing auth policy (empty means ``default``), hosting maps name
+  existing services, role attributes carry no ``#``/``@`` prefix;
+* deleting an identity deletes its enrollments, authenticators and API sessions and drops
+  ``@<id>`` from policy role lists.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
 from typing import Any
 
-from engine.entities.identities import ApiSession, Authenticator, Enrollment, Identity
+from engine.entities.identities import (
+    DEFAULT_AUTH_POLICY_ID,
+    ApiSession,
+    Authenticator,
+    Enrollment,
+    Identity,
+)
+from engine.entities.routers import EdgeRouter
+from engine.entities.services import Service
+from engine.entities.trust import AuthPolicy
+from engine.errors import EntityCanNotBeDeletedError, FieldError, NotFoundError
 from engine.managers._base import EntityManager, check_attributes
+from engine.managers.enrollments import check_enrollment, new_enrollment
 from engine.managers.references import remove_entity_references
-from engine.ports import UnitOfWork
+from engine.ports import Clock, UnitOfWork
+
+DEFAULT_TYPE = "Default"
+ROUTER_TYPE = "Router"
+IDENTITY_TYPE_IDS = (DEFAULT_TYPE, ROUTER_TYPE)
+PRECEDENCES = ("default", "required", "failed")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnrollmentRequest:
+    """The ``enrollment`` object of an identity create: which first enrollments to open."""
+
+    ott: bool = False
+    ottca: str | None = None
+    updb: str | None = None
+
+    def methods(self) -> list[tuple[str, str | None, str | None]]:
+        """(method, ca_id, username) for each requested enrollment."""
+        out: list[tuple[str, str | None, str | None]] = []
+        if self.ott:
+            out.append(("ott", None, None))
+        if self.ottca is not None:
+            out.append(("ottca", self.ottca, None))
+        if self.updb is not None:
+            out.append(("updb", None, self.updb))
+        return out
+
+
+def delete_identity_cascade(uow: UnitOfWork, identity: Identity, clock: Clock) -> None:
+    """Everything that goes with an identity: enrollments, authenticators, API sessions, ``@id`` refs.
+
+    Also used by the edge-router manager when it removes a router identity (a system change).
+    """
+    for enrollment in uow.find_by(Enrollment, "identity_id", identity.id):
+        uow.delete(Enrollment, enrollment.id)
+    for authenticator in uow.find_by(Authenticator, "identity_id", identity.id):
+        uow.delete(Authenticator, authenticator.id)
+    for session in uow.find_by(ApiSession, "identity_id", identity.id):
+        uow.delete(ApiSession, session.id)
+    remove_entity_references(uow, identity, clock)
 
 
 class IdentityManager(EntityManager[Identity]):
     kind = Identity
+
+    # -- creation ------------------------------------------------------------------------------
+    def create_with_enrollments(
+        self, fields: dict[str, Any], enrollment: EnrollmentRequest | None, duration: timedelta
+    ) -> Identity:
+        """An identity and its first enrollments (expiring after ``duration``), in one commit."""
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            identity = self.build(uow, fields)
+            self.validate(uow, identity, None)
+            self.check_unique(uow, identity)
+            uow.put(identity)
+            expires_at = self.env.clock.now() + duration
+            for method, ca_id, username in (enrollment or EnrollmentRequest()).methods():
+                entry = new_enrollment(
+                    self.env,
+                    identity_id=identity.id,
+                    method=method,
+                    expires_at=expires_at,
+                    ca_id=ca_id,
+                    username=username,
+                )
+                check_enrollment(uow, entry, prefix="enrollment.")
+                uow.put(entry)
+            self.env.commit(uow)
+            return identity
 
     def create_with_password(self, fields: dict[str, Any], username: str, password: str) -> Identity:
         """An identity with a username/password authenticator (the default admin)."""
@@ -35,17 +125,99 @@ class IdentityManager(EntityManager[Identity]):
             self.env.commit(uow)
             return identity
 
+    # -- disable / enable ----------------------------------------------------------------------
+    def disable(self, id: str, duration_minutes: int) -> Identity:
+        """Lock the identity out (``0`` = until enabled) and end its API sessions."""
+        with self.env.store.write_lock():
+            old = self.require(id)
+            now = self.env.clock.now()
+            minutes = max(duration_minutes, 0)
+            until = now + timedelta(minutes=minutes) if minutes else None
+            new = dataclasses.replace(old, disabled=True, disabled_at=now, disabled_until=until, updated_at=now)
+            uow = UnitOfWork(self.env.store)
+            uow.put(new)
+            for session in uow.find_by(ApiSession, "identity_id", id):
+                uow.delete(ApiSession, session.id)
+            self.env.commit(uow)
+            return new
+
+    def enable(self, id: str) -> Identity:
+        with self.env.store.write_lock():
+            old = self.require(id)
+            new = dataclasses.replace(
+                old, disabled=False, disabled_at=None, disabled_until=None, updated_at=self.env.clock.now()
+            )
+            uow = UnitOfWork(self.env.store)
+            uow.put(new)
+            self.env.commit(uow)
+            return new
+
+    def is_disabled(self, identity: Identity) -> bool:
+        """Disabled now: locked and the lock has no end or has not ended yet."""
+        if not identity.disabled:
+            return False
+        until = identity.disabled_until
+        return until is None or until > self.env.clock.now()
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> Identity:
+        identity = super().build(uow, fields)
+        if identity.type_id == ROUTER_TYPE:
+            raise FieldError("typeId", "may not create identities with given typeId", identity.type_id)
+        return identity
+
+    def apply(self, uow: UnitOfWork, old: Identity, fields: dict[str, Any]) -> Identity:
+        values = {k: v for k, v in fields.items() if k not in self.immutable and k != "is_default_admin"}
+        new = dataclasses.replace(old, updated_at=self.env.clock.now(), **values)
+        if old.type_id == ROUTER_TYPE:
+            if new.type_id != ROUTER_TYPE:
+                raise FieldError("typeId", "may not change type of router identities", new.type_id)
+            if new.name != old.name:
+                raise FieldError("name", "may not change name of router identities", new.name)
+        elif new.type_id == ROUTER_TYPE:
+            raise FieldError("typeId", "may not change type to router", new.type_id)
+        if old.is_default_admin and not new.is_admin:
+            raise FieldError("isAdmin", "the default admin identity must remain an admin", new.is_admin)
+        return new
+
     def validate(self, uow: UnitOfWork, new: Identity, old: Identity | None) -> None:
+        if not new.name:
+            raise FieldError("name", "name is required", new.name)
+        if new.type_id not in IDENTITY_TYPE_IDS:
+            raise NotFoundError(field="typeId", value=new.type_id, reason="typeId not found")
         check_attributes(new.role_attributes)
+        if uow.get(AuthPolicy, new.auth_policy_id or DEFAULT_AUTH_POLICY_ID) is None:
+            raise FieldError("authPolicyId", "auth policy not found", new.auth_policy_id)
+        if not 0 <= new.default_hosting_cost <= 65535:
+            raise FieldError("defaultHostingCost", "must be between 0 and 65535", new.default_hosting_cost)
+        if new.default_hosting_precedence not in PRECEDENCES:
+            raise FieldError(
+                "defaultHostingPrecedence", f"must be one of {list(PRECEDENCES)}", new.default_hosting_precedence
+            )
+        self._check_services(uow, "serviceHostingCosts", new.service_hosting_costs)
+        self._check_services(uow, "serviceHostingPrecedences", new.service_hosting_precedences)
+
+    def before_delete(self, uow: UnitOfWork, entity: Identity) -> None:
+        if entity.is_default_admin:
+            raise EntityCanNotBeDeletedError(reason="the default admin identity may not be deleted")
+        if entity.type_id == ROUTER_TYPE and self._router_of(uow, entity) is not None:
+            raise EntityCanNotBeDeletedError(
+                reason=f"cannot delete router identity {entity.name} until associated router is deleted"
+            )
 
     def after_delete(self, uow: UnitOfWork, entity: Identity) -> None:
-        for authenticator in uow.all(Authenticator):
-            if authenticator.identity_id == entity.id:
-                uow.delete(Authenticator, authenticator.id)
-        for enrollment in uow.all(Enrollment):
-            if enrollment.identity_id == entity.id:
-                uow.delete(Enrollment, enrollment.id)
-        for session in uow.all(ApiSession):
-            if session.identity_id == entity.id:
-                uow.delete(ApiSession, session.id)
-        remove_entity_references(uow, entity, self.env.clock)
+        delete_identity_cascade(uow, entity, self.env.clock)
+
+    # -- helpers -------------------------------------------------------------------------------
+    @staticmethod
+    def _check_services(uow: UnitOfWork, field: str, values: dict[str, Any]) -> None:
+        for service_id in values:
+            if uow.get(Service, service_id) is None:
+                raise NotFoundError(field=field, value=service_id, reason=f"service with id {service_id} not found")
+
+    @staticmethod
+    def _router_of(uow: UnitOfWork, identity: Identity) -> EdgeRouter | None:
+        router = uow.get(EdgeRouter, identity.id)
+        if router is not None:
+            return router
+        return uow.store.find_unique(EdgeRouter, "name", identity.name)

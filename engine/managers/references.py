@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from engine.entities import Entity
 from engine.entities.policies import EdgeRouterPolicy, Policy, ServiceEdgeRouterPolicy, ServicePolicy
@@ -29,4 +30,5 @@ def remove_entity_references(uow: UnitOfWork, entity: Entity, clock: Clock) -> N
             roles: list[str] = getattr(policy, field)
             if needle in roles:
                 kept = [r for r in roles if r != needle]
-                uow.put(dataclasses.replace(policy, **{field: kept, "updated_at": now}))
+                changes: dict[str, Any] = {field: kept, "updated_at": now}
+                uow.put(dataclasses.replace(policy, **changes))

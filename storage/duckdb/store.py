@@ -33,7 +33,7 @@ class DuckDBStore(MemoryStore):
     def __init__(self, path: Path, *, memory_limit: str = "1GB") -> None:
         super().__init__()
         path.parent.mkdir(parents=True, exist_ok=True)
-        config = dict(_CONFIG, memory_limit=memory_limit)
+        config: dict[str, str | bool | int | float | list[str]] = {**_CONFIG, "memory_limit": memory_limit}
         self._con = duckdb.connect(str(path), config=config)
         self._con_lock = threading.Lock()
         self.schema_version = migrate(self._con)
@@ -68,9 +68,7 @@ class DuckDBStore(MemoryStore):
 
     def _persist_setting(self, key: str, value: str) -> None:
         with self._con_lock:
-            self._con.execute(
-                "INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [key, value]
-            )
+            self._con.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [key, value])
 
     def close(self) -> None:
         with self._con_lock:

@@ -182,7 +182,9 @@ def test_disabled_identity_cannot_log_in(api: Api) -> None:
     uow.put(dataclasses.replace(bob, disabled=True))
     api.ctrl.env.commit(uow)
     result = api.client.simulate_post(
-        MGMT + "/authenticate", params={"method": "password"}, json={"username": "bobby", "password": "bob-password"}
+        MGMT + "/authenticate",
+        params={"method": "password"},
+        json={"username": "bobby", "password": "bob-password"},
     )
     assert result.status_code == 401
     assert result.json["error"]["code"] == "UNAUTHORIZED"

@@ -40,11 +40,15 @@ def test_capability_list_does_not_advertise_oidc(anon: Api) -> None:
 
 def test_client_api_serves_unprefixed_and_legacy_paths(anon: Api) -> None:
     unprefixed = anon.client.simulate_post(
-        "/authenticate", params={"method": "password"}, json={"username": "admin", "password": "admin-password-1"}
+        "/authenticate",
+        params={"method": "password"},
+        json={"username": "admin", "password": "admin-password-1"},
     )
     assert unprefixed.status_code == 200
     legacy = anon.client.simulate_post(
-        "/edge/v1/authenticate", params={"method": "password"}, json={"username": "admin", "password": "admin-password-1"}
+        "/edge/v1/authenticate",
+        params={"method": "password"},
+        json={"username": "admin", "password": "admin-password-1"},
     )
     assert legacy.status_code == 200
 
@@ -65,7 +69,10 @@ def test_wrong_verb_is_method_not_allowed(api: Api) -> None:
 
 def test_malformed_json_is_could_not_parse_body(api: Api) -> None:
     result = api.post(
-        "/authenticate", params={"method": "password"}, body=b'{"name": ', headers={"content-type": "application/json"}
+        "/authenticate",
+        params={"method": "password"},
+        body=b'{"name": ',
+        headers={"content-type": "application/json"},
     )
     assert result.status_code == 400
     assert result.json["error"]["code"] == "COULD_NOT_PARSE_BODY"
@@ -74,7 +81,10 @@ def test_malformed_json_is_could_not_parse_body(api: Api) -> None:
 def test_body_over_one_mebibyte_is_refused(api: Api) -> None:
     body = b'{"name": "' + b"x" * (1024 * 1024) + b'"}'
     result = api.post(
-        "/authenticate", params={"method": "password"}, body=body, headers={"content-type": "application/json"}
+        "/authenticate",
+        params={"method": "password"},
+        body=body,
+        headers={"content-type": "application/json"},
     )
     assert result.status_code == 413
     assert result.json["error"]["code"] == "REQUEST_ENTITY_TOO_LARGE"

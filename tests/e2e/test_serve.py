@@ -52,13 +52,17 @@ class Server:
         return str(self.home / "pki" / "ca-bundle.pem")
 
     def init(self) -> str:
-        done = subprocess.run([*TRELLIS, "init"], env=self.env, cwd=ROOT, capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [*TRELLIS, "init"], env=self.env, cwd=ROOT, capture_output=True, text=True, check=True
+        )
         return done.stdout
 
     def start(self) -> None:
         log = self.home / "serve.log"
         with log.open("ab") as sink:
-            self.proc = subprocess.Popen([*TRELLIS, "serve"], env=self.env, cwd=ROOT, stdout=sink, stderr=sink)
+            self.proc = subprocess.Popen(
+                [*TRELLIS, "serve"], env=self.env, cwd=ROOT, stdout=sink, stderr=sink
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -82,7 +86,9 @@ class Server:
 
     def call(self, method: str, path: str, token: str | None = None, **kwargs: Any) -> requests.Response:
         headers = {"zt-session": token} if token else {}
-        return self.http.request(method, self.url + path, headers=headers, verify=self.ca, timeout=10, **kwargs)
+        return self.http.request(
+            method, self.url + path, headers=headers, verify=self.ca, timeout=10, **kwargs
+        )
 
     def login(self) -> str:
         result = self.call(
@@ -134,6 +140,11 @@ def test_tls_is_verified_against_the_written_bundle(server: Server) -> None:
     with pytest.raises(requests.exceptions.SSLError):
         server.http.get(server.url + "/version", verify=True, timeout=5)
     assert server.call("GET", "/version").status_code == 200
-    unprefixed = server.call("POST", "/authenticate", params={"method": "password"}, json={"username": "admin", "password": "nope!"})
+    unprefixed = server.call(
+        "POST",
+        "/authenticate",
+        params={"method": "password"},
+        json={"username": "admin", "password": "nope!"},
+    )
     assert unprefixed.status_code == 401
     assert unprefixed.json()["error"]["code"] == "INVALID_AUTH"
