@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import falcon
 from pydantic import ValidationError
 
-from api.errors import field_error_from_validation
+from api.errors import ERROR_META, field_error_from_validation
 from api.wire import WireModel
 from engine.errors import CouldNotParseBodyError, InvalidPaginationError, RequestEntityTooLargeError
 from engine.query import SymbolTable, compile_query, execute
@@ -43,17 +43,25 @@ def read_model(req: falcon.Request, model: type[M], *, allow_empty: bool = False
         raise field_error_from_validation(ex) from None
 
 
-def ok(resp: falcon.Response, data: Any, meta: dict[str, Any] | None = None) -> None:
-    resp.media = {"data": data, "meta": meta or {}}
+#: Every envelope's ``meta`` carries the API versions (seed document 1, "Versioning").
+API_META = ERROR_META
+
+
+def meta(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {**API_META, **extra} if extra else dict(API_META)
+
+
+def ok(resp: falcon.Response, data: Any, extra_meta: dict[str, Any] | None = None) -> None:
+    resp.media = {"data": data, "meta": meta(extra_meta)}
 
 
 def empty(resp: falcon.Response) -> None:
-    resp.media = {"data": {}, "meta": {}}
+    resp.media = {"data": {}, "meta": meta()}
 
 
 def created(resp: falcon.Response, entity: str, id: str) -> None:
     resp.status = falcon.HTTP_201
-    resp.media = {"data": {"_links": {"self": {"href": f"./{entity}/{id}"}}, "id": id}, "meta": {}}
+    resp.media = {"data": {"_links": {"self": {"href": f"./{entity}/{id}"}}, "id": id}, "meta": meta()}
 
 
 def _int_param(req: falcon.Request, name: str) -> int | None:

@@ -31,8 +31,9 @@ def _check_tags(value: dict[str, Any] | None) -> dict[str, Any] | None:
     if value is None:
         return None
     for key, item in value.items():
-        if item is not None and not isinstance(item, (str, bool, int, float)):
-            raise ValueError(f"tag '{key}' must be null, a string, a boolean or a number")
+        # The seeds and the spec limit tag values to null, string and boolean.
+        if item is not None and not isinstance(item, (str, bool)):
+            raise ValueError(f"tag '{key}' must be null, a string or a boolean")
     return value
 
 

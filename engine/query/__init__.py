@@ -7,6 +7,7 @@ Typical use::
     page, total, limit, offset = execute(query, items, limit_param=limit, offset_param=offset)
 """
 
+from engine.query.ast import ParsedQuery
 from engine.query.evaluate import (
     LIST_LIMIT_DEFAULT,
     LIST_LIMIT_MAX,
@@ -24,7 +25,7 @@ from engine.query.evaluate import (
     execute,
     parse_sort_param,
 )
-from engine.query.zitiql import ParsedQuery, parse
+from engine.query.zitiql import parse
 
 __all__ = [
     "LIST_LIMIT_DEFAULT",

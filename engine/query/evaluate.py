@@ -1,6 +1,6 @@
 """Compile ZitiQL against a symbol table and run it over in-memory objects (wire-contract §5.2/5.3).
 
-:func:`compile_query` type-checks the AST from :func:`engine.query.zitiql.parse` once and builds a
+:func:`compile_query` type-checks the AST from :func:`engine.query.zitiparse` once and builds a
 tree of closures; :func:`execute` filters, sorts and pages a collection with it.
 
 Semantics follow OpenZiti's ``storage/ast`` evaluator:
@@ -28,8 +28,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from engine.errors import InvalidFilterError, InvalidSortError
-from engine.query import zitiql as ql
-from engine.query.zitiql import Pos, ValueKind, filter_error
+from engine.query import ast as ql
+from engine.query.ast import Pos, ValueKind, filter_error
+from engine.query.zitiql import parse
 
 T = TypeVar("T")
 Predicate = Callable[[Any], bool]
@@ -359,7 +360,7 @@ def compile_query(
 ) -> Query:
     """Parse and compile a filter. The filter's ``sort by`` wins over ``sort_param``, which wins
     over ``default_sort`` (same syntax as ``sort_param``); with none of them, input order is kept."""
-    parsed = ql.parse(text or "")
+    parsed = parse(text or "")
     predicate = compile_filter(parsed.filter, symbols)
     sort: tuple[SortKey, ...] = ()
     if parsed.sort is not None:

@@ -14,7 +14,7 @@ def test_unprefixed_version_lists_every_api_path(anon: Api) -> None:
     assert data["apiVersions"]["edge-management"]["v1"]["path"] == MGMT
     assert data["apiVersions"]["edge-management"]["v1"]["apiBaseUrls"] == ["https://127.0.0.1:1280" + MGMT]
     assert data["capabilities"] == []
-    assert result.json["meta"] == {}
+    assert result.json["meta"] == {"apiEnrollmentVersion": "0.0.1", "apiVersion": "0.0.1"}
 
 
 def test_version_is_served_at_root_and_under_both_bases(anon: Api) -> None:
