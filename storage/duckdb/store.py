@@ -27,6 +27,13 @@ _CONFIG = {
 }
 
 
+_CHUNK_ROWS = 500
+
+
+def _chunks(values: list[object], size: int) -> list[list[object]]:
+    return [values[i : i + size] for i in range(0, len(values), size)]
+
+
 class DuckDBStore(MemoryStore):
     """A write-through ``Store`` on a DuckDB file."""
 
@@ -47,20 +54,28 @@ class DuckDBStore(MemoryStore):
         self._settings.update({str(k): str(v) for k, v in settings})
 
     def _persist(self, changes: Sequence[Change]) -> None:
+        puts: dict[str, list[object]] = {}
+        deletes: dict[str, list[object]] = {}
+        for change in changes:
+            if isinstance(change, Put):
+                puts.setdefault(table_name(change.entity.ENTITY), []).extend(
+                    (change.entity.id, encode(change.entity))
+                )
+            elif isinstance(change, Delete):
+                deletes.setdefault(table_name(change.kind.ENTITY), []).append(change.id)
         with self._con_lock:
             con = self._con
             con.execute("BEGIN TRANSACTION")
             try:
-                for change in changes:
-                    if isinstance(change, Put):
-                        table = table_name(change.entity.ENTITY)
-                        con.execute(
-                            f"INSERT OR REPLACE INTO {table} (id, doc) VALUES (?, ?)",
-                            [change.entity.id, encode(change.entity)],
-                        )
-                    elif isinstance(change, Delete):
-                        table = table_name(change.kind.ENTITY)
-                        con.execute(f"DELETE FROM {table} WHERE id = ?", [change.id])
+                # Multi-row statements: one round trip per chunk instead of per row.
+                for table, ids in deletes.items():
+                    for chunk in _chunks(ids, _CHUNK_ROWS):
+                        marks = ", ".join("?" * len(chunk))
+                        con.execute(f"DELETE FROM {table} WHERE id IN ({marks})", chunk)
+                for table, values in puts.items():
+                    for chunk in _chunks(values, 2 * _CHUNK_ROWS):
+                        rows = ", ".join(["(?, ?)"] * (len(chunk) // 2))
+                        con.execute(f"INSERT OR REPLACE INTO {table} (id, doc) VALUES {rows}", chunk)
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
