@@ -1,0 +1,127 @@
+"""The DuckDB store on a real file: round trips, atomic batches, migrations, crash durability."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from engine.entities import all as _kinds  # noqa: F401
+from engine.entities.identities import Enrollment, Identity
+from engine.entities.services import Service
+from engine.ports import Delete, Put
+from storage.duckdb import DuckDBStore
+from storage.duckdb.migrations import MIGRATIONS
+
+NOW = datetime(2026, 3, 4, 5, 6, 7, 123000, tzinfo=UTC)
+
+
+def _identity(i: int, **kw: object) -> Identity:
+    return Identity(id=f"id-{i}", created_at=NOW, updated_at=NOW, name=f"name-{i}", **kw)  # type: ignore[arg-type]
+
+
+def test_entities_round_trip_with_datetimes_and_nested_values(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "t.duckdb")
+    identity = _identity(1, role_attributes=["b", "a"], app_data={"x": [1, {"y": None}]}, disabled_until=NOW)
+    enrollment = Enrollment(
+        id="e1",
+        created_at=NOW,
+        updated_at=NOW,
+        identity_id="id-1",
+        method="ott",
+        token="tok",
+        expires_at=NOW + timedelta(hours=3),
+    )
+    store.commit([Put(identity), Put(enrollment)])
+    store.close()
+    reopened = DuckDBStore(tmp_path / "t.duckdb")
+    assert reopened.get(Identity, "id-1") == identity
+    assert reopened.get(Enrollment, "e1") == enrollment
+    assert reopened.find_unique(Identity, "name", "name-1") == identity
+    assert reopened.find_by(Enrollment, "identity_id", "id-1") == [enrollment]
+    reopened.close()
+
+
+def test_a_failed_batch_applies_nothing(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "t.duckdb")
+    store.commit([Put(_identity(1))])
+    bad = Service(id="s1", created_at=NOW, updated_at=NOW, name="svc", tags={"x": object()})
+    with pytest.raises(TypeError):
+        store.commit([Put(_identity(2)), Delete(Identity, "id-1"), Put(bad)])
+    assert store.get(Identity, "id-1") is not None
+    assert store.get(Identity, "id-2") is None
+    store.close()
+    reopened = DuckDBStore(tmp_path / "t.duckdb")
+    assert [i.id for i in reopened.all(Identity)] == ["id-1"]
+    reopened.close()
+
+
+def test_a_rolled_back_transaction_leaves_memory_untouched(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "t.duckdb")
+    store.commit([Put(_identity(1))])
+    # Make the database refuse the batch inside the transaction: a table that no longer exists.
+    store._con.execute("DROP TABLE services")
+    svc = Service(id="s1", created_at=NOW, updated_at=NOW, name="svc")
+    with pytest.raises(duckdb.Error):
+        store.commit([Put(_identity(2)), Put(svc)])
+    assert store.get(Identity, "id-2") is None
+    assert store.get(Service, "s1") is None
+    count = store._con.execute("SELECT count(*) FROM identities").fetchone()
+    assert count == (1,)
+    store.close()
+
+
+def test_migrations_run_once(tmp_path: Path) -> None:
+    first = DuckDBStore(tmp_path / "t.duckdb")
+    assert first.schema_version == MIGRATIONS[-1][0]
+    first.close()
+    second = DuckDBStore(tmp_path / "t.duckdb")
+    rows = second._con.execute("SELECT count(*) FROM schema_migrations").fetchone()
+    assert rows == (len(MIGRATIONS),)
+    second.close()
+
+
+def test_settings_persist(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "t.duckdb")
+    store.put_setting("instance_id", "abc")
+    store.close()
+    reopened = DuckDBStore(tmp_path / "t.duckdb")
+    assert reopened.get_setting("instance_id") == "abc"
+    reopened.close()
+
+
+def test_acknowledged_writes_survive_kill_9(tmp_path: Path) -> None:
+    """A process killed without closing keeps every committed batch and nothing else."""
+    path = tmp_path / "crash.duckdb"
+    script = textwrap.dedent(
+        f"""
+        import os
+        from datetime import UTC, datetime
+        from engine.entities import all as _
+        from engine.entities.identities import Identity
+        from engine.ports import Put
+        from storage.duckdb import DuckDBStore
+        now = datetime.now(UTC)
+        store = DuckDBStore(__import__("pathlib").Path({str(path)!r}))
+        for i in range(50):
+            store.commit([Put(Identity(id=f"i{{i}}", created_at=now, updated_at=now, name=f"n{{i}}"))])
+        store._con.execute("BEGIN TRANSACTION")
+        store._con.execute("INSERT INTO identities VALUES ('uncommitted', '{{}}')")
+        print("acknowledged", flush=True)
+        os.kill(os.getpid(), 9)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=Path(__file__).parents[3]
+    )
+    assert "acknowledged" in done.stdout, done.stderr
+    assert done.returncode == -9
+    reopened = DuckDBStore(path)
+    ids = {i.id for i in reopened.all(Identity)}
+    assert ids == {f"i{i}" for i in range(50)}
+    reopened.close()
