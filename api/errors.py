@@ -9,6 +9,7 @@ import falcon
 from pydantic import ValidationError
 
 from engine import errors as e
+from engine.managers import authenticators as authenticator_errors
 
 log = logging.getLogger("trellis.api")
 
@@ -32,6 +33,8 @@ STATUS: dict[type[e.ControllerError], int] = {
     e.CertificateIsNotCaError: 400,
     e.InvalidCertPemError: 400,
     e.RequestEntityTooLargeError: 413,
+    authenticator_errors.AuthenticatorMethodMaxError: 409,
+    authenticator_errors.AuthenticatorCanNotBeUpdatedError: 409,
 }
 
 _FALCON_CODES = {

@@ -98,7 +98,7 @@ class IdentityManager(EntityManager[Identity]):
                     ca_id=ca_id,
                     username=username,
                 )
-                check_enrollment(uow, entry, prefix="enrollment.")
+                check_enrollment(uow, entry, ca_field="enrollment.ottca", username_field="enrollment.updb")
                 uow.put(entry)
             self.env.commit(uow)
             return identity
@@ -133,7 +133,9 @@ class IdentityManager(EntityManager[Identity]):
             now = self.env.clock.now()
             minutes = max(duration_minutes, 0)
             until = now + timedelta(minutes=minutes) if minutes else None
-            new = dataclasses.replace(old, disabled=True, disabled_at=now, disabled_until=until, updated_at=now)
+            new = dataclasses.replace(
+                old, disabled=True, disabled_at=now, disabled_until=until, updated_at=now
+            )
             uow = UnitOfWork(self.env.store)
             uow.put(new)
             for session in uow.find_by(ApiSession, "identity_id", id):
@@ -192,7 +194,9 @@ class IdentityManager(EntityManager[Identity]):
             raise FieldError("defaultHostingCost", "must be between 0 and 65535", new.default_hosting_cost)
         if new.default_hosting_precedence not in PRECEDENCES:
             raise FieldError(
-                "defaultHostingPrecedence", f"must be one of {list(PRECEDENCES)}", new.default_hosting_precedence
+                "defaultHostingPrecedence",
+                f"must be one of {list(PRECEDENCES)}",
+                new.default_hosting_precedence,
             )
         self._check_services(uow, "serviceHostingCosts", new.service_hosting_costs)
         self._check_services(uow, "serviceHostingPrecedences", new.service_hosting_precedences)
@@ -213,7 +217,9 @@ class IdentityManager(EntityManager[Identity]):
     def _check_services(uow: UnitOfWork, field: str, values: dict[str, Any]) -> None:
         for service_id in values:
             if uow.get(Service, service_id) is None:
-                raise NotFoundError(field=field, value=service_id, reason=f"service with id {service_id} not found")
+                raise NotFoundError(
+                    field=field, value=service_id, reason=f"service with id {service_id} not found"
+                )
 
     @staticmethod
     def _router_of(uow: UnitOfWork, identity: Identity) -> EdgeRouter | None:

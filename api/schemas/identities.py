@@ -1,0 +1,265 @@
+"""Identity wire shapes: request bodies, the detail renderer shared by both APIs, identity types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field
+
+from api.controller import Controller
+from api.wire import Attributes, Cost, Tags, WireModel, base, ref, ts
+from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, ApiSession, Authenticator, Enrollment, Identity
+from engine.entities.trust import AuthPolicy, Ca
+from engine.managers.identities import DEFAULT_TYPE, ROUTER_TYPE, EnrollmentRequest
+from engine.query import Symbol, SymbolTable, SymbolType
+
+IDENTITY_TYPES = (DEFAULT_TYPE, ROUTER_TYPE)
+#: The wire ``identityType`` enum; User, Device and Service are aliases of Default.
+WIRE_TYPES = ("User", "Device", "Service", "Router", "Default")
+PRECEDENCES = ("default", "required", "failed")
+
+
+def _one_of(allowed: tuple[str, ...]) -> AfterValidator:
+    def check(value: str) -> str:
+        if value not in allowed:
+            raise ValueError(f"value must be one of {list(allowed)}")
+        return value
+
+    return AfterValidator(check)
+
+
+IdentityType = Annotated[str, _one_of(WIRE_TYPES)]
+Precedence = Annotated[str, _one_of(PRECEDENCES)]
+AppData = dict[str, Any] | None
+
+
+class IdentityEnrollment(WireModel):
+    ott: bool | None = None
+    ottca: str | None = None
+    updb: str | None = None
+
+
+class IdentityCreate(WireModel):
+    name: str
+    is_admin: bool
+    type: IdentityType
+    app_data: AppData = None
+    auth_policy_id: str | None = None
+    default_hosting_cost: Cost | None = None
+    default_hosting_precedence: Precedence | None = None
+    service_hosting_costs: dict[str, Cost] | None = None
+    service_hosting_precedences: dict[str, Precedence] | None = None
+    external_id: str | None = None
+    role_attributes: Attributes = None
+    tags: Tags = None
+    enrollment: IdentityEnrollment | None = None
+
+
+class IdentityUpdate(WireModel):
+    name: str
+    is_admin: bool
+    type: IdentityType
+    app_data: AppData = None
+    auth_policy_id: str | None = None
+    default_hosting_cost: Cost | None = None
+    default_hosting_precedence: Precedence | None = None
+    service_hosting_costs: dict[str, Cost] | None = None
+    service_hosting_precedences: dict[str, Precedence] | None = None
+    external_id: str | None = None
+    role_attributes: Attributes = None
+    tags: Tags = None
+
+
+class IdentityPatch(WireModel):
+    name: str | None = None
+    is_admin: bool | None = None
+    type: IdentityType | None = None
+    app_data: AppData = None
+    auth_policy_id: str | None = None
+    default_hosting_cost: Cost | None = None
+    default_hosting_precedence: Precedence | None = None
+    service_hosting_costs: dict[str, Cost] | None = None
+    service_hosting_precedences: dict[str, Precedence] | None = None
+    external_id: str | None = None
+    role_attributes: Attributes = None
+    tags: Tags = None
+
+
+class DisableParams(WireModel):
+    duration_minutes: Annotated[int, Field(ge=0)]
+
+
+def type_id_of(wire_type: str) -> str:
+    """The identity type id for a wire ``identityType`` (User/Device/Service mean Default)."""
+    return ROUTER_TYPE if wire_type == ROUTER_TYPE else DEFAULT_TYPE
+
+
+def enrollment_request(model: IdentityCreate) -> EnrollmentRequest | None:
+    if model.enrollment is None:
+        return None
+    e = model.enrollment
+    return EnrollmentRequest(ott=bool(e.ott), ottca=e.ottca or None, updb=e.updb or None)
+
+
+# -- identity types ------------------------------------------------------------------------------
+#: Identity types are built in; they carry a fixed creation time.
+_TYPES_CREATED = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class IdentityTypeRow:
+    """An identity type: built in, not stored."""
+
+    id: str
+    name: str
+    created_at: datetime = _TYPES_CREATED
+    updated_at: datetime = _TYPES_CREATED
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+def identity_types() -> list[IdentityTypeRow]:
+    return [IdentityTypeRow(id=t, name=t) for t in IDENTITY_TYPES]
+
+
+def render_identity_type(row: IdentityTypeRow) -> dict[str, Any]:
+    return {
+        "_links": {"self": {"href": f"./identity-types/{row.id}"}},
+        "createdAt": ts(row.created_at),
+        "id": row.id,
+        "name": row.name,
+        "tags": row.tags,
+        "updatedAt": ts(row.updated_at),
+    }
+
+
+def identity_type_ref(type_id: str) -> dict[str, Any]:
+    return {
+        "_links": {"self": {"href": f"./identity-types/{type_id}"}},
+        "entity": "identity-types",
+        "id": type_id,
+        "name": type_id,
+    }
+
+
+def identity_symbols(ctrl: Controller) -> SymbolTable:
+    """The filterable fields of identities (OpenZiti's identity store public symbols)."""
+    string, boolean, when = SymbolType.STRING, SymbolType.BOOL, SymbolType.DATETIME
+    return SymbolTable(
+        {
+            "id": Symbol(string, lambda i: i.id),
+            "createdAt": Symbol(when, lambda i: i.created_at),
+            "updatedAt": Symbol(when, lambda i: i.updated_at),
+            "name": Symbol(string, lambda i: i.name),
+            "isAdmin": Symbol(boolean, lambda i: i.is_admin),
+            "isDefaultAdmin": Symbol(boolean, lambda i: i.is_default_admin),
+            "roleAttributes": Symbol(string, lambda i: i.role_attributes, is_set=True),
+            "type": Symbol(string, lambda i: i.type_id),
+            "authPolicy": Symbol(string, lambda i: i.auth_policy_id),
+            "authPolicyId": Symbol(string, lambda i: i.auth_policy_id),
+            "externalId": Symbol(string, lambda i: i.external_id),
+            "disabled": Symbol(boolean, lambda i: is_disabled(ctrl, i)),
+            "disabledAt": Symbol(when, lambda i: i.disabled_at),
+            "disabledUntil": Symbol(when, lambda i: i.disabled_until),
+        },
+        tags_getter=lambda i: i.tags,
+    )
+
+
+def identity_type_symbols() -> SymbolTable:
+    string, when = SymbolType.STRING, SymbolType.DATETIME
+    return SymbolTable(
+        {
+            "id": Symbol(string, lambda t: t.id),
+            "name": Symbol(string, lambda t: t.name),
+            "createdAt": Symbol(when, lambda t: t.created_at),
+            "updatedAt": Symbol(when, lambda t: t.updated_at),
+        },
+        tags_getter=lambda t: t.tags,
+    )
+
+
+# -- identity detail ------------------------------------------------------------------------------
+def is_disabled(ctrl: Controller, identity: Identity) -> bool:
+    """Disabled now: locked, and the lock has no end or has not ended yet (as OpenZiti computes it)."""
+    if not identity.disabled:
+        return False
+    until = identity.disabled_until
+    return until is None or until > ctrl.env.clock.now()
+
+
+def render_identity(ctrl: Controller, identity: Identity) -> dict[str, Any]:
+    store = ctrl.env.store
+    authenticators: dict[str, Any] = {}
+    for auth in store.find_by(Authenticator, "identity_id", identity.id):
+        if auth.method == "updb":
+            authenticators["updb"] = {"id": auth.id, "username": auth.username}
+        elif auth.method == "cert":
+            authenticators["cert"] = {"id": auth.id, "fingerprint": auth.fingerprint}
+    enrollment: dict[str, Any] = {}
+    for enr in store.find_by(Enrollment, "identity_id", identity.id):
+        enrollment[enr.method] = render_enrollment_summary(ctrl, enr)
+    policy_id = identity.auth_policy_id or DEFAULT_AUTH_POLICY_ID
+    policy = store.get(AuthPolicy, policy_id)
+    has_session = any(
+        not ctrl.sessions.is_expired(s) for s in store.find_by(ApiSession, "identity_id", identity.id)
+    )
+    disabled = is_disabled(ctrl, identity)
+    out = base(
+        identity,
+        "auth-policies",
+        "authenticators",
+        "edge-router-policies",
+        "edge-routers",
+        "enrollments",
+        "failed-service-requests",
+        "posture-data",
+        "service-configs",
+        "service-policies",
+        "services",
+    )
+    out["_links"]["auth-policies"] = {"href": f"./auth-policies/{policy_id}"}
+    out.update(
+        {
+            "appData": identity.app_data,
+            "authPolicy": ref(policy),
+            "authPolicyId": policy_id,
+            "authenticators": authenticators,
+            "defaultHostingCost": identity.default_hosting_cost,
+            "defaultHostingPrecedence": identity.default_hosting_precedence,
+            "disabled": disabled,
+            "disabledAt": ts(identity.disabled_at),
+            "disabledUntil": ts(identity.disabled_until),
+            "enrollment": enrollment,
+            "envInfo": identity.env_info,
+            "externalId": identity.external_id,
+            "hasApiSession": has_session,
+            "hasEdgeRouterConnection": False,
+            "isAdmin": identity.is_admin,
+            "isDefaultAdmin": identity.is_default_admin,
+            "isMfaEnabled": identity.is_mfa_enabled,
+            "name": identity.name,
+            "roleAttributes": identity.role_attributes,
+            "sdkInfo": identity.sdk_info,
+            "serviceHostingCosts": identity.service_hosting_costs,
+            "serviceHostingPrecedences": identity.service_hosting_precedences,
+            "type": identity_type_ref(identity.type_id),
+            "typeId": identity.type_id,
+        }
+    )
+    return out
+
+
+def render_enrollment_summary(ctrl: Controller, enrollment: Enrollment) -> dict[str, Any]:
+    """The ``enrollment.<method>`` entry of an identity: id, token, jwt, expiresAt (+ ca)."""
+    out: dict[str, Any] = {
+        "expiresAt": ts(enrollment.expires_at),
+        "id": enrollment.id,
+        "jwt": ctrl.enrollment_jwt(enrollment),
+        "token": enrollment.token,
+    }
+    if enrollment.method == "ottca" and enrollment.ca_id:
+        out["caId"] = enrollment.ca_id
+        out["ca"] = ref(ctrl.env.store.get(Ca, enrollment.ca_id))
+    return out

@@ -1,0 +1,154 @@
+"""Configs: named data documents of a config type, checked against the type's JSON schema.
+
+OpenZiti (``controller/model/config_model.go``, ``tests/config_test.go``):
+
+- the type is given as ``configTypeId`` at create and cannot change later (an update or patch that
+  names another type is ignored); an empty or unknown type is a field error on ``type``;
+- ``data`` must match the type's schema; the first schema error is reported as a field error
+  whose field is the failing location (``(root)`` for the document itself, else a dotted path such
+  as ``port`` or ``portRanges.0``) and whose reason is ``<field> is invalid: <field>: <message>``;
+- numbers that are whole are stored as integers (22.0 becomes 22);
+- deleting a config drops it from the services that list it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from jsonschema.exceptions import ValidationError, best_match
+
+from engine.entities.services import Config, ConfigType, Service
+from engine.errors import FieldError
+from engine.managers._base import EntityManager
+from engine.managers.config_types import schema_validator
+from engine.ports import UnitOfWork
+
+TYPE_FIELD = "type"
+
+
+class ConfigManager(EntityManager[Config]):
+    kind = Config
+
+    def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> Config:
+        fields = dict(fields)
+        fields["config_type_id"] = resolve_config_type(uow, fields.get("config_type_id")).id
+        fields["data"] = narrow_numbers(fields.get("data") or {})
+        return super().build(uow, fields)
+
+    def apply(self, uow: UnitOfWork, old: Config, fields: dict[str, Any]) -> Config:
+        fields = {k: v for k, v in fields.items() if k != "config_type_id"}  # fixed at create
+        if "data" in fields:
+            fields["data"] = narrow_numbers(fields["data"] or {})
+        return super().apply(uow, old, fields)
+
+    def validate(self, uow: UnitOfWork, new: Config, old: Config | None) -> None:
+        if not new.name:
+            raise FieldError("name", "name is required", new.name)
+        config_type = uow.get(ConfigType, new.config_type_id)
+        if config_type is not None and config_type.schema:
+            check_data(config_type.schema, new.data)
+
+    def after_delete(self, uow: UnitOfWork, entity: Config) -> None:
+        now = self.env.clock.now()
+        for service in uow.all(Service):
+            if entity.id in service.configs:
+                kept = [c for c in service.configs if c != entity.id]
+                uow.put(dataclasses.replace(service, configs=kept, updated_at=now))
+
+
+def resolve_config_type(uow: UnitOfWork, value: str | None) -> ConfigType:
+    """The config type named by id (or, as older OpenZiti controllers allowed, by name)."""
+    if not value:
+        raise FieldError(TYPE_FIELD, "config type must be specified", value or "")
+    found = uow.get(ConfigType, value)
+    if found is None:
+        by_name = uow.store.find_unique(ConfigType, "name", value)
+        found = uow.get(ConfigType, by_name.id) if by_name is not None else None
+    if found is None:
+        raise FieldError(TYPE_FIELD, "invalid config type", value)
+    return found
+
+
+def check_data(schema: dict[str, Any], data: dict[str, Any]) -> None:
+    """Raise a field error describing the first way ``data`` fails ``schema``."""
+    error = best_match(schema_validator(schema).iter_errors(data))
+    if error is None:
+        return
+    field = _location(error.absolute_path)
+    message = f"{field}: {_describe(error, field)}"
+    raise FieldError(field, f"{field} is invalid: {message}", go_value(error.instance))
+
+
+def _location(path: Iterable[Any]) -> str:
+    parts = [str(p) for p in path]
+    return ".".join(parts) if parts else "(root)"
+
+
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _describe(error: ValidationError, field: str) -> str:
+    """The message gojsonschema (OpenZiti's validator) gives for the common keywords."""
+    keyword, instance = error.validator, error.instance
+    expected: Any = error.validator_value
+    schema: Any = error.schema
+    if keyword == "required" and isinstance(instance, dict):
+        missing = [name for name in expected if name not in instance]
+        if missing:
+            return f"{missing[0]} is required"
+    if keyword == "type":
+        wanted = "/".join(expected) if isinstance(expected, list) else str(expected)
+        return f"Invalid type. Expected: {wanted}, given: {_json_type(instance)}"
+    if keyword == "additionalProperties" and isinstance(instance, dict):
+        known = set(schema.get("properties", {})) if isinstance(schema, dict) else set()
+        extra = sorted(k for k in instance if k not in known)
+        if extra:
+            return f"Additional property {extra[0]} is not allowed"
+    if keyword == "enum":
+        allowed = ", ".join(f'"{v}"' if isinstance(v, str) else go_value(v) for v in expected)
+        return f"{field} must be one of the following: {allowed}"
+    if keyword == "minimum":
+        return f"Must be greater than or equal to {go_value(expected)}"
+    if keyword == "maximum":
+        return f"Must be less than or equal to {go_value(expected)}"
+    if keyword == "minItems":
+        return f"Array must have at least {expected} items"
+    if keyword == "maxItems":
+        return f"Array must have at most {expected} items"
+    if keyword == "pattern":
+        return f"Does not match pattern '{expected}'"
+    return str(error.message)
+
+
+def go_value(value: Any) -> str:
+    """``value`` as Go's ``%v`` prints the decoded JSON (maps sorted by key, lists space-separated)."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{go_value(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(go_value(v) for v in value) + "]"
+    return str(value)
+
+
+def narrow_numbers(value: Any) -> Any:
+    """Whole floats become ints, recursively (OpenZiti narrows JSON numbers the same way)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: narrow_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [narrow_numbers(v) for v in value]
+    return value
