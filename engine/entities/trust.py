@@ -32,7 +32,7 @@ class Ca(Entity):
 @dataclass(kw_only=True)
 class ExternalJwtSigner(Entity):
     ENTITY = "external-jwt-signers"
-    UNIQUE = ("name", "issuer", "fingerprint")
+    UNIQUE = ("name", "issuer", "fingerprint", "kid")
 
     name: str
     issuer: str
@@ -51,6 +51,11 @@ class ExternalJwtSigner(Entity):
     fingerprint: str | None = None
     not_before: datetime | None = None
     not_after: datetime | None = None
+    enroll_to_cert_enabled: bool = False
+    enroll_to_token_enabled: bool = False
+    enroll_attribute_claims_selector: str = ""
+    enroll_name_claims_selector: str = ""
+    enroll_auth_policy_id: str = ""
 
 
 @register

@@ -1,0 +1,212 @@
+"""``/posture-checks``, ``/posture-check-types`` and ``/posture-check-role-attributes``.
+
+The body of a posture check is polymorphic on ``typeId``: the request is read once, ``typeId``
+picks the model (create and patch require it; a replace without it keeps the stored type), and
+the model validates the type's fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import falcon
+import orjson
+from pydantic import ValidationError
+
+from api.errors import field_error_from_validation
+from api.http import created, empty, list_response, list_strings, ok, read_body
+from api.role_filter import attribute_values, role_filtered
+from api.routing import Routes
+from api.schemas.posture_checks import (
+    MODELS,
+    render_posture_check,
+    render_posture_check_type,
+    type_details,
+)
+from api.wire import WireModel
+from engine.entities.identities import DEFAULT_AUTH_POLICY_ID
+from engine.entities.posture import PostureCheck
+from engine.entities.trust import AuthPolicy
+from engine.errors import CouldNotParseBodyError, FieldError, NotFoundError
+from engine.managers.posture_checks import (
+    BUILTIN_TYPES,
+    DETAILS_PATCH,
+    PostureCheckManager,
+    PostureCheckType,
+    check_type_id,
+)
+from engine.query import Symbol, SymbolTable, SymbolType
+
+SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda e: e.id),
+        "name": Symbol(SymbolType.STRING, lambda e: e.name),
+        "typeId": Symbol(SymbolType.STRING, lambda e: e.type_id),
+        "roleAttributes": Symbol(SymbolType.STRING, lambda e: e.role_attributes, is_set=True),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
+    },
+    tags_getter=lambda e: e.tags,
+)
+
+TYPE_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda e: e.id),
+        "name": Symbol(SymbolType.STRING, lambda e: e.name),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
+    },
+    tags_getter=lambda e: e.tags,
+)
+
+
+def _read_json(req: falcon.Request) -> tuple[bytes, dict[str, Any]]:
+    data = read_body(req, req.context.max_body_bytes)
+    if not data.strip():
+        raise CouldNotParseBodyError(reason="a request body is required")
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as ex:
+        raise CouldNotParseBodyError(reason=str(ex)) from None
+    if not isinstance(doc, dict):
+        raise CouldNotParseBodyError(reason="the request body must be a JSON object")
+    return data, doc
+
+
+def _validate(model: type[WireModel], data: bytes) -> Any:
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as ex:
+        raise field_error_from_validation(ex) from None
+
+
+def _type_of(doc: dict[str, Any], *, required: bool) -> str | None:
+    if "typeId" not in doc or doc["typeId"] is None:
+        if required:
+            raise FieldError("typeId", "typeId in body is required")
+        return None
+    return check_type_id(doc["typeId"])
+
+
+def _header(model: WireModel, names: tuple[str, ...], *, only_set: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in names:
+        value = getattr(model, name)
+        if only_set and (name not in model.model_fields_set or value is None):
+            continue
+        out[name] = value
+    return out
+
+
+class PostureCheckCollection:
+    def __init__(self, manager: PostureCheckManager, render: Any) -> None:
+        self.manager = manager
+        self.render = render
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        items = role_filtered(req, self.manager.list(), lambda e: e.role_attributes)
+        list_response(req, resp, items, SYMBOLS, self.render)
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        data, doc = _read_json(req)
+        type_id = _type_of(doc, required=True)
+        assert type_id is not None
+        model = _validate(MODELS[type_id][0], data)
+        fields = {
+            "name": model.name,
+            "type_id": type_id,
+            "role_attributes": list(model.role_attributes or []),
+            "tags": dict(model.tags or {}),
+            "details": type_details(model, type_id),
+        }
+        entity = self.manager.create(fields)
+        created(resp, "posture-checks", entity.id)
+
+
+class PostureCheckItem:
+    def __init__(self, manager: PostureCheckManager, render: Any) -> None:
+        self.manager = manager
+        self.render = render
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        ok(resp, self.render(self.manager.require(id)))
+
+    def on_put(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        data, doc = _read_json(req)
+        current = self.manager.require(id)
+        type_id = _type_of(doc, required=False) or current.type_id
+        model = _validate(MODELS[type_id][1], data)
+        fields = {
+            "name": model.name,
+            "type_id": type_id,
+            "role_attributes": list(model.role_attributes or []),
+            "tags": dict(model.tags or {}),
+            "details": type_details(model, type_id),
+        }
+        self.manager.update(id, fields)
+        empty(resp)
+
+    def on_patch(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        data, doc = _read_json(req)
+        self.manager.require(id)
+        type_id = _type_of(doc, required=True)
+        assert type_id is not None
+        model = _validate(MODELS[type_id][2], data)
+        fields = _header(model, ("name", "role_attributes", "tags"), only_set=True)
+        fields["type_id"] = type_id
+        fields[DETAILS_PATCH] = type_details(model, type_id, only_set=True)
+        self.manager.update(id, fields)
+        empty(resp)
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        self.manager.delete(id)
+        empty(resp)
+
+
+# -- posture check types ----------------------------------------------------------------------
+class PostureCheckTypes:
+    """The built-in types; their timestamps are those of the controller's first start."""
+
+    def __init__(self, routes: Routes) -> None:
+        self.env = routes.ctrl.env
+
+    def types(self) -> list[PostureCheckType]:
+        default = self.env.store.get(AuthPolicy, DEFAULT_AUTH_POLICY_ID)
+        when = default.created_at if default is not None else self.env.clock.now()
+        return [
+            PostureCheckType(id=type_id, created_at=when, updated_at=when, name=name, operating_systems=oses)
+            for type_id, name, oses in BUILTIN_TYPES
+        ]
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        list_response(req, resp, self.types(), TYPE_SYMBOLS, render_posture_check_type)
+
+    def on_get_item(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        for check_type in self.types():
+            if check_type.id == id:
+                ok(resp, render_posture_check_type(check_type))
+                return
+        raise NotFoundError()
+
+
+class PostureCheckRoleAttributes:
+    def __init__(self, manager: PostureCheckManager) -> None:
+        self.manager = manager
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        list_strings(req, resp, attribute_values(self.manager.list(), lambda e: e.role_attributes))
+
+
+def register(routes: Routes) -> None:
+    ctrl = routes.ctrl
+    manager = PostureCheckManager(ctrl.env)
+
+    def render(check: PostureCheck) -> dict[str, Any]:
+        return render_posture_check(ctrl, check)
+
+    routes.management("/posture-checks", PostureCheckCollection(manager, render))
+    routes.management("/posture-checks/{id}", PostureCheckItem(manager, render))
+    types = PostureCheckTypes(routes)
+    routes.management("/posture-check-types", types)
+    routes.management("/posture-check-types/{id}", types, suffix="item")
+    routes.management("/posture-check-role-attributes", PostureCheckRoleAttributes(manager))

@@ -1,0 +1,127 @@
+"""Auth policies: which primary methods an identity may log in with, and what secondary factors.
+
+``primary`` and ``secondary`` are kept in wire form (as ``engine/managers/bootstrap.py`` seeds
+the built-in ``default`` policy)::
+
+    primary   {cert {allowed, allowExpiredCerts},
+               extJwt {allowed, allowedSigners},
+               updb {allowed, minPasswordLength, requireSpecialChar, requireNumberChar,
+                     requireMixedCase, maxAttempts, lockoutDurationMinutes}}
+    secondary {requireTotp, requireExtJwtSigner}
+
+An update's ``primary``/``secondary`` are merged key by key into the stored ones (a replacement
+sends every key, a patch only the keys it changes). Values are normalised as OpenZiti's
+``db/auth_policy_store.go`` does: negative ``maxAttempts``/``lockoutDurationMinutes`` become 0
+(unlimited / indefinite), ``minPasswordLength`` is at least 5. Referenced external JWT signers
+must exist. The built-in ``default`` policy can be updated but never deleted; a policy still used
+by identities (or as a signer's enrolment policy) can not be deleted.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, Identity
+from engine.entities.trust import AuthPolicy, ExternalJwtSigner
+from engine.errors import EntityCanNotBeDeletedError, FieldError, ReferencedEntityError
+from engine.managers._base import EntityManager
+from engine.ports import UnitOfWork
+
+MIN_PASSWORD_LENGTH = 5
+DEFAULT_MAX_ATTEMPTS = 5
+
+#: OpenZiti's stored defaults (``FillEntity``) for keys a request leaves out.
+DEFAULT_PRIMARY: dict[str, Any] = {
+    "cert": {"allowed": True, "allowExpiredCerts": True},
+    "extJwt": {"allowed": True, "allowedSigners": []},
+    "updb": {
+        "allowed": True,
+        "minPasswordLength": MIN_PASSWORD_LENGTH,
+        "requireSpecialChar": False,
+        "requireNumberChar": False,
+        "requireMixedCase": False,
+        "maxAttempts": DEFAULT_MAX_ATTEMPTS,
+        "lockoutDurationMinutes": 0,
+    },
+}
+DEFAULT_SECONDARY: dict[str, Any] = {"requireTotp": False, "requireExtJwtSigner": None}
+
+
+def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` applied key by key (nested dicts merged, other values replaced)."""
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _normalize_primary(primary: dict[str, Any]) -> dict[str, Any]:
+    out = merge(DEFAULT_PRIMARY, primary)
+    updb = out["updb"]
+    if updb.get("lockoutDurationMinutes", 0) < 0:
+        updb["lockoutDurationMinutes"] = 0
+    if updb.get("maxAttempts", 0) < 0:
+        updb["maxAttempts"] = 0
+    if updb.get("minPasswordLength", 0) < MIN_PASSWORD_LENGTH:
+        updb["minPasswordLength"] = MIN_PASSWORD_LENGTH
+    return out
+
+
+def _normalize_secondary(secondary: dict[str, Any]) -> dict[str, Any]:
+    out = merge(DEFAULT_SECONDARY, secondary)
+    if out.get("requireExtJwtSigner") == "":
+        out["requireExtJwtSigner"] = None
+    return out
+
+
+class AuthPolicyManager(EntityManager[AuthPolicy]):
+    kind = AuthPolicy
+
+    def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> AuthPolicy:
+        values = dict(fields)
+        values["primary"] = _normalize_primary(fields.get("primary") or {})
+        values["secondary"] = _normalize_secondary(fields.get("secondary") or {})
+        return super().build(uow, values)
+
+    def apply(self, uow: UnitOfWork, old: AuthPolicy, fields: dict[str, Any]) -> AuthPolicy:
+        values = dict(fields)
+        if values.get("primary") is not None:
+            values["primary"] = _normalize_primary(merge(old.primary, values["primary"]))
+        else:
+            values.pop("primary", None)
+        if values.get("secondary") is not None:
+            values["secondary"] = _normalize_secondary(merge(old.secondary, values["secondary"]))
+        else:
+            values.pop("secondary", None)
+        return super().apply(uow, old, values)
+
+    def validate(self, uow: UnitOfWork, new: AuthPolicy, old: AuthPolicy | None) -> None:
+        if not new.name:
+            raise FieldError("name", "name in body is required")
+        signers = new.primary.get("extJwt", {}).get("allowedSigners") or []
+        for signer_id in signers:
+            if uow.get(ExternalJwtSigner, signer_id) is None:
+                raise FieldError("primary.extJwt.allowedSigners", "external jwt signer not found", signer_id)
+        required = new.secondary.get("requireExtJwtSigner")
+        if required is not None and uow.get(ExternalJwtSigner, required) is None:
+            raise FieldError("secondary.requireExtJwtSigner", "external jwt signer not found", required)
+
+    def before_delete(self, uow: UnitOfWork, entity: AuthPolicy) -> None:
+        if entity.id == DEFAULT_AUTH_POLICY_ID:
+            raise EntityCanNotBeDeletedError(
+                reason=f"cannot delete system authPolicy in a non-system context (id={entity.id})"
+            )
+        users = sorted(i.id for i in uow.all(Identity) if i.auth_policy_id == entity.id)
+        if users:
+            raise ReferencedEntityError(
+                reason=f"authPolicy {entity.id} is referenced by identities {users}", value=users
+            )
+        signers = sorted(s.id for s in uow.all(ExternalJwtSigner) if s.enroll_auth_policy_id == entity.id)
+        if signers:
+            raise ReferencedEntityError(
+                reason=f"authPolicy {entity.id} is referenced by externalJwtSigners {signers}", value=signers
+            )
