@@ -1,0 +1,56 @@
+"""``/edge-router-policies``: CRUD of edge router policies (management API)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.resources import Family, Mode, model_fields, mount
+from api.routing import Routes
+from api.schemas.policies import (
+    EdgeRouterPolicyCreate,
+    EdgeRouterPolicyPatch,
+    EdgeRouterPolicyUpdate,
+    render_edge_router_policy,
+)
+from api.wire import WireModel
+from engine.entities.policies import EdgeRouterPolicy
+from engine.managers.edge_router_policies import EdgeRouterPolicyManager
+from engine.query import Symbol, SymbolTable, SymbolType
+
+SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda p: p.id),
+        "name": Symbol(SymbolType.STRING, lambda p: p.name),
+        "semantic": Symbol(SymbolType.STRING, lambda p: p.semantic),
+        "identityRoles": Symbol(SymbolType.STRING, lambda p: p.identity_roles, is_set=True),
+        "edgeRouterRoles": Symbol(SymbolType.STRING, lambda p: p.edge_router_roles, is_set=True),
+        "isSystem": Symbol(SymbolType.BOOL, lambda p: p.is_system),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda p: p.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda p: p.updated_at),
+    },
+    tags_getter=lambda p: p.tags,
+)
+
+
+def _fields(model: WireModel, mode: Mode) -> dict[str, Any]:
+    if mode != "patch":
+        assert isinstance(model, EdgeRouterPolicyCreate)
+        model.check_required("name", "semantic")
+    return model_fields(model, mode, EdgeRouterPolicy)
+
+
+def register(routes: Routes) -> None:
+    ctrl = routes.ctrl
+    mount(
+        routes,
+        Family(
+            entity="edge-router-policies",
+            manager=EdgeRouterPolicyManager(ctrl.env),
+            render=lambda p: render_edge_router_policy(ctrl, p),
+            symbols=SYMBOLS,
+            create_model=EdgeRouterPolicyCreate,
+            update_model=EdgeRouterPolicyUpdate,
+            patch_model=EdgeRouterPolicyPatch,
+            to_fields=_fields,
+        ),
+    )

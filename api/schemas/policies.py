@@ -1,0 +1,178 @@
+"""Policy wire shapes: request models and the detail renderers of the three policy kinds.
+
+``semantic`` and service policy ``type`` are REST enums checked exactly (go-swagger's message),
+role lists are plain string lists validated by the managers (engine/roles.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
+
+from api.controller import Controller
+from api.wire import Tags, WireModel, base, require_field
+from engine.entities import Entity
+from engine.entities.identities import Identity
+from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy, ServicePolicy
+from engine.entities.posture import PostureCheck
+from engine.entities.routers import EdgeRouter
+from engine.entities.services import Service
+from engine.roles import named_roles
+
+
+def _enum(field: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in allowed:
+            raise PydanticCustomError("enum", f"{field} in body should be one of [{' '.join(allowed)}]")
+        return value
+
+    return check
+
+
+#: The REST ``semantic`` enum (exact match; the store would also take other casings).
+PolicySemantic = Annotated[str, AfterValidator(_enum("semantic", ("AllOf", "AnyOf")))]
+#: The REST ``dialBind`` enum: ``Invalid`` passes here and is refused by the manager.
+DialBind = Annotated[str, AfterValidator(_enum("type", ("Dial", "Bind", "Invalid")))]
+Roles = list[str] | None
+
+
+class _PolicyBody(WireModel):
+    def check_required(self, *fields: str) -> None:
+        """Required fields sent as ``null`` fail like absent ones."""
+        for name in fields:
+            require_field(getattr(self, name), _camel(name))
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+# -- service policies -----------------------------------------------------------------------------
+class ServicePolicyCreate(_PolicyBody):
+    name: str | None
+    type: DialBind | None
+    semantic: PolicySemantic | None
+    identity_roles: Roles = None
+    service_roles: Roles = None
+    posture_check_roles: Roles = None
+    tags: Tags = None
+
+
+class ServicePolicyUpdate(ServicePolicyCreate):
+    pass
+
+
+class ServicePolicyPatch(_PolicyBody):
+    name: str | None = None
+    type: DialBind | None = None
+    semantic: PolicySemantic | None = None
+    identity_roles: Roles = None
+    service_roles: Roles = None
+    posture_check_roles: Roles = None
+    tags: Tags = None
+
+
+# -- edge router policies -------------------------------------------------------------------------
+class EdgeRouterPolicyCreate(_PolicyBody):
+    name: str | None
+    semantic: PolicySemantic | None
+    identity_roles: Roles = None
+    edge_router_roles: Roles = None
+    tags: Tags = None
+
+
+class EdgeRouterPolicyUpdate(EdgeRouterPolicyCreate):
+    pass
+
+
+class EdgeRouterPolicyPatch(_PolicyBody):
+    name: str | None = None
+    semantic: PolicySemantic | None = None
+    identity_roles: Roles = None
+    edge_router_roles: Roles = None
+    tags: Tags = None
+
+
+# -- service edge router policies -----------------------------------------------------------------
+class ServiceEdgeRouterPolicyCreate(_PolicyBody):
+    name: str | None
+    semantic: PolicySemantic | None
+    service_roles: Roles = None
+    edge_router_roles: Roles = None
+    tags: Tags = None
+
+
+class ServiceEdgeRouterPolicyUpdate(ServiceEdgeRouterPolicyCreate):
+    pass
+
+
+class ServiceEdgeRouterPolicyPatch(_PolicyBody):
+    name: str | None = None
+    semantic: PolicySemantic | None = None
+    service_roles: Roles = None
+    edge_router_roles: Roles = None
+    tags: Tags = None
+
+
+# -- rendering ------------------------------------------------------------------------------------
+def _display(ctrl: Controller, kind: type[Entity], roles: list[str]) -> list[dict[str, str]]:
+    store = ctrl.env.store
+
+    def name_of(id: str) -> str | None:
+        entity = store.get(kind, id)
+        return None if entity is None else str(getattr(entity, "name", ""))
+
+    return named_roles(roles, name_of)
+
+
+def render_service_policy(ctrl: Controller, policy: ServicePolicy) -> dict[str, Any]:
+    out = base(policy, "identities", "posture-checks", "services")
+    out.update(
+        {
+            "identityRoles": policy.identity_roles,
+            "identityRolesDisplay": _display(ctrl, Identity, policy.identity_roles),
+            "name": policy.name,
+            "postureCheckRoles": policy.posture_check_roles,
+            "postureCheckRolesDisplay": _display(ctrl, PostureCheck, policy.posture_check_roles),
+            "semantic": policy.semantic,
+            "serviceRoles": policy.service_roles,
+            "serviceRolesDisplay": _display(ctrl, Service, policy.service_roles),
+            "type": policy.type,
+        }
+    )
+    return out
+
+
+def render_edge_router_policy(ctrl: Controller, policy: EdgeRouterPolicy) -> dict[str, Any]:
+    out = base(policy, "edge-routers", "identities")
+    out.update(
+        {
+            "edgeRouterRoles": policy.edge_router_roles,
+            "edgeRouterRolesDisplay": _display(ctrl, EdgeRouter, policy.edge_router_roles),
+            "identityRoles": policy.identity_roles,
+            "identityRolesDisplay": _display(ctrl, Identity, policy.identity_roles),
+            "isSystem": policy.is_system,
+            "name": policy.name,
+            "semantic": policy.semantic,
+        }
+    )
+    return out
+
+
+def render_service_edge_router_policy(ctrl: Controller, policy: ServiceEdgeRouterPolicy) -> dict[str, Any]:
+    out = base(policy, "edge-routers", "services")
+    out.update(
+        {
+            "edgeRouterRoles": policy.edge_router_roles,
+            "edgeRouterRolesDisplay": _display(ctrl, EdgeRouter, policy.edge_router_roles),
+            "name": policy.name,
+            "semantic": policy.semantic,
+            "serviceRoles": policy.service_roles,
+            "serviceRolesDisplay": _display(ctrl, Service, policy.service_roles),
+        }
+    )
+    return out

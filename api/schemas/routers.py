@@ -1,0 +1,148 @@
+"""Router wire shapes: edge router and (transit) router request models and detail renderers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import jwt
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
+
+from api.controller import Controller
+from api.wire import Tags, WireModel, base, ts
+from engine.entities.routers import EdgeRouter, Router, RouterBase
+
+EDGE_ROUTER_ENROLLMENT = "erott"
+TRANSIT_ROUTER_ENROLLMENT = "trott"
+#: A router no controller channel has reported on yet (OpenZiti's ``RouterSyncUnknown``).
+SYNC_UNKNOWN = "SYNC_UNKNOWN"
+COST_MAX = 65535
+
+
+def _cost(value: int) -> int:
+    if value < 0:
+        raise PydanticCustomError("minimum", "cost in body should be greater than or equal to 0")
+    if value > COST_MAX:
+        raise PydanticCustomError("maximum", f"cost in body should be less than or equal to {COST_MAX}")
+    return value
+
+
+#: ``cost``: 0-65535, reported with go-swagger's messages.
+RouterCost = Annotated[int, AfterValidator(_cost)]
+
+
+class RouterCreate(WireModel):
+    name: str | None
+    cost: RouterCost | None = None
+    disabled: bool | None = None
+    no_traversal: bool | None = None
+    tags: Tags = None
+
+
+class RouterUpdate(RouterCreate):
+    pass
+
+
+class RouterPatch(RouterCreate):
+    name: str | None = None
+
+
+class EdgeRouterCreate(RouterCreate):
+    app_data: Tags = None
+    is_tunneler_enabled: bool | None = None
+    role_attributes: list[str] | None = None
+
+
+class EdgeRouterUpdate(EdgeRouterCreate):
+    pass
+
+
+class EdgeRouterPatch(EdgeRouterCreate):
+    name: str | None = None
+
+
+def router_enrollment_jwt(ctrl: Controller, method: str, router: RouterBase) -> str | None:
+    """The router's one-time enrollment JWT (wire-contract §6.1), or None without a PKI/enrollment."""
+    if ctrl.pki is None or router.enrollment_token is None or router.enrollment_expires_at is None:
+        return None
+    claims = {
+        "em": method,
+        "iss": ctrl.base_url,
+        "sub": router.id,
+        "jti": router.enrollment_token,
+        "exp": int(router.enrollment_expires_at.timestamp()),
+        "aud": [""],
+        "ctrls": [],
+    }
+    headers = {"kid": ctrl.pki.jwt_kid(), "typ": "JWT"}
+    return jwt.encode(
+        claims, ctrl.pki.signing_key_for_jwt(), algorithm=ctrl.pki.jwt_algorithm(), headers=headers
+    )
+
+
+def _enrollment(ctrl: Controller, method: str, router: RouterBase) -> dict[str, Any]:
+    """``enrollment*`` fields: only while the router is unverified and has an enrollment."""
+    if router.is_verified or router.enrollment_token is None:
+        return {
+            "enrollmentCreatedAt": None,
+            "enrollmentExpiresAt": None,
+            "enrollmentJwt": None,
+            "enrollmentToken": None,
+        }
+    return {
+        "enrollmentCreatedAt": ts(router.enrollment_created_at),
+        "enrollmentExpiresAt": ts(router.enrollment_expires_at),
+        "enrollmentJwt": router_enrollment_jwt(ctrl, method, router),
+        "enrollmentToken": router.enrollment_token,
+    }
+
+
+def render_edge_router(ctrl: Controller, router: EdgeRouter) -> dict[str, Any]:
+    out = base(router, "edge-router-policies")
+    out.update(
+        {
+            "appData": router.app_data,
+            "certPem": router.cert_pem,
+            "configs": [],
+            "cost": router.cost,
+            "ctrlChanListeners": {},
+            "disabled": router.disabled,
+            "fingerprint": router.fingerprint,
+            "hostname": router.hostname,
+            "isOnline": False,
+            "isTunnelerEnabled": router.is_tunneler_enabled,
+            "isVerified": router.is_verified,
+            "name": router.name,
+            "noTraversal": router.no_traversal,
+            "roleAttributes": router.role_attributes,
+            "supportedProtocols": router.supported_protocols,
+            "syncStatus": SYNC_UNKNOWN,
+            "unverifiedCertPem": router.unverified_cert_pem,
+            "unverifiedFingerprint": router.unverified_fingerprint,
+            "versionInfo": {"arch": "", "buildDate": "", "os": "", "revision": "", "version": ""},
+        }
+    )
+    out.update(_enrollment(ctrl, EDGE_ROUTER_ENROLLMENT, router))
+    return out
+
+
+def render_router(ctrl: Controller, router: Router) -> dict[str, Any]:
+    """``routerDetail``; both ``/routers`` and ``/transit-routers`` link to ``./transit-routers/<id>``."""
+    out = base(router)
+    out.update(
+        {
+            "configs": [],
+            "cost": router.cost,
+            "ctrlChanListeners": {},
+            "disabled": router.disabled,
+            "fingerprint": router.fingerprint,
+            "isOnline": False,
+            "isVerified": router.is_verified,
+            "name": router.name,
+            "noTraversal": router.no_traversal,
+            "unverifiedCertPem": router.unverified_cert_pem,
+            "unverifiedFingerprint": router.unverified_fingerprint,
+        }
+    )
+    out.update(_enrollment(ctrl, TRANSIT_ROUTER_ENROLLMENT, router))
+    return out
