@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
 import falcon
@@ -41,3 +43,12 @@ class Routes:
             self.app.add_route(path, resource, suffix=suffix)
         else:
             self.app.add_route(path, resource)
+
+
+def register_package(routes: Routes, package: str, path: list[str]) -> None:
+    """Mount every module of ``package`` that defines ``register(routes)``, in name order."""
+    for info in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
+        module = importlib.import_module(f"{package}.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(routes)

@@ -41,22 +41,6 @@ class IdentityEnrollment(WireModel):
     updb: str | None = None
 
 
-class IdentityCreate(WireModel):
-    name: str
-    is_admin: bool
-    type: IdentityType
-    app_data: AppData = None
-    auth_policy_id: str | None = None
-    default_hosting_cost: Cost | None = None
-    default_hosting_precedence: Precedence | None = None
-    service_hosting_costs: dict[str, Cost] | None = None
-    service_hosting_precedences: dict[str, Precedence] | None = None
-    external_id: str | None = None
-    role_attributes: Attributes = None
-    tags: Tags = None
-    enrollment: IdentityEnrollment | None = None
-
-
 class IdentityUpdate(WireModel):
     name: str
     is_admin: bool
@@ -70,6 +54,12 @@ class IdentityUpdate(WireModel):
     external_id: str | None = None
     role_attributes: Attributes = None
     tags: Tags = None
+
+
+class IdentityCreate(IdentityUpdate):
+    """A replacement's fields plus the optional first enrollment."""
+
+    enrollment: IdentityEnrollment | None = None
 
 
 class IdentityPatch(WireModel):

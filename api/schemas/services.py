@@ -15,16 +15,6 @@ from engine.entities.services import Config, ConfigType, Service
 ADMIN_PERMISSIONS = ["Bind", "Dial"]
 
 
-class ServiceCreate(WireModel):
-    name: str
-    encryption_required: bool
-    configs: list[str] | None = None
-    max_idle_time_millis: int | None = None
-    role_attributes: Attributes = None
-    tags: Tags = None
-    terminator_strategy: str | None = None
-
-
 class ServiceUpdate(WireModel):
     name: str
     #: Read-only after create; accepted and ignored.
@@ -34,6 +24,12 @@ class ServiceUpdate(WireModel):
     role_attributes: Attributes = None
     tags: Tags = None
     terminator_strategy: str | None = None
+
+
+class ServiceCreate(ServiceUpdate):
+    """A replacement's fields; ``encryptionRequired`` is required (and fixed) at creation."""
+
+    encryption_required: bool
 
 
 class ServicePatch(WireModel):
