@@ -69,6 +69,7 @@ class Family(Generic[E]):
     #: Items for the list before filtering (e.g. applying ``roleFilter``); defaults to all.
     list_items: Callable[[falcon.Request], Iterable[E]] | None = None
     auth: str = ADMIN
+    deletable: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def fields(self, model: WireModel, mode: Mode) -> dict[str, Any]:
@@ -77,10 +78,21 @@ class Family(Generic[E]):
         return model_fields(model, mode, self.manager.kind)
 
 
+def _drop_responder(resource: object, name: str) -> None:
+    """Hide a responder so Falcon answers 405 with a truthful ``Allow`` header."""
+    setattr(resource, name, None)
+
+
+def has_responder(resource: object, name: str) -> bool:
+    return callable(getattr(resource, name, None))
+
+
 class FamilyCollection(Generic[E]):
     def __init__(self, family: Family[E]) -> None:
         self.family = family
         self.auth = family.auth
+        if family.create_model is None:
+            _drop_responder(self, "on_post")
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         fam = self.family
@@ -89,8 +101,7 @@ class FamilyCollection(Generic[E]):
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         fam = self.family
-        if fam.create_model is None:
-            raise falcon.HTTPMethodNotAllowed(["GET"])
+        assert fam.create_model is not None
         model = read_model(req, fam.create_model)
         entity = fam.manager.create(fam.fields(model, "create"))
         created(resp, fam.entity, entity.id)
@@ -100,6 +111,12 @@ class FamilyItem(Generic[E]):
     def __init__(self, family: Family[E]) -> None:
         self.family = family
         self.auth = family.auth
+        if family.update_model is None:
+            _drop_responder(self, "on_put")
+        if family.patch_model is None:
+            _drop_responder(self, "on_patch")
+        if not family.deletable:
+            _drop_responder(self, "on_delete")
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
         ok(resp, self.family.render(self.family.manager.require(id)))
@@ -122,8 +139,7 @@ class FamilyItem(Generic[E]):
         model_type: type[WireModel] | None,
         mode: Mode,
     ) -> None:
-        if model_type is None:
-            raise falcon.HTTPMethodNotAllowed(["GET", "DELETE"])
+        assert model_type is not None
         model = read_model(req, model_type)
         self.family.manager.update(id, self.family.fields(model, mode))
         empty(resp)

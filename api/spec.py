@@ -13,6 +13,7 @@ from typing import Any
 
 from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
 from api.middleware import NONE
+from api.resources import has_responder
 
 _VERBS = ("get", "post", "put", "patch", "delete")
 _PARAM = re.compile(r"{(\w+)}")
@@ -101,7 +102,7 @@ def build_spec(ctrl: Controller, api: str) -> dict[str, Any]:
             continue
         for verb in _VERBS:
             name = f"on_{verb}" if suffix is None else f"on_{verb}_{suffix}"
-            if hasattr(resource, name):
+            if has_responder(resource, name):
                 paths.setdefault(template or "/", {})[verb] = _operation(
                     api, template, verb, resource, suffix, definitions
                 )
