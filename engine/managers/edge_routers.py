@@ -14,6 +14,7 @@ from engine.entities.routers import EdgeRouter, Router, RouterBase
 from engine.errors import NameConflictError
 from engine.managers._base import EntityManager, Env, check_attributes
 from engine.managers.references import remove_entity_references
+from engine.managers.router_identities import sync_router_identity
 from engine.ports import UnitOfWork
 
 R = TypeVar("R", bound=RouterBase)
@@ -104,5 +105,12 @@ class EdgeRouterManager(RouterManagerBase[EdgeRouter]):
             self.env.commit(uow)
             return new
 
+    def after_create(self, uow: UnitOfWork, entity: EdgeRouter) -> None:
+        sync_router_identity(uow, None, entity, self.env.clock)
+
+    def after_update(self, uow: UnitOfWork, old: EdgeRouter, new: EdgeRouter) -> None:
+        sync_router_identity(uow, old, new, self.env.clock)
+
     def after_delete(self, uow: UnitOfWork, entity: EdgeRouter) -> None:
+        sync_router_identity(uow, entity, None, self.env.clock)
         remove_entity_references(uow, entity, self.env.clock)
