@@ -19,6 +19,7 @@ from api.settings import Settings
 from api.system import ShortIds, SystemClock
 from engine.entities import all as _all_kinds  # noqa: F401  (registers every entity kind)
 from engine.managers._base import Env
+from engine.managers.access import AccessManager
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.authentication import AuthenticationManager
 from engine.managers.bootstrap import ensure_builtins
@@ -55,11 +56,14 @@ def build_controller(
         instance_id = ids.new_id()
         store.put_setting("instance_id", instance_id)
     sessions = ApiSessionManager(env, settings.session_timeout)
+    access = AccessManager(store)  # the policy graph, resolved from the store in bulk
+    env.listeners.append(access.on_commit)
     return Controller(
         settings=settings,
         env=env,
         sessions=sessions,
         auth=AuthenticationManager(env, sessions),
+        access=access,
         instance_id=instance_id,
         version=ZITI_COMPAT_VERSION,
         version_trellis=__version__,

@@ -10,6 +10,7 @@ import jwt
 from api.settings import Settings
 from engine.entities.identities import Enrollment
 from engine.managers._base import Env
+from engine.managers.access import AccessManager
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.authentication import AuthenticationManager
 
@@ -26,6 +27,7 @@ class Controller:
     env: Env
     sessions: ApiSessionManager
     auth: AuthenticationManager
+    access: AccessManager
     instance_id: str
     version: str
     version_trellis: str

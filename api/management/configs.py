@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import falcon
 
 from api.http import list_response
 from api.resources import Family, FamilyCollection, FamilyItem
 from api.routing import Routes
 from api.schemas.configs import ConfigCreate, ConfigPatch, ConfigUpdate, render_config
-from api.schemas.services import ADMIN_PERMISSIONS, render_service, requested_config_types
+from api.schemas.services import service_renderer
 from engine.entities.services import Config, ConfigType, Service
 from engine.managers.configs import ConfigManager
 from engine.ports import Store
@@ -44,13 +42,8 @@ class ConfigItem(FamilyItem[Config]):
 
         config = self.family.manager.require(id)
         ctrl = self.family.extra["ctrl"]
-        config_types = requested_config_types(ctrl, req)
         services = [s for s in ctrl.env.store.all(Service) if config.id in s.configs]
-
-        def render(service: Service) -> dict[str, Any]:
-            return render_service(ctrl, service, config_types=config_types, permissions=ADMIN_PERMISSIONS)
-
-        list_response(req, resp, services, service_symbols(), render)
+        list_response(req, resp, services, service_symbols(), service_renderer(ctrl, req))
 
 
 def register(routes: Routes) -> None:

@@ -9,11 +9,9 @@ else the types chosen at authentication). The caller is an administrator, so ``p
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import falcon
 
-from api.controller import Controller
 from api.http import list_response, list_strings, ok
 from api.management.configs import config_symbols
 from api.middleware import ADMIN
@@ -22,12 +20,11 @@ from api.role_filter import attribute_values, role_filtered
 from api.routing import Routes
 from api.schemas.configs import render_config
 from api.schemas.services import (
-    ADMIN_PERMISSIONS,
     ServiceCreate,
     ServicePatch,
     ServiceUpdate,
     render_service,
-    requested_config_types,
+    service_renderer,
 )
 from engine.entities.services import Config, Service
 from engine.managers.services import ServiceManager
@@ -50,26 +47,17 @@ def service_symbols() -> SymbolTable:
     )
 
 
-def _renderer(ctrl: Controller, req: falcon.Request) -> Any:
-    config_types = requested_config_types(ctrl, req)
-
-    def render(service: Service) -> dict[str, Any]:
-        return render_service(ctrl, service, config_types=config_types, permissions=ADMIN_PERMISSIONS)
-
-    return render
-
-
 class ServiceCollection(FamilyCollection[Service]):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         fam = self.family
         items: Iterable[Service] = role_filtered(req, fam.manager.list(), lambda s: s.role_attributes)
-        list_response(req, resp, items, fam.symbols, _renderer(fam.extra["ctrl"], req))
+        list_response(req, resp, items, fam.symbols, service_renderer(fam.extra["ctrl"], req))
 
 
 class ServiceItem(FamilyItem[Service]):
     def on_get(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
         service = self.family.manager.require(id)
-        ok(resp, _renderer(self.family.extra["ctrl"], req)(service))
+        ok(resp, service_renderer(self.family.extra["ctrl"], req)(service))
 
     def on_get_configs(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
         service = self.family.manager.require(id)
@@ -95,7 +83,7 @@ def register(routes: Routes) -> None:
     family: Family[Service] = Family(
         entity="services",
         manager=manager,
-        render=lambda service: render_service(ctrl, service, permissions=ADMIN_PERMISSIONS),
+        render=lambda service: render_service(ctrl, service),
         symbols=service_symbols(),
         create_model=ServiceCreate,
         update_model=ServiceUpdate,

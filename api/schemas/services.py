@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import falcon
 
 from api.controller import Controller
 from api.wire import Attributes, Tags, WireModel, base
+from engine.entities.identities import Identity
 from engine.entities.services import Config, ConfigType, Service
+from engine.errors import NotFoundError
+
 
 #: What an administrator may do with every service (OpenZiti gives admins both).
-ADMIN_PERMISSIONS = ["Bind", "Dial"]
+def service_permissions(granted: Iterable[str]) -> list[str]:
+    """OpenZiti's ``permissions``: ``Bind`` before ``Dial``; ``["Invalid"]`` when neither."""
+    have = set(granted)
+    out: list[str] = [p for p in ("Bind", "Dial") if p in have]
+    return out or ["Invalid"]
 
 
 class ServiceUpdate(WireModel):
@@ -93,3 +100,27 @@ def render_service(
         }
     )
     return out
+
+
+def _as_identity(ctrl: Controller, req: falcon.Request) -> str:
+    """The identity whose permissions the view shows: ``asIdentity`` (id or name) or the caller."""
+    wanted = req.get_param("asIdentity")
+    if not wanted:
+        return str(req.context.identity.id)
+    store = ctrl.env.store
+    identity = store.get(Identity, wanted) or store.find_unique(Identity, "name", wanted)
+    if identity is None:
+        raise NotFoundError(field="asIdentity", value=wanted, reason="identity not found")
+    return identity.id
+
+
+def service_renderer(ctrl: Controller, req: falcon.Request) -> Callable[[Service], dict[str, Any]]:
+    """Renders services for this request: its config types and the permissions of its identity."""
+    config_types = requested_config_types(ctrl, req)
+    identity_id = _as_identity(ctrl, req)
+
+    def render(service: Service) -> dict[str, Any]:
+        permissions = service_permissions(ctrl.access.permissions(identity_id, service.id))
+        return render_service(ctrl, service, config_types=config_types, permissions=permissions)
+
+    return render

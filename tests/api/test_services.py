@@ -45,7 +45,7 @@ def test_create_and_read_service(api: Api) -> None:
     assert data["terminatorStrategy"] == "smartrouting"
     assert data["configs"] == []
     assert data["config"] == {}
-    assert data["permissions"] == ["Bind", "Dial"]
+    assert data["permissions"] == ["Invalid"]  # the admin is in no service policy
     assert data["postureQueries"] == []
     assert data["tags"] == {"o": "x"}
     assert data["_links"] == {

@@ -1,0 +1,193 @@
+"""Access: the policy graph kept in step with the store, and the questions asked of it.
+
+The graph is built from the store when the controller starts and updated by every committed
+batch of changes (an ``Env`` listener that runs under the store's write lock, right after the
+commit), so storage and engine never disagree. Queries answer with entities, not ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+from engine.entities import Entity
+from engine.entities.identities import Identity
+from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy, ServicePolicy
+from engine.entities.posture import PostureCheck
+from engine.entities.routers import EdgeRouter
+from engine.entities.services import Service
+from engine.errors import NotFoundError
+from engine.policy import (
+    EDGE_ROUTER,
+    EDGE_ROUTER_POLICY,
+    IDENTITY,
+    POSTURE_CHECK,
+    SERVICE,
+    SERVICE_EDGE_ROUTER_POLICY,
+    SERVICE_POLICY,
+    Advice,
+    EntityKind,
+    EntityRow,
+    PolicyGraph,
+    PolicyKind,
+    PolicyRow,
+)
+from engine.ports import Change, Delete, Put, Store
+
+E = TypeVar("E", bound=Entity)
+
+ENTITY_KINDS: dict[str, tuple[EntityKind, type[Entity]]] = {
+    Identity.ENTITY: (IDENTITY, Identity),
+    Service.ENTITY: (SERVICE, Service),
+    EdgeRouter.ENTITY: (EDGE_ROUTER, EdgeRouter),
+    PostureCheck.ENTITY: (POSTURE_CHECK, PostureCheck),
+}
+POLICY_KINDS: dict[str, tuple[PolicyKind, type[Entity]]] = {
+    ServicePolicy.ENTITY: (SERVICE_POLICY, ServicePolicy),
+    EdgeRouterPolicy.ENTITY: (EDGE_ROUTER_POLICY, EdgeRouterPolicy),
+    ServiceEdgeRouterPolicy.ENTITY: (SERVICE_EDGE_ROUTER_POLICY, ServiceEdgeRouterPolicy),
+}
+#: Entity class -> engine kind, for callers holding an entity class.
+KIND_OF: dict[type[Entity], EntityKind | PolicyKind] = {
+    cls: kind for kind, cls in (*ENTITY_KINDS.values(), *POLICY_KINDS.values())
+}
+
+
+def _attributes(entity: Entity) -> Sequence[str]:
+    return getattr(entity, "role_attributes", ())
+
+
+def _policy_row(policy: Entity) -> PolicyRow:
+    return PolicyRow(
+        id=policy.id,
+        semantic=getattr(policy, "semantic", "AllOf"),
+        type=getattr(policy, "type", None),
+        identity_roles=getattr(policy, "identity_roles", ()),
+        service_roles=getattr(policy, "service_roles", ()),
+        edge_router_roles=getattr(policy, "edge_router_roles", ()),
+        posture_check_roles=getattr(policy, "posture_check_roles", ()),
+    )
+
+
+def build_graph(store: Store) -> PolicyGraph:
+    """The graph resolved from everything in ``store`` (the start-up bulk load)."""
+
+    def rows(kind: type[Entity]) -> list[EntityRow]:
+        return [EntityRow(e.id, _attributes(e)) for e in store.all(kind)]
+
+    return PolicyGraph.build(
+        identities=rows(Identity),
+        services=rows(Service),
+        edge_routers=rows(EdgeRouter),
+        posture_checks=rows(PostureCheck),
+        service_policies=[_policy_row(p) for p in store.all(ServicePolicy)],
+        edge_router_policies=[_policy_row(p) for p in store.all(EdgeRouterPolicy)],
+        service_edge_router_policies=[_policy_row(p) for p in store.all(ServiceEdgeRouterPolicy)],
+    )
+
+
+def apply_changes(graph: PolicyGraph, changes: Sequence[Change]) -> None:
+    """Replay a committed batch on the graph (entities first, so ``@id`` roles resolve)."""
+    for change in changes:
+        if isinstance(change, Put) and change.entity.ENTITY in ENTITY_KINDS:
+            kind = ENTITY_KINDS[change.entity.ENTITY][0]
+            graph.upsert_entity(kind, change.entity.id, _attributes(change.entity))
+    for change in changes:
+        if isinstance(change, Put) and change.entity.ENTITY in POLICY_KINDS:
+            row = _policy_row(change.entity)
+            graph.upsert_policy(
+                POLICY_KINDS[change.entity.ENTITY][0],
+                row.id,
+                semantic=row.semantic,
+                type=row.type,
+                identity_roles=row.identity_roles,
+                service_roles=row.service_roles,
+                edge_router_roles=row.edge_router_roles,
+                posture_check_roles=row.posture_check_roles,
+            )
+    for change in changes:
+        if not isinstance(change, Delete):
+            continue
+        name = change.kind.ENTITY
+        if name in POLICY_KINDS and graph.has_policy(POLICY_KINDS[name][0], change.id):
+            graph.remove_policy(POLICY_KINDS[name][0], change.id)
+    for change in changes:
+        if not isinstance(change, Delete):
+            continue
+        name = change.kind.ENTITY
+        if name in ENTITY_KINDS and graph.has_entity(ENTITY_KINDS[name][0], change.id):
+            graph.remove_entity(ENTITY_KINDS[name][0], change.id)
+
+
+class AccessManager:
+    """Reachability, provenance and advice over the live graph, answered with entities."""
+
+    def __init__(self, store: Store, graph: PolicyGraph | None = None) -> None:
+        self.store = store
+        self.graph = graph if graph is not None else build_graph(store)
+
+    def on_commit(self, changes: list[Change]) -> None:
+        apply_changes(self.graph, changes)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _load(self, kind: type[E], ids: Sequence[str]) -> list[E]:
+        return [e for e in (self.store.get(kind, i) for i in ids) if e is not None]
+
+    def _require(self, kind: type[E], id: str) -> E:
+        entity = self.store.get(kind, id)
+        if entity is None:
+            raise NotFoundError()
+        return entity
+
+    # -- identity ------------------------------------------------------------------------------
+    def services_of_identity(self, identity_id: str, policy_type: str | None = None) -> list[Service]:
+        self._require(Identity, identity_id)
+        return self._load(Service, self.graph.services_for_identity(identity_id, policy_type))
+
+    def edge_routers_of_identity(self, identity_id: str) -> list[EdgeRouter]:
+        self._require(Identity, identity_id)
+        return self._load(EdgeRouter, self.graph.edge_routers_for_identity(identity_id))
+
+    # -- service -------------------------------------------------------------------------------
+    def identities_of_service(self, service_id: str, policy_type: str | None = None) -> list[Identity]:
+        self._require(Service, service_id)
+        return self._load(Identity, self.graph.identities_for_service(service_id, policy_type))
+
+    def edge_routers_of_service(self, service_id: str) -> list[EdgeRouter]:
+        self._require(Service, service_id)
+        return self._load(EdgeRouter, self.graph.edge_routers_for_service(service_id))
+
+    # -- edge router ---------------------------------------------------------------------------
+    def identities_of_edge_router(self, router_id: str) -> list[Identity]:
+        self._require(EdgeRouter, router_id)
+        return self._load(Identity, self.graph.identities_for_edge_router(router_id))
+
+    def services_of_edge_router(self, router_id: str) -> list[Service]:
+        self._require(EdgeRouter, router_id)
+        return self._load(Service, self.graph.services_for_edge_router(router_id))
+
+    # -- policies ------------------------------------------------------------------------------
+    def policies_of(self, entity_kind: type[Entity], entity_id: str, policy_kind: type[E]) -> list[E]:
+        """The policies of ``policy_kind`` whose roles select the entity."""
+        self._require(entity_kind, entity_id)
+        kind = ENTITY_KINDS[entity_kind.ENTITY][0]
+        ids = self.graph.policies_for_entity(kind, entity_id, POLICY_KINDS[policy_kind.ENTITY][0])
+        return self._load(policy_kind, ids)
+
+    def members_of(self, policy_kind: type[Entity], policy_id: str, member_kind: type[E]) -> list[E]:
+        """The entities of ``member_kind`` a policy's roles select."""
+        self._require(policy_kind, policy_id)
+        ids = self.graph.policy_members(
+            POLICY_KINDS[policy_kind.ENTITY][0], policy_id, ENTITY_KINDS[member_kind.ENTITY][0]
+        )
+        return self._load(member_kind, ids)
+
+    # -- answers -------------------------------------------------------------------------------
+    def permissions(self, identity_id: str, service_id: str) -> list[str]:
+        """``Bind``/``Dial`` the identity holds on the service (sorted, as OpenZiti lists them)."""
+        return sorted(self.graph.permissions(identity_id, service_id))
+
+    def advice(self, identity_id: str, service_id: str) -> tuple[Identity, Service, Advice]:
+        identity = self._require(Identity, identity_id)
+        service = self._require(Service, service_id)
+        return identity, service, self.graph.advice(identity_id, service_id)
