@@ -3,43 +3,38 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import typing
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from engine.entities import Entity
+
+_FIELD_NAMES: dict[type[Entity], frozenset[str]] = {}
+_DATETIME_FIELDS: dict[type[Entity], frozenset[str]] = {}
 
 
 def encode(entity: Entity) -> str:
-    """The entity's fields (without ``id``) as a JSON document; datetimes in ISO 8601."""
+    """The entity's fields (without ``id``) as a JSON document; datetimes in RFC 3339."""
     doc = {f.name: getattr(entity, f.name) for f in dataclasses.fields(entity) if f.name != "id"}
-    return json.dumps(doc, default=_default, separators=(",", ":"), sort_keys=True)
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError as ex:
+        raise TypeError(f"cannot store {type(entity).__name__} {entity.id}: {ex}") from None
 
 
 def decode(kind: type[Entity], id: str, document: str) -> Entity:
     """Rebuild an entity of ``kind``; unknown keys (from newer versions) are ignored."""
-    raw = json.loads(document)
-    datetime_fields = _datetime_fields(kind)
+    raw: dict[str, Any] = orjson.loads(document)
+    for key in _datetime_fields(kind):
+        value = raw.get(key)
+        if isinstance(value, str):
+            raw[key] = datetime.fromisoformat(value)
     known = _field_names(kind)
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in known:
-            continue
-        if key in datetime_fields and isinstance(value, str):
-            value = datetime.fromisoformat(value)
-        values[key] = value
-    return kind(id=id, **values)
-
-
-def _default(value: object) -> object:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"cannot store {type(value).__name__}")
-
-
-_FIELD_NAMES: dict[type[Entity], frozenset[str]] = {}
-_DATETIME_FIELDS: dict[type[Entity], frozenset[str]] = {}
+    if not raw.keys() <= known:
+        raw = {k: v for k, v in raw.items() if k in known}
+    return kind(id=id, **raw)
 
 
 def _field_names(kind: type[Entity]) -> frozenset[str]:

@@ -7,6 +7,7 @@ commit), so storage and engine never disagree. Queries answer with entities, not
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -35,6 +36,8 @@ from engine.policy import (
 from engine.ports import Change, Delete, Put, Store
 
 E = TypeVar("E", bound=Entity)
+
+log = logging.getLogger("trellis.access")
 
 ENTITY_KINDS: dict[str, tuple[EntityKind, type[Entity]]] = {
     Identity.ENTITY: (IDENTITY, Identity),
@@ -127,7 +130,12 @@ class AccessManager:
         self.graph = graph if graph is not None else build_graph(store)
 
     def on_commit(self, changes: list[Change]) -> None:
-        apply_changes(self.graph, changes)
+        """Apply a committed batch; should that ever fail, rebuild from storage (the truth)."""
+        try:
+            apply_changes(self.graph, changes)
+        except Exception:
+            log.exception("policy graph update failed; rebuilding it from storage")
+            self.graph = build_graph(self.store)
 
     # -- helpers -------------------------------------------------------------------------------
     def _load(self, kind: type[E], ids: Sequence[str]) -> list[E]:
