@@ -34,6 +34,7 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         self.settings = settings
         self.paths = PkiPaths.in_directory(settings.pki_dir)
         self._ctx: ssl.SSLContext | None = None
+        self._app: Any = None
         super().__init__()
 
     def load_config(self) -> None:
@@ -50,6 +51,11 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
 
             gunicorn.http.wsgi.SERVER = f"ziti-controller/{ZITI_COMPAT_VERSION}"
 
+        def worker_exit(arbiter: Any, worker: Any) -> None:
+            # Close the database cleanly (a checkpoint) when the worker stops, e.g. on Ctrl-C.
+            if server._app is not None:
+                server._app.ctrl.env.store.close()
+
         options = {
             "bind": self.settings.bind,
             "workers": 1,
@@ -59,6 +65,7 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
             "keyfile": str(self.paths.server_key),
             "ssl_context": ssl_context,
             "post_worker_init": post_worker_init,
+            "worker_exit": worker_exit,
             "accesslog": "-",
             "graceful_timeout": 10,
             "timeout": 60,
@@ -70,7 +77,8 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
     def load(self) -> Any:
         from api.app import create_app
 
-        return create_app(self.settings)
+        self._app = create_app(self.settings)
+        return self._app
 
 
 def serve(settings: Settings) -> None:
