@@ -136,3 +136,19 @@ def pkcs7_certs_only_b64(certs: list[x509.Certificate]) -> str:
     der = pkcs7.serialize_certificates(certs, serialization.Encoding.DER)
     text = base64.b64encode(der).decode("ascii")
     return "\n".join(text[i : i + _PKCS7_LINE] for i in range(0, len(text), _PKCS7_LINE))
+
+
+def issued_by(ca_pem: str, cert_pem: str) -> bool:
+    """Whether ``cert_pem``'s first certificate names the CA as issuer and its signature verifies."""
+    try:
+        ca = parse_certificate(ca_pem)
+        cert = parse_certificate(cert_pem)
+    except FieldError:
+        return False
+    if cert.issuer != ca.subject:
+        return False
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+        return False
+    return True

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-
 from api.resources import Family, Mode, model_fields, mount
 from api.routing import Routes
 from api.schemas.trust import CaCreate, CaPatch, CaUpdate, external_id_claim, render_ca
 from api.wire import WireModel
 from engine.entities.trust import Ca
-from engine.errors import FieldError
 from engine.managers.cas import CaManager
 from engine.query import Symbol, SymbolTable, SymbolType
-from pki import fingerprint, parse_ca_certificate, parse_certificate
+from pki import fingerprint, parse_ca_certificate
+from pki.certs import issued_by
 
 SYMBOLS = SymbolTable(
     {
@@ -37,22 +35,6 @@ SYMBOLS = SymbolTable(
     },
     tags_getter=lambda e: e.tags,
 )
-
-
-def issued_by(ca_pem: str, cert_pem: str) -> bool:
-    """Whether ``cert_pem``'s first certificate names the CA as issuer and its signature verifies."""
-    try:
-        ca = parse_certificate(ca_pem)
-        cert = parse_certificate(cert_pem)
-    except FieldError:
-        return False
-    if cert.issuer != ca.subject:
-        return False
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
-        return False
-    return True
 
 
 def ca_fields(model: WireModel, mode: Mode) -> dict[str, Any]:

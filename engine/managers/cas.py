@@ -25,17 +25,13 @@ DEFAULT_IDENTITY_NAME_FORMAT = "[caName]-[commonName]"
 IssuedBy = Callable[[str, str], bool]
 
 
-def _never(ca_pem: str, cert_pem: str) -> bool:
-    return False
-
-
 class CaManager(EntityManager[Ca]):
     kind = Ca
     immutable = frozenset({"id", "created_at", "updated_at", "cert_pem", "fingerprint", "verification_token"})
 
-    def __init__(self, env: Env, issued_by: IssuedBy | None = None) -> None:
+    def __init__(self, env: Env, issued_by: IssuedBy) -> None:
         super().__init__(env)
-        self.issued_by: IssuedBy = issued_by or _never
+        self.issued_by = issued_by
 
     def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> Ca:
         if not fields.get("cert_pem") or not fields.get("fingerprint"):
