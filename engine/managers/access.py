@@ -8,7 +8,10 @@ commit), so storage and engine never disagree. Queries answer with entities, not
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TypeVar
 
 from engine.entities import Entity
@@ -26,12 +29,13 @@ from engine.policy import (
     SERVICE,
     SERVICE_EDGE_ROUTER_POLICY,
     SERVICE_POLICY,
-    Advice,
     EntityKind,
     EntityRow,
     PolicyGraph,
     PolicyKind,
     PolicyRow,
+    UnknownEntityError,
+    UnknownPolicyError,
 )
 from engine.ports import Change, Delete, Put, Store
 
@@ -122,20 +126,52 @@ def apply_changes(graph: PolicyGraph, changes: Sequence[Change]) -> None:
             graph.remove_entity(ENTITY_KINDS[name][0], change.id)
 
 
+@dataclass(frozen=True)
+class AdviceResult:
+    """Policy advice materialised while the graph was locked (plain values, safe to keep)."""
+
+    is_dial_allowed: bool
+    is_bind_allowed: bool
+    identity_router_count: int
+    service_router_count: int
+    common_router_ids: tuple[str, ...]
+
+
 class AccessManager:
-    """Reachability, provenance and advice over the live graph, answered with entities."""
+    """Reachability, provenance and advice over the live graph, answered with entities.
+
+    The graph is not thread-safe (its caches fill on read), and gunicorn's gthread worker runs
+    requests concurrently: every use of the graph holds ``self._lock``. Graph operations take
+    microseconds to a few milliseconds, so one lock costs little next to a request.
+    """
 
     def __init__(self, store: Store, graph: PolicyGraph | None = None) -> None:
         self.store = store
-        self.graph = graph if graph is not None else build_graph(store)
+        self._lock = threading.RLock()
+        self._graph = graph if graph is not None else build_graph(store)
 
     def on_commit(self, changes: list[Change]) -> None:
         """Apply a committed batch; should that ever fail, rebuild from storage (the truth)."""
-        try:
-            apply_changes(self.graph, changes)
-        except Exception:
-            log.exception("policy graph update failed; rebuilding it from storage")
-            self.graph = build_graph(self.store)
+        with self._lock:
+            try:
+                apply_changes(self._graph, changes)
+            except Exception:
+                log.exception("policy graph update failed; rebuilding it from storage")
+                self._graph = build_graph(self.store)
+
+    @contextmanager
+    def _query(self) -> Iterator[None]:
+        """Hold the graph lock; an entity removed since the store read is simply not found."""
+        with self._lock:
+            try:
+                yield
+            except (UnknownEntityError, UnknownPolicyError):
+                raise NotFoundError() from None
+
+    def snapshot(self) -> PolicyGraph:
+        """An independent copy of the graph, for analysis or what-if evaluation."""
+        with self._lock:
+            return self._graph.copy()
 
     # -- helpers -------------------------------------------------------------------------------
     def _load(self, kind: type[E], ids: Sequence[str]) -> list[E]:
@@ -150,52 +186,78 @@ class AccessManager:
     # -- identity ------------------------------------------------------------------------------
     def services_of_identity(self, identity_id: str, policy_type: str | None = None) -> list[Service]:
         self._require(Identity, identity_id)
-        return self._load(Service, self.graph.services_for_identity(identity_id, policy_type))
+        with self._query():
+            ids = self._graph.services_for_identity(identity_id, policy_type)
+        return self._load(Service, ids)
 
     def edge_routers_of_identity(self, identity_id: str) -> list[EdgeRouter]:
         self._require(Identity, identity_id)
-        return self._load(EdgeRouter, self.graph.edge_routers_for_identity(identity_id))
+        with self._query():
+            ids = self._graph.edge_routers_for_identity(identity_id)
+        return self._load(EdgeRouter, ids)
 
     # -- service -------------------------------------------------------------------------------
     def identities_of_service(self, service_id: str, policy_type: str | None = None) -> list[Identity]:
         self._require(Service, service_id)
-        return self._load(Identity, self.graph.identities_for_service(service_id, policy_type))
+        with self._query():
+            ids = self._graph.identities_for_service(service_id, policy_type)
+        return self._load(Identity, ids)
 
     def edge_routers_of_service(self, service_id: str) -> list[EdgeRouter]:
         self._require(Service, service_id)
-        return self._load(EdgeRouter, self.graph.edge_routers_for_service(service_id))
+        with self._query():
+            ids = self._graph.edge_routers_for_service(service_id)
+        return self._load(EdgeRouter, ids)
 
     # -- edge router ---------------------------------------------------------------------------
     def identities_of_edge_router(self, router_id: str) -> list[Identity]:
         self._require(EdgeRouter, router_id)
-        return self._load(Identity, self.graph.identities_for_edge_router(router_id))
+        with self._query():
+            ids = self._graph.identities_for_edge_router(router_id)
+        return self._load(Identity, ids)
 
     def services_of_edge_router(self, router_id: str) -> list[Service]:
         self._require(EdgeRouter, router_id)
-        return self._load(Service, self.graph.services_for_edge_router(router_id))
+        with self._query():
+            ids = self._graph.services_for_edge_router(router_id)
+        return self._load(Service, ids)
 
     # -- policies ------------------------------------------------------------------------------
     def policies_of(self, entity_kind: type[Entity], entity_id: str, policy_kind: type[E]) -> list[E]:
         """The policies of ``policy_kind`` whose roles select the entity."""
         self._require(entity_kind, entity_id)
         kind = ENTITY_KINDS[entity_kind.ENTITY][0]
-        ids = self.graph.policies_for_entity(kind, entity_id, POLICY_KINDS[policy_kind.ENTITY][0])
+        with self._query():
+            ids = self._graph.policies_for_entity(kind, entity_id, POLICY_KINDS[policy_kind.ENTITY][0])
         return self._load(policy_kind, ids)
 
     def members_of(self, policy_kind: type[Entity], policy_id: str, member_kind: type[E]) -> list[E]:
         """The entities of ``member_kind`` a policy's roles select."""
         self._require(policy_kind, policy_id)
-        ids = self.graph.policy_members(
-            POLICY_KINDS[policy_kind.ENTITY][0], policy_id, ENTITY_KINDS[member_kind.ENTITY][0]
-        )
+        with self._query():
+            ids = self._graph.policy_members(
+                POLICY_KINDS[policy_kind.ENTITY][0], policy_id, ENTITY_KINDS[member_kind.ENTITY][0]
+            )
         return self._load(member_kind, ids)
 
     # -- answers -------------------------------------------------------------------------------
     def permissions(self, identity_id: str, service_id: str) -> list[str]:
         """``Bind``/``Dial`` the identity holds on the service (sorted, as OpenZiti lists them)."""
-        return sorted(self.graph.permissions(identity_id, service_id))
+        with self._lock:
+            if not self._graph.has_entity(IDENTITY, identity_id):
+                return []
+            return sorted(self._graph.permissions(identity_id, service_id))
 
-    def advice(self, identity_id: str, service_id: str) -> tuple[Identity, Service, Advice]:
+    def advice(self, identity_id: str, service_id: str) -> tuple[Identity, Service, AdviceResult]:
         identity = self._require(Identity, identity_id)
         service = self._require(Service, service_id)
-        return identity, service, self.graph.advice(identity_id, service_id)
+        with self._query():
+            advice = self._graph.advice(identity_id, service_id)
+            result = AdviceResult(
+                is_dial_allowed=advice.is_dial_allowed,
+                is_bind_allowed=advice.is_bind_allowed,
+                identity_router_count=advice.identity_router_count,
+                service_router_count=advice.service_router_count,
+                common_router_ids=advice.common_router_ids,
+            )
+        return identity, service, result

@@ -1,0 +1,1 @@
+"""Benchmarks: synthetic topologies, an OpenZiti-like baseline and ``python -m bench`` runners."""
