@@ -32,7 +32,8 @@ check: $(STAMP)  ## ruff and mypy
 	$(BIN)/mypy
 
 bench: $(STAMP)  ## benchmarks
-	$(BIN)/pytest -q -m bench --benchmark-enable tests/bench bench
+	$(BIN)/pytest -q -m bench --benchmark-enable tests/bench
+	$(BIN)/python -m bench engine --tier L
 
 clean:  ## remove the venv and caches (keeps .trellis)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

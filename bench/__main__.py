@@ -1,6 +1,7 @@
 """``python -m bench``: benchmark runners.
 
-``python -m bench engine --tier L`` prints the policy engine table (see :mod:`bench.engine`).
+``python -m bench engine --tier L`` prints the policy engine table (see :mod:`bench.engine`);
+``python -m bench startup --tier L`` the controller start-up figures (see :mod:`bench.startup`).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import engine
+from bench import engine, startup
 from bench.topology import TIERS
 
 
@@ -29,11 +30,16 @@ def main(argv: list[str] | None = None) -> int:
         help="identity sample sizes for the baseline above tier S (comma-separated, two values)",
     )
     policy.set_defaults(baseline=None)
+    start = commands.add_parser("startup", help="controller start-up: DuckDB load and graph build")
+    start.add_argument("--tier", choices=sorted(TIERS), default="S")
+    start.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     if args.command == "engine":
         run_baseline = args.baseline if args.baseline is not None else args.tier != "XL"
         samples = tuple(int(n) for n in args.baseline_identities.split(","))
         print(engine.run(args.tier, args.seed, run_baseline, samples), flush=True)
+    elif args.command == "startup":
+        print(startup.run(args.tier, args.seed), flush=True)
     return 0
 
 
