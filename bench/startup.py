@@ -10,9 +10,11 @@ from __future__ import annotations
 import resource
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 from bench.topology import generate
 from engine.entities import Entity
@@ -23,6 +25,7 @@ from engine.entities.posture import PostureCheck
 from engine.entities.routers import EdgeRouter
 from engine.entities.services import Service
 from engine.managers.access import build_graph
+from engine.policy import EntityRow, PolicyRow
 from engine.ports import Put
 from storage.duckdb import DuckDBStore
 
@@ -32,74 +35,37 @@ _BATCH = 20_000
 def _entities(tier: str, seed: int) -> list[Entity]:
     topology = generate(tier, seed)
     now = datetime.now(UTC)
+
+    def common(row_id: str) -> dict[str, Any]:
+        return {"id": row_id, "created_at": now, "updated_at": now, "name": row_id}
+
     out: list[Entity] = []
-    for row in topology.identities:
-        out.append(
-            Identity(
-                id=row.id, created_at=now, updated_at=now, name=row.id, role_attributes=list(row.attributes)
-            )
-        )
-    for row in topology.services:
-        out.append(
-            Service(
-                id=row.id, created_at=now, updated_at=now, name=row.id, role_attributes=list(row.attributes)
-            )
-        )
-    for row in topology.edge_routers:
-        out.append(
-            EdgeRouter(
-                id=row.id, created_at=now, updated_at=now, name=row.id, role_attributes=list(row.attributes)
-            )
-        )
-    for row in topology.posture_checks:
-        out.append(
-            PostureCheck(
-                id=row.id,
-                created_at=now,
-                updated_at=now,
-                name=row.id,
-                type_id="DOMAIN",
-                role_attributes=list(row.attributes),
-            )
-        )
-    for p in topology.service_policies:
-        out.append(
-            ServicePolicy(
-                id=p.id,
-                created_at=now,
-                updated_at=now,
-                name=p.id,
-                semantic=p.semantic,
-                type=p.type or "Dial",
-                identity_roles=list(p.identity_roles),
-                service_roles=list(p.service_roles),
-                posture_check_roles=list(p.posture_check_roles),
-            )
-        )
-    for p in topology.edge_router_policies:
-        out.append(
-            EdgeRouterPolicy(
-                id=p.id,
-                created_at=now,
-                updated_at=now,
-                name=p.id,
-                semantic=p.semantic,
-                identity_roles=list(p.identity_roles),
-                edge_router_roles=list(p.edge_router_roles),
-            )
-        )
-    for p in topology.service_edge_router_policies:
-        out.append(
-            ServiceEdgeRouterPolicy(
-                id=p.id,
-                created_at=now,
-                updated_at=now,
-                name=p.id,
-                semantic=p.semantic,
-                service_roles=list(p.service_roles),
-                edge_router_roles=list(p.edge_router_roles),
-            )
-        )
+    entity_rows: list[tuple[Callable[..., Entity], list[EntityRow], dict[str, Any]]] = [
+        (Identity, topology.identities, {}),
+        (Service, topology.services, {}),
+        (EdgeRouter, topology.edge_routers, {}),
+        (PostureCheck, topology.posture_checks, {"type_id": "DOMAIN"}),
+    ]
+    for cls, rows, extra in entity_rows:
+        out.extend(cls(**common(r.id), role_attributes=list(r.attributes), **extra) for r in rows)
+    policy_rows: list[tuple[Callable[..., Entity], list[PolicyRow], tuple[str, ...]]] = [
+        (
+            ServicePolicy,
+            topology.service_policies,
+            ("identity_roles", "service_roles", "posture_check_roles"),
+        ),
+        (EdgeRouterPolicy, topology.edge_router_policies, ("identity_roles", "edge_router_roles")),
+        (
+            ServiceEdgeRouterPolicy,
+            topology.service_edge_router_policies,
+            ("service_roles", "edge_router_roles"),
+        ),
+    ]
+    for cls, policies, fields in policy_rows:
+        for p in policies:
+            roles = {f: list(getattr(p, f)) for f in fields}
+            typed = {"type": p.type or "Dial"} if cls is ServicePolicy else {}
+            out.append(cls(**common(p.id), semantic=p.semantic, **typed, **roles))
     return out
 
 
