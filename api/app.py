@@ -12,6 +12,7 @@ from api import __version__, authentication, errors, info
 from api.client import register_all as register_client
 from api.controller import Controller
 from api.info import ZITI_COMPAT_VERSION
+from api.json_schemas import JsonSchemaChecker
 from api.management import register_all as register_management
 from api.middleware import RequestMiddleware
 from api.routing import Routes
@@ -49,7 +50,13 @@ def build_controller(
 ) -> Controller:
     store = store if store is not None else open_store(settings)
     ids = ShortIds()
-    env = Env(store=store, clock=clock or SystemClock(), ids=ids, hasher=ScryptPasswordHasher())
+    env = Env(
+        store=store,
+        clock=clock or SystemClock(),
+        ids=ids,
+        hasher=ScryptPasswordHasher(),
+        schemas=JsonSchemaChecker(),
+    )
     ensure_builtins(env)
     instance_id = store.get_setting("instance_id")
     if instance_id is None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from engine.entities import Entity
 
@@ -37,6 +37,30 @@ class PasswordHasher(Protocol):
     def hash(self, password: str) -> str: ...
 
     def verify(self, password: str, encoded: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class SchemaViolation:
+    """The first way a document fails a JSON schema, in the terms of the schema keyword."""
+
+    path: tuple[str | int, ...]
+    keyword: str
+    instance: Any
+    expected: Any
+    schema: Any
+    message: str
+
+
+class SchemaChecker(Protocol):
+    """JSON Schema validation (config types' schemas and configs' data)."""
+
+    def schema_error(self, schema: dict[str, Any]) -> str | None:
+        """Why ``schema`` is not a valid JSON schema, or None when it is."""
+        ...
+
+    def first_violation(self, schema: dict[str, Any], data: Any) -> SchemaViolation | None:
+        """The most relevant way ``data`` fails ``schema``, or None when it conforms."""
+        ...
 
 
 @dataclass(frozen=True)

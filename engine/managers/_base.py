@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from engine.entities import Entity
 from engine.errors import FieldError, NameConflictError, NotFoundError
-from engine.ports import Change, Clock, IdGenerator, PasswordHasher, Store, UnitOfWork
+from engine.ports import Change, Clock, IdGenerator, PasswordHasher, SchemaChecker, Store, UnitOfWork
 
 E = TypeVar("E", bound=Entity)
 
@@ -29,6 +29,7 @@ class Env:
     clock: Clock
     ids: IdGenerator
     hasher: PasswordHasher
+    schemas: SchemaChecker
     listeners: list[Listener] = field(default_factory=list)
 
     def commit(self, uow: UnitOfWork) -> None:

@@ -11,16 +11,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from jsonschema import Draft7Validator
-from jsonschema.exceptions import SchemaError
-from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
-
 from engine.entities.services import Config, ConfigType
 from engine.errors import FieldError, ReferencedEntityError
 from engine.managers._base import EntityManager, Env
 from engine.managers.builtin_config_types import BUILTIN_CONFIG_TYPES
-from engine.ports import UnitOfWork
+from engine.ports import SchemaChecker, UnitOfWork
 
 #: Keyword for "every config type" in ``configTypes`` lists; not usable as a type name.
 ALL_CONFIG_TYPES = "all"
@@ -29,25 +24,13 @@ TARGETS = ("service", "router")
 BUILTINS_SETTING = "config_types.builtins"
 
 
-def schema_validator(schema: dict[str, Any]) -> Validator:
-    """A validator for ``schema`` (draft-07 unless ``$schema`` names another draft).
-
-    Formats are annotations only: OpenZiti's intercept addresses use ``idn-hostname`` for values
-    (CIDRs, wildcards) that a strict format check would refuse.
-    """
-    cls = validator_for(schema, default=Draft7Validator)
-    return cls(schema)
-
-
-def check_schema(schema: dict[str, Any]) -> None:
+def check_schema(checker: SchemaChecker, schema: dict[str, Any]) -> None:
     """Raise a field error on ``schema`` unless it is a valid JSON schema."""
     if not schema:
         return
-    cls = validator_for(schema, default=Draft7Validator)
-    try:
-        cls.check_schema(schema)
-    except SchemaError as ex:
-        raise FieldError("schema", f"invalid schema {ex.message}") from None
+    reason = checker.schema_error(schema)
+    if reason is not None:
+        raise FieldError("schema", f"invalid schema {reason}")
 
 
 class ConfigTypeManager(EntityManager[ConfigType]):
@@ -62,7 +45,7 @@ class ConfigTypeManager(EntityManager[ConfigType]):
             )
         if old is None and new.target not in TARGETS:
             raise FieldError("target", f"target must be one of {list(TARGETS)}", new.target)
-        check_schema(new.schema)
+        check_schema(self.env.schemas, new.schema)
 
     def apply(self, uow: UnitOfWork, old: ConfigType, fields: dict[str, Any]) -> ConfigType:
         fields = {k: v for k, v in fields.items() if k != "target"}  # fixed at create

@@ -17,13 +17,10 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from jsonschema.exceptions import ValidationError, best_match
-
 from engine.entities.services import Config, ConfigType, Service
 from engine.errors import FieldError
 from engine.managers._base import EntityManager
-from engine.managers.config_types import schema_validator
-from engine.ports import UnitOfWork
+from engine.ports import SchemaChecker, SchemaViolation, UnitOfWork
 
 TYPE_FIELD = "type"
 
@@ -48,7 +45,7 @@ class ConfigManager(EntityManager[Config]):
             raise FieldError("name", "name is required", new.name)
         config_type = uow.get(ConfigType, new.config_type_id)
         if config_type is not None and config_type.schema:
-            check_data(config_type.schema, new.data)
+            check_data(self.env.schemas, config_type.schema, new.data)
 
     def after_delete(self, uow: UnitOfWork, entity: Config) -> None:
         now = self.env.clock.now()
@@ -71,12 +68,12 @@ def resolve_config_type(uow: UnitOfWork, value: str | None) -> ConfigType:
     return found
 
 
-def check_data(schema: dict[str, Any], data: dict[str, Any]) -> None:
+def check_data(checker: SchemaChecker, schema: dict[str, Any], data: dict[str, Any]) -> None:
     """Raise a field error describing the first way ``data`` fails ``schema``."""
-    error = best_match(schema_validator(schema).iter_errors(data))
+    error = checker.first_violation(schema, data)
     if error is None:
         return
-    field = _location(error.absolute_path)
+    field = _location(error.path)
     message = f"{field}: {_describe(error, field)}"
     raise FieldError(field, f"{field} is invalid: {message}", go_value(error.instance))
 
@@ -95,10 +92,10 @@ def _json_type(value: Any) -> str:
     return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
-def _describe(error: ValidationError, field: str) -> str:
+def _describe(error: SchemaViolation, field: str) -> str:
     """The message gojsonschema (OpenZiti's validator) gives for the common keywords."""
-    keyword, instance = error.validator, error.instance
-    expected: Any = error.validator_value
+    keyword, instance = error.keyword, error.instance
+    expected: Any = error.expected
     schema: Any = error.schema
     if keyword == "required" and isinstance(instance, dict):
         missing = [name for name in expected if name not in instance]
@@ -125,7 +122,7 @@ def _describe(error: ValidationError, field: str) -> str:
         return f"Array must have at most {expected} items"
     if keyword == "pattern":
         return f"Does not match pattern '{expected}'"
-    return str(error.message)
+    return error.message
 
 
 def go_value(value: Any) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from api.json_schemas import JsonSchemaChecker
 from engine.entities.services import Config, ConfigType, Service
 from engine.errors import FieldError, ReferencedEntityError
 from engine.managers._base import Env
@@ -46,7 +47,13 @@ class PlainHasher:
 
 @pytest.fixture
 def env() -> Env:
-    return Env(store=MemoryStore(), clock=FixedClock(), ids=CountingIds(), hasher=PlainHasher())
+    return Env(
+        store=MemoryStore(),
+        clock=FixedClock(),
+        ids=CountingIds(),
+        hasher=PlainHasher(),
+        schemas=JsonSchemaChecker(),
+    )
 
 
 def test_builtins_are_created_once_with_openziti_ids(env: Env) -> None:
@@ -157,7 +164,7 @@ SCHEMA: dict[str, Any] = {
 )
 def test_schema_errors_read_like_openzitis(data: dict[str, Any], field: str, reason: str) -> None:
     with pytest.raises(FieldError) as info:
-        check_data(SCHEMA, data)
+        check_data(JsonSchemaChecker(), SCHEMA, data)
 
     assert (info.value.field, info.value.reason) == (field, reason)
 

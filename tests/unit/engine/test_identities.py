@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from api.json_schemas import JsonSchemaChecker
 from engine.entities.identities import ApiSession, Authenticator, Enrollment, Identity
 from engine.entities.policies import EdgeRouterPolicy, ServicePolicy
 from engine.entities.routers import EdgeRouter
@@ -59,7 +60,9 @@ def clock() -> FixedClock:
 
 @pytest.fixture
 def env(clock: FixedClock) -> Env:
-    environment = Env(store=MemoryStore(), clock=clock, ids=CountingIds(), hasher=PlainHasher())
+    environment = Env(
+        store=MemoryStore(), clock=clock, ids=CountingIds(), hasher=PlainHasher(), schemas=JsonSchemaChecker()
+    )
     ensure_builtins(environment)
     return environment
 
