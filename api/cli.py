@@ -18,6 +18,10 @@ def init(settings: Settings, *, out: TextIO = sys.stdout) -> bool:
     from pki.authority import PkiPaths, init_pki
     from pki.passwords import generate_password
 
+    chosen = os.environ.get("TRELLIS_ADMIN_PASSWORD") or ""
+    if chosen and not 5 <= len(chosen) <= 100:
+        # The password authentication body allows 5 to 100 characters: refuse an admin who could not log in.
+        raise SystemExit("TRELLIS_ADMIN_PASSWORD must be 5 to 100 characters")
     settings.home.mkdir(parents=True, exist_ok=True)
     created = False
     if not PkiPaths.in_directory(settings.pki_dir).exists():
@@ -29,7 +33,7 @@ def init(settings: Settings, *, out: TextIO = sys.stdout) -> bool:
     ctrl = build_controller(settings)
     try:
         if not has_default_admin(ctrl.env):
-            password = os.environ.get("TRELLIS_ADMIN_PASSWORD") or ""
+            password = chosen
             generated = not password
             if generated:
                 password = generate_password()

@@ -148,3 +148,11 @@ def test_tls_is_verified_against_the_written_bundle(server: Server) -> None:
     )
     assert unprefixed.status_code == 401
     assert unprefixed.json()["error"]["code"] == "INVALID_AUTH"
+
+
+def test_init_refuses_an_admin_password_that_could_not_log_in(tmp_path: Path) -> None:
+    env = dict(os.environ, TRELLIS_HOME=str(tmp_path / "home"), TRELLIS_ADMIN_PASSWORD="abc")
+    done = subprocess.run([*TRELLIS, "init"], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "5 to 100 characters" in done.stderr
+    assert not (tmp_path / "home").exists()
