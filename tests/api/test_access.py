@@ -241,3 +241,70 @@ def test_the_graph_is_rebuilt_from_storage_on_restart(
         assert _ids(again, f"/service-policies/{s1['P6']}/identities") == _names(s1, "I1", "I2", "I3")
     finally:
         app.ctrl.env.store.close()
+
+
+def test_s2_edge_router_policy_members(api: Api) -> None:
+    er = {
+        "ER1": _router(api, "ER1", ["e1"]),
+        "ER2": _router(api, "ER2", ["e1", "e2"]),
+        "ER3": _router(api, "ER3", []),
+    }
+    body = {"identityRoles": ["#all"]}
+    cases = {
+        "P1": ("AllOf", ["#e1"], ("ER1", "ER2")),
+        "P2": ("AllOf", ["#e1", "@" + er["ER3"]], ("ER1", "ER2", "ER3")),
+        "P3": ("AllOf", ["@" + er["ER2"], "@" + er["ER3"]], ("ER2", "ER3")),
+        "P5": ("AllOf", ["#e1", "#e2"], ("ER2",)),
+        "P6": ("AnyOf", ["#e1", "#e2"], ("ER1", "ER2")),
+    }
+    for name, (semantic, roles, expected) in cases.items():
+        policy = api.create(
+            "/edge-router-policies", {"name": name, "semantic": semantic, "edgeRouterRoles": roles, **body}
+        )
+        assert _ids(api, f"/edge-router-policies/{policy}/edge-routers") == {er[n] for n in expected}, name
+
+
+def test_s3_service_edge_router_policy_members_and_update(api: Api) -> None:
+    er = {
+        "ER1": _router(api, "ER1", ["e1"]),
+        "ER2": _router(api, "ER2", ["e1", "e2"]),
+        "ER3": _router(api, "ER3", []),
+    }
+    sv = {
+        "S1": _service(api, "S1", ["s1"]),
+        "S2": _service(api, "S2", ["s1", "s2"]),
+        "S3": _service(api, "S3", ["s2"]),
+    }
+    cases = {
+        "P1": ("AllOf", ["#e1"], ["#s1"], ("ER1", "ER2"), ("S1", "S2")),
+        "P2": (
+            "AllOf",
+            ["#e1", "@" + er["ER3"]],
+            ["#s1", "@" + sv["S3"]],
+            ("ER1", "ER2", "ER3"),
+            ("S1", "S2", "S3"),
+        ),
+        "P3": (
+            "AllOf",
+            ["@" + er["ER2"], "@" + er["ER3"]],
+            ["@" + sv["S2"], "@" + sv["S3"]],
+            ("ER2", "ER3"),
+            ("S2", "S3"),
+        ),
+        "P5": ("AllOf", ["#e1", "#e2"], ["#s1", "#s2"], ("ER2",), ("S2",)),
+        "P6": ("AnyOf", ["#e1", "#e2"], ["#s1", "#s2"], ("ER1", "ER2"), ("S1", "S2", "S3")),
+    }
+    ids = {}
+    for name, (semantic, routers, services, want_er, want_sv) in cases.items():
+        body = {"name": name, "semantic": semantic, "edgeRouterRoles": routers, "serviceRoles": services}
+        ids[name] = api.create("/service-edge-router-policies", body)
+        assert _ids(api, f"/service-edge-router-policies/{ids[name]}/edge-routers") == {
+            er[n] for n in want_er
+        }, name
+        assert _ids(api, f"/service-edge-router-policies/{ids[name]}/services") == {sv[n] for n in want_sv}, (
+            name
+        )
+    patch = {"edgeRouterRoles": ["#e1", "#e2"], "serviceRoles": ["#s2"]}
+    assert api.patch(f"/service-edge-router-policies/{ids['P1']}", json=patch).status_code == 200
+    assert _ids(api, f"/service-edge-router-policies/{ids['P1']}/edge-routers") == {er["ER2"]}
+    assert _ids(api, f"/service-edge-router-policies/{ids['P1']}/services") == {sv["S2"], sv["S3"]}
