@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from api.errors import ERROR_META, field_error_from_validation
 from api.wire import WireModel
 from engine.errors import CouldNotParseBodyError, InvalidPaginationError, RequestEntityTooLargeError
-from engine.query import SymbolTable, compile_query, execute
+from engine.query import Symbol, SymbolTable, SymbolType, compile_query, execute
 
 M = TypeVar("M", bound=WireModel)
 T = TypeVar("T")
@@ -104,7 +104,5 @@ def list_response(
 
 def list_strings(req: falcon.Request, resp: falcon.Response, values: Sequence[str]) -> None:
     """A paged list of plain strings (the role-attribute lists), filterable on ``id``."""
-    from engine.query import Symbol, SymbolType
-
     symbols = SymbolTable({"id": Symbol(SymbolType.STRING, lambda v: v)})
     list_response(req, resp, sorted(values), symbols, lambda v: v)

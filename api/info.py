@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,8 +27,6 @@ def version_document(ctrl: Controller) -> dict[str, Any]:
 
     def entry(path: str) -> dict[str, Any]:
         return {"v1": {"apiBaseUrls": [base + path], "path": path, "version": "v1"}}
-
-    import platform
 
     return {
         "apiVersions": {

@@ -1,61 +1,56 @@
-"""``roleFilter`` / ``roleSemantic`` on the identity, service, edge router and posture check lists.
+"""``roleFilter`` / ``roleSemantic`` on the identity, service, edge router and posture check lists,
+and the ``*-role-attributes`` lists.
 
-OpenZiti (``baseStore.getRoleAttributesCursorProvider``): ``#attr`` entries select entities by
-their role attributes, every one under AllOf (the default) or any one under AnyOf; ``@id``
-entries are unioned in when the entity exists, unknown ids are dropped; ``#all`` is not special.
+The request parameters are checked here; the matching (policy-semantics §1.5: ``#attr`` entries
+under AllOf or AnyOf, known ``@id`` entries unioned in, ``#all`` not special) and the attribute
+index are the policy engine's (``AccessManager.role_filter`` / ``attribute_names``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TypeVar
 
 import falcon
 
+from api.http import list_strings
+from api.middleware import ADMIN
 from engine.entities import Entity
 from engine.errors import FieldError
+from engine.managers.access import AccessManager
 
 E = TypeVar("E", bound=Entity)
 
+PREFIX_REASON = (
+    "role entries must prefixed with # (to indicate role attributes) or @ (to indicate a name or id)"
+)
+
 
 def role_filtered(
-    req: falcon.Request, items: Iterable[E], attributes: Callable[[E], list[str]]
+    req: falcon.Request, items: Iterable[E], access: AccessManager, kind: type[E]
 ) -> Iterable[E]:
     """``items`` narrowed by the request's ``roleFilter`` (unchanged when there is none)."""
     roles = req.get_param_as_list("roleFilter") or []
-    semantic = (req.get_param("roleSemantic") or "AllOf").lower()
-    if semantic not in ("allof", "anyof"):
-        raise FieldError("semantic", "invalid semantic", req.get_param("roleSemantic"))
+    semantic = req.get_param("roleSemantic") or "AllOf"
+    if semantic.lower() not in ("allof", "anyof"):
+        raise FieldError("semantic", "invalid semantic", semantic)
     if not roles:
         return items
-    attrs: set[str] = set()
-    ids: set[str] = set()
     for role in roles:
-        if role.startswith("#"):
-            attrs.add(role[1:])
-        elif role.startswith("@"):
-            ids.add(role[1:])
-        else:
-            raise FieldError(
-                "roleFilter",
-                "role entries must prefixed with # (to indicate role attributes) or @ (to indicate a name or id)",
-                role,
-            )
-
-    def keep(entity: E) -> bool:
-        if entity.id in ids:
-            return True
-        if not attrs:
-            return False
-        have = set(attributes(entity))
-        return attrs <= have if semantic == "allof" else bool(attrs & have)
-
-    return [e for e in items if keep(e)]
+        if not role.startswith(("#", "@")):
+            raise FieldError("roleFilter", PREFIX_REASON, role)
+    keep = access.role_filter(kind, roles, semantic)
+    return [e for e in items if e.id in keep]
 
 
-def attribute_values(items: Iterable[E], attributes: Callable[[E], list[str]]) -> list[str]:
-    """The distinct role attributes carried by ``items`` (the ``*-role-attributes`` lists)."""
-    out: set[str] = set()
-    for entity in items:
-        out.update(attributes(entity))
-    return sorted(out)
+class RoleAttributes:
+    """``GET /<kind>-role-attributes``: the distinct role attributes entities of a kind carry."""
+
+    auth = ADMIN
+
+    def __init__(self, access: AccessManager, kind: type[Entity]) -> None:
+        self.access = access
+        self.kind = kind
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        list_strings(req, resp, self.access.attribute_names(self.kind))

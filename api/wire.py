@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from engine.entities import Entity
 from engine.errors import FieldError
@@ -40,17 +41,21 @@ def _check_tags(value: dict[str, Any] | None) -> dict[str, Any] | None:
 Tags = Annotated[dict[str, Any] | None, AfterValidator(_check_tags)]
 Cost = Annotated[int, Field(ge=0, le=65535)]
 Attributes = list[str] | None
-Semantic = Annotated[str, AfterValidator(lambda v: _enum(v, ("AllOf", "AnyOf"), "semantic"))]
 
 
-def _enum(value: str, allowed: tuple[str, ...], what: str) -> str:
-    if value not in allowed:
-        raise ValueError(f"{what} must be one of {list(allowed)}")
-    return value
+def one_of(field: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
+    """A validator for a REST enum, failing with go-swagger's wording."""
+
+    def check(value: str) -> str:
+        if value not in allowed:
+            raise PydanticCustomError("enum", f"{field} in body should be one of [{' '.join(allowed)}]")
+        return value
+
+    return check
 
 
-def tags_of(value: dict[str, Any] | None) -> dict[str, Any]:
-    return dict(value or {})
+#: The REST ``semantic`` enum (exact match; OpenZiti's store would also take other casings).
+Semantic = Annotated[str, AfterValidator(one_of("semantic", ("AllOf", "AnyOf")))]
 
 
 def ts(value: datetime | None) -> str | None:
@@ -94,10 +99,6 @@ def base(entity: Entity, *subs: str) -> dict[str, Any]:
         "updatedAt": ts(entity.updated_at),
         "tags": entity.tags,
     }
-
-
-def camel_map(value: Mapping[str, Any] | None) -> dict[str, Any]:
-    return dict(value or {})
 
 
 def require_field(value: object, field: str) -> None:

@@ -92,10 +92,10 @@ class Listing:
     auth = ADMIN
 
     def __init__(
-        self, ctrl: Controller, kind: type[Entity], query: Callable[[str, falcon.Request], Iterable[Entity]]
+        self, ctrl: Controller, view: View, query: Callable[[str, falcon.Request], Iterable[Entity]]
     ) -> None:
         self.ctrl = ctrl
-        self.view = _views(ctrl)[kind]
+        self.view = view
         self.query = query
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
@@ -140,11 +140,12 @@ class PolicyAdvice:
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
     access = ctrl.access
+    views = _views(ctrl)
 
     def add(
         template: str, kind: type[Entity], query: Callable[[str, falcon.Request], Iterable[Entity]]
     ) -> None:
-        routes.management(template, Listing(ctrl, kind, query))
+        routes.management(template, Listing(ctrl, views[kind], query))
 
     add("/identities/{id}/services", Service, lambda i, r: access.services_of_identity(i, policy_type(r)))
     add("/identities/{id}/edge-routers", EdgeRouter, lambda i, r: access.edge_routers_of_identity(i))

@@ -6,9 +6,9 @@ from typing import Any
 
 import falcon
 
-from api.http import empty, list_strings
+from api.http import empty
 from api.resources import Family, Mode, model_fields, mount
-from api.role_filter import attribute_values, role_filtered
+from api.role_filter import RoleAttributes, role_filtered
 from api.routing import Routes
 from api.schemas.routers import EdgeRouterCreate, EdgeRouterPatch, EdgeRouterUpdate, render_edge_router
 from api.wire import WireModel, require_field
@@ -35,10 +35,6 @@ SYMBOLS = SymbolTable(
 )
 
 
-def _attributes(router: EdgeRouter) -> list[str]:
-    return router.role_attributes
-
-
 def _fields(model: WireModel, mode: Mode) -> dict[str, Any]:
     assert isinstance(model, EdgeRouterCreate)
     if mode != "patch":
@@ -57,16 +53,6 @@ class EdgeRouterReEnroll:
         empty(resp)
 
 
-class EdgeRouterRoleAttributes:
-    """``GET /edge-router-role-attributes``: the distinct role attributes of edge routers."""
-
-    def __init__(self, manager: EdgeRouterManager) -> None:
-        self.manager = manager
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        list_strings(req, resp, attribute_values(self.manager.list(), _attributes))
-
-
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
     manager = EdgeRouterManager(ctrl.env, ctrl.settings.enrollment_duration)
@@ -81,8 +67,8 @@ def register(routes: Routes) -> None:
             update_model=EdgeRouterUpdate,
             patch_model=EdgeRouterPatch,
             to_fields=_fields,
-            list_items=lambda req: role_filtered(req, manager.list(), _attributes),
+            list_items=lambda req: role_filtered(req, manager.list(), ctrl.access, EdgeRouter),
         ),
     )
     routes.management("/edge-routers/{id}/re-enroll", EdgeRouterReEnroll(manager))
-    routes.management("/edge-router-role-attributes", EdgeRouterRoleAttributes(manager))
+    routes.management("/edge-router-role-attributes", RoleAttributes(ctrl.access, EdgeRouter))

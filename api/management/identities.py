@@ -7,9 +7,9 @@ from typing import Any
 import falcon
 
 from api.controller import Controller
-from api.http import created, empty, list_response, list_strings, ok, read_model
+from api.http import created, empty, list_response, ok, read_model
 from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields
-from api.role_filter import attribute_values, role_filtered
+from api.role_filter import RoleAttributes, role_filtered
 from api.routing import Routes
 from api.schemas.authenticators import authenticator_symbols, render_authenticator
 from api.schemas.enrollments import enrollment_symbols, render_enrollment
@@ -119,14 +119,6 @@ class IdentityTypeItem:
         raise NotFoundError()
 
 
-class IdentityRoleAttributes:
-    def __init__(self, manager: IdentityManager) -> None:
-        self.manager = manager
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        list_strings(req, resp, attribute_values(self.manager.list(), lambda i: i.role_attributes))
-
-
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
     manager = IdentityManager(ctrl.env)
@@ -139,7 +131,7 @@ def register(routes: Routes) -> None:
         update_model=IdentityUpdate,
         patch_model=IdentityPatch,
         to_fields=identity_fields,
-        list_items=lambda req: role_filtered(req, manager.list(), lambda i: i.role_attributes),
+        list_items=lambda req: role_filtered(req, manager.list(), ctrl.access, Identity),
     )
     item = IdentityItem(family, ctrl, manager)
     routes.management("/identities", IdentityCollection(family, ctrl, manager))
@@ -148,4 +140,4 @@ def register(routes: Routes) -> None:
         routes.management(f"/identities/{{id}}/{suffix}", item, suffix=suffix)
     routes.management("/identity-types", IdentityTypeCollection())
     routes.management("/identity-types/{id}", IdentityTypeItem())
-    routes.management("/identity-role-attributes", IdentityRoleAttributes(manager))
+    routes.management("/identity-role-attributes", RoleAttributes(ctrl.access, Identity))

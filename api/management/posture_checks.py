@@ -14,8 +14,8 @@ import orjson
 from pydantic import ValidationError
 
 from api.errors import field_error_from_validation
-from api.http import created, empty, list_response, list_strings, ok, read_body
-from api.role_filter import attribute_values, role_filtered
+from api.http import created, empty, list_response, ok, read_body
+from api.role_filter import RoleAttributes, role_filtered
 from api.routing import Routes
 from api.schemas.posture_checks import (
     MODELS,
@@ -28,6 +28,7 @@ from engine.entities.identities import DEFAULT_AUTH_POLICY_ID
 from engine.entities.posture import PostureCheck
 from engine.entities.trust import AuthPolicy
 from engine.errors import CouldNotParseBodyError, FieldError, NotFoundError
+from engine.managers.access import AccessManager
 from engine.managers.posture_checks import (
     BUILTIN_TYPES,
     DETAILS_PATCH,
@@ -99,12 +100,13 @@ def _header(model: WireModel, names: tuple[str, ...], *, only_set: bool) -> dict
 
 
 class PostureCheckCollection:
-    def __init__(self, manager: PostureCheckManager, render: Any) -> None:
+    def __init__(self, manager: PostureCheckManager, access: AccessManager, render: Any) -> None:
         self.manager = manager
+        self.access = access
         self.render = render
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        items = role_filtered(req, self.manager.list(), lambda e: e.role_attributes)
+        items = role_filtered(req, self.manager.list(), self.access, PostureCheck)
         list_response(req, resp, items, SYMBOLS, self.render)
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -189,14 +191,6 @@ class PostureCheckTypes:
         raise NotFoundError()
 
 
-class PostureCheckRoleAttributes:
-    def __init__(self, manager: PostureCheckManager) -> None:
-        self.manager = manager
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        list_strings(req, resp, attribute_values(self.manager.list(), lambda e: e.role_attributes))
-
-
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
     manager = PostureCheckManager(ctrl.env)
@@ -204,9 +198,9 @@ def register(routes: Routes) -> None:
     def render(check: PostureCheck) -> dict[str, Any]:
         return render_posture_check(ctrl, check)
 
-    routes.management("/posture-checks", PostureCheckCollection(manager, render))
+    routes.management("/posture-checks", PostureCheckCollection(manager, ctrl.access, render))
     routes.management("/posture-checks/{id}", PostureCheckItem(manager, render))
     types = PostureCheckTypes(routes)
     routes.management("/posture-check-types", types)
     routes.management("/posture-check-types/{id}", types, suffix="item")
-    routes.management("/posture-check-role-attributes", PostureCheckRoleAttributes(manager))
+    routes.management("/posture-check-role-attributes", RoleAttributes(ctrl.access, PostureCheck))

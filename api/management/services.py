@@ -12,11 +12,10 @@ from collections.abc import Iterable
 
 import falcon
 
-from api.http import list_response, list_strings, ok
+from api.http import list_response, ok
 from api.management.configs import config_symbols
-from api.middleware import ADMIN
 from api.resources import Family, FamilyCollection, FamilyItem
-from api.role_filter import attribute_values, role_filtered
+from api.role_filter import RoleAttributes, role_filtered
 from api.routing import Routes
 from api.schemas.configs import render_config
 from api.schemas.services import (
@@ -50,7 +49,8 @@ def service_symbols() -> SymbolTable:
 class ServiceCollection(FamilyCollection[Service]):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         fam = self.family
-        items: Iterable[Service] = role_filtered(req, fam.manager.list(), lambda s: s.role_attributes)
+        ctrl = fam.extra["ctrl"]
+        items: Iterable[Service] = role_filtered(req, fam.manager.list(), ctrl.access, Service)
         list_response(req, resp, items, fam.symbols, service_renderer(fam.extra["ctrl"], req))
 
 
@@ -65,16 +65,6 @@ class ServiceItem(FamilyItem[Service]):
         store = ctrl.env.store
         configs = [c for c in (store.get(Config, cid) for cid in service.configs) if c is not None]
         list_response(req, resp, configs, config_symbols(store), lambda config: render_config(ctrl, config))
-
-
-class ServiceRoleAttributes:
-    auth = ADMIN
-
-    def __init__(self, manager: ServiceManager) -> None:
-        self.manager = manager
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        list_strings(req, resp, attribute_values(self.manager.list(), lambda s: s.role_attributes))
 
 
 def register(routes: Routes) -> None:
@@ -94,4 +84,4 @@ def register(routes: Routes) -> None:
     routes.management("/services", ServiceCollection(family))
     routes.management("/services/{id}", item)
     routes.management("/services/{id}/configs", item, suffix="configs")
-    routes.management("/service-role-attributes", ServiceRoleAttributes(manager))
+    routes.management("/service-role-attributes", RoleAttributes(ctrl.access, Service))

@@ -6,14 +6,12 @@ role lists are plain string lists validated by the managers (engine/roles.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
-from pydantic_core import PydanticCustomError
 
 from api.controller import Controller
-from api.wire import Tags, WireModel, base, require_field
+from api.wire import Semantic, Tags, WireModel, base, one_of, require_field
 from engine.entities import Entity
 from engine.entities.identities import Identity
 from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy, ServicePolicy
@@ -22,20 +20,8 @@ from engine.entities.routers import EdgeRouter
 from engine.entities.services import Service
 from engine.roles import named_roles
 
-
-def _enum(field: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
-    def check(value: str) -> str:
-        if value not in allowed:
-            raise PydanticCustomError("enum", f"{field} in body should be one of [{' '.join(allowed)}]")
-        return value
-
-    return check
-
-
-#: The REST ``semantic`` enum (exact match; the store would also take other casings).
-PolicySemantic = Annotated[str, AfterValidator(_enum("semantic", ("AllOf", "AnyOf")))]
 #: The REST ``dialBind`` enum: ``Invalid`` passes here and is refused by the manager.
-DialBind = Annotated[str, AfterValidator(_enum("type", ("Dial", "Bind", "Invalid")))]
+DialBind = Annotated[str, AfterValidator(one_of("type", ("Dial", "Bind", "Invalid")))]
 Roles = list[str] | None
 
 
@@ -55,7 +41,7 @@ def _camel(name: str) -> str:
 class ServicePolicyCreate(_PolicyBody):
     name: str | None
     type: DialBind | None
-    semantic: PolicySemantic | None
+    semantic: Semantic | None
     identity_roles: Roles = None
     service_roles: Roles = None
     posture_check_roles: Roles = None
@@ -69,7 +55,7 @@ class ServicePolicyUpdate(ServicePolicyCreate):
 class ServicePolicyPatch(_PolicyBody):
     name: str | None = None
     type: DialBind | None = None
-    semantic: PolicySemantic | None = None
+    semantic: Semantic | None = None
     identity_roles: Roles = None
     service_roles: Roles = None
     posture_check_roles: Roles = None
@@ -79,7 +65,7 @@ class ServicePolicyPatch(_PolicyBody):
 # -- edge router policies -------------------------------------------------------------------------
 class EdgeRouterPolicyCreate(_PolicyBody):
     name: str | None
-    semantic: PolicySemantic | None
+    semantic: Semantic | None
     identity_roles: Roles = None
     edge_router_roles: Roles = None
     tags: Tags = None
@@ -91,7 +77,7 @@ class EdgeRouterPolicyUpdate(EdgeRouterPolicyCreate):
 
 class EdgeRouterPolicyPatch(_PolicyBody):
     name: str | None = None
-    semantic: PolicySemantic | None = None
+    semantic: Semantic | None = None
     identity_roles: Roles = None
     edge_router_roles: Roles = None
     tags: Tags = None
@@ -100,7 +86,7 @@ class EdgeRouterPolicyPatch(_PolicyBody):
 # -- service edge router policies -----------------------------------------------------------------
 class ServiceEdgeRouterPolicyCreate(_PolicyBody):
     name: str | None
-    semantic: PolicySemantic | None
+    semantic: Semantic | None
     service_roles: Roles = None
     edge_router_roles: Roles = None
     tags: Tags = None
@@ -112,7 +98,7 @@ class ServiceEdgeRouterPolicyUpdate(ServiceEdgeRouterPolicyCreate):
 
 class ServiceEdgeRouterPolicyPatch(_PolicyBody):
     name: str | None = None
-    semantic: PolicySemantic | None = None
+    semantic: Semantic | None = None
     service_roles: Roles = None
     edge_router_roles: Roles = None
     tags: Tags = None

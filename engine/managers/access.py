@@ -240,6 +240,17 @@ class AccessManager:
             )
         return self._load(member_kind, ids)
 
+    # -- lists ---------------------------------------------------------------------------------
+    def role_filter(self, kind: type[Entity], roles: Sequence[str], semantic: str) -> set[str]:
+        """Ids of the entities a list's ``roleFilter`` selects (policy-semantics §1.5)."""
+        with self._lock:
+            return set(self._graph.role_filter(ENTITY_KINDS[kind.ENTITY][0], roles, semantic))
+
+    def attribute_names(self, kind: type[Entity]) -> list[str]:
+        """The distinct role attributes carried by entities of ``kind``, sorted."""
+        with self._lock:
+            return self._graph.attribute_names(ENTITY_KINDS[kind.ENTITY][0])
+
     # -- answers -------------------------------------------------------------------------------
     def permissions(self, identity_id: str, service_id: str) -> list[str]:
         """``Bind``/``Dial`` the identity holds on the service (sorted, as OpenZiti lists them)."""
