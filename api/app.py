@@ -1,14 +1,20 @@
-"""The composition root: ``create_app(settings)`` builds the store, managers and Falcon app."""
+"""The composition root: ``create_app`` builds the store, the ports, the managers and the Falcon app.
+
+Collaborators come in as keyword arguments (tests pass ``engine.testing`` fakes and a temporary
+store); whatever is not given is built from ``settings``. Nothing here is global: two apps in one
+process share nothing.
+"""
 
 from __future__ import annotations
 
 import logging
+import ssl
 
 import falcon
 import orjson
 from falcon import media
 
-from api import __version__, authentication, errors, info
+from api import __version__, authentication, current, errors, info
 from api.client import register_all as register_client
 from api.controller import Controller
 from api.info import ZITI_COMPAT_VERSION
@@ -18,14 +24,13 @@ from api.middleware import RequestMiddleware
 from api.routing import Routes
 from api.settings import Settings
 from api.system import ShortIds, SystemClock
+from api.tls import TlsTrust
 from engine.entities import all as _all_kinds  # noqa: F401  (registers every entity kind)
 from engine.managers._base import Env
-from engine.managers.access import AccessManager
-from engine.managers.api_sessions import ApiSessionManager
-from engine.managers.authentication import AuthenticationManager
-from engine.managers.bootstrap import ensure_builtins
-from engine.ports import Clock, Store
-from pki import CertificateAuthority, ScryptPasswordHasher
+from engine.managers.enrollment import EnrollmentSettings
+from engine.managers.registry import build_managers
+from engine.ports import Clock, IdGenerator, PasswordHasher, Store
+from pki import CertificateAuthority, JwtSigner, PkiPaths, ScryptPasswordHasher
 
 log = logging.getLogger("trellis")
 
@@ -36,62 +41,87 @@ def open_store(settings: Settings) -> Store:
     return DuckDBStore(settings.db_path, memory_limit=settings.db_memory_limit)
 
 
-def load_pki(settings: Settings) -> CertificateAuthority | None:
-    from pki.authority import PkiPaths
-
+def load_pki(settings: Settings) -> CertificateAuthority:
     paths = PkiPaths.in_directory(settings.pki_dir)
     if not paths.exists():
-        return None
+        raise SystemExit(f"no PKI in {settings.pki_dir}: run `trellis init` first")
     return CertificateAuthority.load(paths)
 
 
+def enrollment_settings(settings: Settings) -> EnrollmentSettings:
+    return EnrollmentSettings(
+        issuer=f"https://{settings.advertised_address}",
+        # No control plane is served yet, so routers are given no control-channel address.
+        ctrls=(),
+        identity_duration=settings.enrollment_duration,
+        router_duration=settings.enrollment_duration,
+    )
+
+
 def build_controller(
-    settings: Settings, store: Store | None = None, clock: Clock | None = None
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    ids: IdGenerator | None = None,
+    hasher: PasswordHasher | None = None,
+    ca: CertificateAuthority | None = None,
 ) -> Controller:
+    """The controller's state: ports (given or built from ``settings``) and one set of managers."""
+    authority = ca if ca is not None else load_pki(settings)
     store = store if store is not None else open_store(settings)
-    ids = ShortIds()
+    ids = ids if ids is not None else ShortIds()
     env = Env(
         store=store,
-        clock=clock or SystemClock(),
+        clock=clock if clock is not None else SystemClock(),
         ids=ids,
-        hasher=ScryptPasswordHasher(),
+        hasher=hasher if hasher is not None else ScryptPasswordHasher(),
         schemas=JsonSchemaChecker(),
+        ca=authority,
+        tokens=JwtSigner.for_authority(authority),
     )
-    ensure_builtins(env)
+    managers = build_managers(env, enrollment_settings(settings), session_timeout=settings.session_timeout)
     instance_id = store.get_setting("instance_id")
     if instance_id is None:
         instance_id = ids.new_id()
         store.put_setting("instance_id", instance_id)
-    sessions = ApiSessionManager(env, settings.session_timeout)
-    access = AccessManager(store)  # the policy graph, resolved from the store in bulk
-    env.listeners.append(access.on_commit)
     return Controller(
         settings=settings,
-        env=env,
-        sessions=sessions,
-        auth=AuthenticationManager(env, sessions),
-        access=access,
+        managers=managers,
+        pki=authority,
         instance_id=instance_id,
         version=ZITI_COMPAT_VERSION,
         version_trellis=__version__,
-        pki=load_pki(settings),
     )
 
 
 class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
-    """The Falcon app with the controller behind it at ``app.ctrl``."""
+    """The Falcon app with the controller behind it at ``app.ctrl`` and its routes at ``app.routes``."""
 
     ctrl: Controller
+    routes: Routes
+    trust: TlsTrust
+
+    def tls_context(self) -> ssl.SSLContext:
+        """The TLS context for a new connection: trusts our CA and the verified third-party CAs now."""
+        return self.trust.context()
 
 
 def create_app(
-    settings: Settings | None = None, *, store: Store | None = None, clock: Clock | None = None
+    settings: Settings | None = None,
+    *,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    ids: IdGenerator | None = None,
+    hasher: PasswordHasher | None = None,
+    ca: CertificateAuthority | None = None,
 ) -> TrellisApp:
-    """The WSGI app serving both APIs (``store`` and ``clock`` may be supplied, e.g. by tests)."""
+    """The WSGI app serving both APIs; collaborators not given are built from ``settings``."""
     settings = settings or Settings.from_env()
-    ctrl = build_controller(settings, store, clock)
+    ctrl = build_controller(settings, store=store, clock=clock, ids=ids, hasher=hasher, ca=ca)
     app = TrellisApp(middleware=[RequestMiddleware(ctrl)], cors_enable=False)
     app.ctrl = ctrl
+    app.trust = TlsTrust(PkiPaths.in_directory(settings.pki_dir), ctrl.managers)
     json = media.JSONHandler(dumps=orjson.dumps, loads=orjson.loads)
     app.req_options.media_handlers[falcon.MEDIA_JSON] = json
     app.resp_options.media_handlers[falcon.MEDIA_JSON] = json
@@ -101,6 +131,8 @@ def create_app(
     routes = Routes(app, ctrl)
     info.register(routes)
     authentication.register(routes)
+    current.register(routes)
     register_management(routes)
     register_client(routes)
+    app.routes = routes
     return app

@@ -7,12 +7,14 @@ import falcon
 from api.controller import Controller
 from api.http import empty, ok, read_model
 from api.middleware import ADMIN, NONE, PARTIAL, SESSION
+from api.peer import parse_networks, presented_chain
 from api.resources import Family, FamilyCollection, FamilyItem
 from api.routing import Routes
 from api.schemas.api_sessions import Authenticate, info_dict, render_api_session
 from api.schemas.identities import render_identity
 from engine.errors import FieldError, InvalidAuthError, InvalidAuthMethodError
 from engine.managers.api_sessions import ApiSessionManager
+from engine.managers.authentication import LoginInfo
 from engine.query import Symbol, SymbolTable, SymbolType
 
 METHODS = ("password", "cert", "ext-jwt")
@@ -23,13 +25,14 @@ def _client_ip(req: falcon.Request) -> str:
 
 
 class AuthenticateResource:
-    """Authenticate with a password (certificate and external JWT methods come later)."""
+    """Authenticate by password or by client certificate (external JWTs come with issue #7)."""
 
     auth = NONE
     body_models = {"post": Authenticate}
 
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl
+        self.proxies = parse_networks(ctrl.settings.cert_proxies)
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         method = req.get_param("method")
@@ -39,23 +42,27 @@ class AuthenticateResource:
             raise InvalidAuthMethodError(
                 field="method", value=method, reason="unsupported authentication method"
             )
-        if method != "password":
-            # Certificate and external-JWT authentication arrive with the PKI issue.
-            raise InvalidAuthError()
         model = read_model(req, Authenticate, allow_empty=True)
-        if model.username is None or model.password is None:
-            raise InvalidAuthError()
-        session, _ = self.ctrl.auth.authenticate_password(
-            model.username,
-            model.password,
+        info = LoginInfo(
             ip_address=_client_ip(req),
-            config_types=model.config_types,
+            config_types=tuple(model.config_types or ()),
             env_info=info_dict(model.env_info),
             sdk_info=info_dict(model.sdk_info),
         )
-        req.context.session = session
-        resp.set_header("zt-session", session.token)
-        ok(resp, render_api_session(self.ctrl, session, current=True))
+        auth = self.ctrl.managers.authentication
+        if method == "password":
+            if model.username is None or model.password is None:
+                raise InvalidAuthError()
+            login = auth.password(model.username, model.password, info)
+        elif method == "cert":
+            login = auth.cert(presented_chain(req, self.proxies), info)
+        else:
+            raise InvalidAuthError()
+        req.context.session = login.session
+        resp.set_header("zt-session", login.token)
+        if login.authenticator.is_extend_requested:
+            resp.set_header("ziti-authenticator-extend-requested", "true")
+        ok(resp, render_api_session(self.ctrl, login.session, token=login.token))
 
 
 class CurrentApiSessionResource:
@@ -65,7 +72,7 @@ class CurrentApiSessionResource:
         self.ctrl = ctrl
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        ok(resp, render_api_session(self.ctrl, req.context.session, current=True))
+        ok(resp, render_api_session(self.ctrl, req.context.session, token=req.context.token))
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
         self.ctrl.sessions.delete(req.context.session.id)
@@ -89,7 +96,6 @@ def api_session_symbols() -> SymbolTable:
             "id": Symbol(SymbolType.STRING, lambda s: s.id),
             "createdAt": Symbol(SymbolType.DATETIME, lambda s: s.created_at),
             "updatedAt": Symbol(SymbolType.DATETIME, lambda s: s.updated_at),
-            "token": Symbol(SymbolType.STRING, lambda s: s.token),
             "identity": Symbol(SymbolType.STRING, lambda s: s.identity_id),
             "identityId": Symbol(SymbolType.STRING, lambda s: s.identity_id),
             "ipAddress": Symbol(SymbolType.STRING, lambda s: s.ip_address),
@@ -110,7 +116,7 @@ def register(routes: Routes) -> None:
     family = Family(
         entity="api-sessions",
         manager=sessions,
-        render=lambda s: render_api_session(ctrl, s, current=False),
+        render=lambda s: render_api_session(ctrl, s),
         symbols=api_session_symbols(),
         list_items=lambda req: sessions.active(),
         auth=ADMIN,

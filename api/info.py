@@ -11,7 +11,7 @@ import falcon
 from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
 from api.http import ok
 from api.middleware import NONE
-from api.routing import Routes
+from api.routing import Route, Routes
 from engine.errors import NotFoundError
 from pki.certs import pkcs7_certs_only_b64
 
@@ -78,9 +78,10 @@ class SpecsResource:
 
     auth = NONE
 
-    def __init__(self, ctrl: Controller, api: str) -> None:
+    def __init__(self, ctrl: Controller, api: str, routes: list[Route]) -> None:
         self.ctrl = ctrl
         self.api = api
+        self.routes = routes  # the table registration fills; read when a spec is asked for
 
     def _entity(self) -> dict[str, Any]:
         spec_id = SPEC_IDS[self.api]
@@ -97,7 +98,7 @@ class SpecsResource:
     def _document(self) -> dict[str, Any]:
         from api.spec import build_spec
 
-        return build_spec(self.ctrl, self.api)
+        return build_spec(self.ctrl, self.api, self.routes)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         ok(resp, [self._entity()], {"pagination": {"limit": 10, "offset": 0, "totalCount": 1}})
@@ -125,8 +126,6 @@ class CaCertsResource:
         self.ctrl = ctrl
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        if self.ctrl.pki is None:
-            raise NotFoundError()
         resp.content_type = "application/pkcs7-mime"
         resp.set_header("Content-Transfer-Encoding", "base64")
         resp.text = pkcs7_certs_only_b64(self.ctrl.pki.ca_certificates())
@@ -144,7 +143,7 @@ def register(routes: Routes) -> None:
         routes.add(api, "/version", version)
         routes.add(api, "/enumerated-capabilities", CapabilitiesResource())
         routes.add(api, "/.well-known/est/cacerts", cacerts)
-        specs = SpecsResource(ctrl, api)
+        specs = SpecsResource(ctrl, api, routes.table)
         routes.add(api, "/specs", specs)
         routes.add(api, "/specs/{id}", specs, suffix="item")
         routes.add(api, "/specs/{id}/spec", specs, suffix="body")

@@ -38,6 +38,7 @@ class RequestMiddleware:
         req.context.session = None
         req.context.identity = None
         req.context.token_state = "missing"
+        req.context.token = None
         path = req.path
         if path.startswith("/edge/v1/"):
             req.path = CLIENT_BASE + path[len("/edge/v1") :]
@@ -55,6 +56,7 @@ class RequestMiddleware:
                 return
             req.context.session = session
             req.context.identity = identity
+            req.context.token = token
             req.context.token_state = "valid"
 
     def process_resource(

@@ -1,4 +1,8 @@
-"""Route registration on both API prefixes, remembering every route for the spec."""
+"""Route registration on both API prefixes; the table of routes is what the spec is generated from.
+
+Registering only mounts resources: managers and every other collaborator already exist on the
+controller (``routes.ctrl.managers``), so ``register(routes)`` functions build nothing else.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +13,24 @@ from typing import Any
 import falcon
 
 from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
+from engine.managers.registry import Managers
 
 APIS = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE}
+
+#: (api, template, resource, suffix) of one mounted route.
+Route = tuple[str, str, Any, str | None]
 
 
 class Routes:
     def __init__(self, app: falcon.App[falcon.Request, falcon.Response], ctrl: Controller) -> None:
         self.app = app
         self.ctrl = ctrl
+        #: Every route mounted under an API base, in mounting order.
+        self.table: list[Route] = []
+
+    @property
+    def managers(self) -> Managers:
+        return self.ctrl.managers
 
     def add(self, api: str, template: str, resource: Any, suffix: str | None = None) -> None:
         """Mount ``resource`` at ``template`` under the ``api`` base path ("client"/"management")."""
@@ -25,7 +39,7 @@ class Routes:
             self.app.add_route(full, resource, suffix=suffix)
         else:
             self.app.add_route(full, resource)
-        self.ctrl.routes.append((api, template, resource, suffix))
+        self.table.append((api, template, resource, suffix))
 
     def management(self, template: str, resource: Any, suffix: str | None = None) -> None:
         self.add("management", template, resource, suffix)

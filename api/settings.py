@@ -20,6 +20,8 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     db_memory_limit: str = "1GB"
     threads: int = 8
+    #: Addresses (or CIDR blocks) of TLS-terminating proxies whose ``X-Client-CertPem`` is believed.
+    cert_proxies: tuple[str, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -51,4 +53,7 @@ class Settings:
             session_timeout=timedelta(minutes=max(1, timeout)),
             db_memory_limit=env.get("TRELLIS_DB_MEMORY_LIMIT", "1GB"),
             threads=int(env.get("TRELLIS_THREADS", "8")),
+            cert_proxies=tuple(
+                s.strip() for s in env.get("TRELLIS_CERT_PROXIES", "").split(",") if s.strip()
+            ),
         )

@@ -14,6 +14,7 @@ from typing import Any
 from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
 from api.middleware import NONE
 from api.resources import has_responder
+from api.routing import Route
 
 _VERBS = ("get", "post", "put", "patch", "delete")
 _PARAM = re.compile(r"{(\w+)}")
@@ -93,11 +94,11 @@ def _camel(template: str) -> str:
     return "".join(w[:1].upper() + w[1:] for w in words if w)
 
 
-def build_spec(ctrl: Controller, api: str) -> dict[str, Any]:
-    """The Swagger 2.0 document of ``api`` ("client" or "management")."""
+def build_spec(ctrl: Controller, api: str, routes: list[Route]) -> dict[str, Any]:
+    """The Swagger 2.0 document of ``api`` ("client" or "management") from its ``routes``."""
     paths: dict[str, dict[str, Any]] = {}
     definitions: dict[str, Any] = {}
-    for route_api, template, resource, suffix in ctrl.routes:
+    for route_api, template, resource, suffix in routes:
         if route_api != api:
             continue
         for verb in _VERBS:

@@ -16,8 +16,27 @@ The tree (HTTP statuses live only in ``api/errors.py``)::
     ├── EntityCanNotBeDeletedError          ENTITY_CAN_NOT_BE_DELETED
     ├── EntityCanNotBeUpdatedError          ENTITY_CAN_NOT_BE_UPDATED
     ├── EnrollmentExistsError               ENROLLMENT_EXISTS
+    ├── EnrollmentError                     (enrollment refusals)
+    │   ├── InvalidEnrollmentTokenError     INVALID_ENROLLMENT_TOKEN
+    │   ├── EnrollmentExpiredError          ENROLLMENT_EXPIRED
+    │   ├── InvalidEnrollMethodError        INVALID_ENROLL_METHOD
+    │   ├── MissingOrInvalidCsrError        MISSING_OR_INVALID_CSR
+    │   ├── CouldNotProcessCsrError         COULD_NOT_PROCESS_CSR
+    │   ├── EnrollmentCaNotValidError       ENROLLMENT_CA_NOT_VALID
+    │   ├── EnrollmentNoValidCasError       ENROLLMENT_NO_VALID_CAS
+    │   ├── AlreadyEnrolledError            ENROLLMENT_IDENTITY_ALREADY_ENROLLED
+    │   └── MissingCertClaimError           MISSING_CERT_CLAIM
+    ├── CertInUseError                      CERT_IN_USE
+    ├── CertFailedValidationError           CERT_FAILED_VALIDATION
+    ├── CertificateFailedValidationError    CERTIFICATE_FAILED_VALIDATION
+    ├── InvalidCommonNameError              INVALID_COMMON_NAME
+    ├── ExpectedPemCertificateError         EXPECTED_PEM_CERTIFICATE
+    ├── CouldNotParseDerBlockError          COULD_NOT_PARSE_DER_BLOCK
+    ├── InvalidClientCertError              INVALID_CLIENT_CERT
+    ├── CaAlreadyVerifiedError              CA_ALREADY_VERIFIED
     ├── CertificateIsNotCaError             CERTIFICATE_IS_NOT_CA
     ├── InvalidCertPemError                 INVALID_CERT_PEM
+    ├── UnsupportedMediaError               UNSUPPORTED_MEDIA
     ├── NameConflictError                   COULD_NOT_VALIDATE (duplicate unique field)
     └── RequestEntityTooLargeError          REQUEST_ENTITY_TOO_LARGE
 """
@@ -167,3 +186,97 @@ class InvalidCertPemError(ControllerError):
 class RequestEntityTooLargeError(ControllerError):
     code = "REQUEST_ENTITY_TOO_LARGE"
     default_message = "The request body is too large"
+
+
+class EnrollmentError(ControllerError):
+    """Base of the refusals of an enrollment request."""
+
+
+class InvalidEnrollmentTokenError(EnrollmentError):
+    code = "INVALID_ENROLLMENT_TOKEN"
+    default_message = "The supplied token is not valid"
+
+
+class EnrollmentExpiredError(EnrollmentError):
+    code = "ENROLLMENT_EXPIRED"
+    default_message = "The enrollment token has expired"
+
+
+class InvalidEnrollMethodError(EnrollmentError):
+    code = "INVALID_ENROLL_METHOD"
+    default_message = "The enrollment method requested is invalid"
+
+
+class MissingOrInvalidCsrError(EnrollmentError):
+    code = "MISSING_OR_INVALID_CSR"
+    default_message = "The request is missing or has an invalid CSR"
+
+
+class CouldNotProcessCsrError(EnrollmentError):
+    code = "COULD_NOT_PROCESS_CSR"
+    default_message = "The supplied csr could not be processed"
+
+
+class EnrollmentCaNotValidError(EnrollmentError):
+    code = "ENROLLMENT_CA_NOT_VALID"
+    default_message = "The CA tied to the supplied token is no longer valid"
+
+
+class EnrollmentNoValidCasError(EnrollmentError):
+    code = "ENROLLMENT_NO_VALID_CAS"
+    default_message = "The certificate was not signed by any CA that allows auto enrollment"
+
+
+class AlreadyEnrolledError(EnrollmentError):
+    code = "ENROLLMENT_IDENTITY_ALREADY_ENROLLED"
+    default_message = "The identity is already enrolled"
+
+
+class MissingCertClaimError(EnrollmentError):
+    code = "MISSING_CERT_CLAIM"
+    default_message = "The certificate is missing the claim the CA requires"
+
+
+class CertInUseError(ControllerError):
+    code = "CERT_IN_USE"
+    default_message = "The certificate supplied is already associated with another identity"
+
+
+class CertFailedValidationError(ControllerError):
+    code = "CERT_FAILED_VALIDATION"
+    default_message = "The certificate failed to validate"
+
+
+class CertificateFailedValidationError(ControllerError):
+    code = "CERTIFICATE_FAILED_VALIDATION"
+    default_message = "The supplied certificate failed to validate against the CA's certificate chain"
+
+
+class InvalidCommonNameError(ControllerError):
+    code = "INVALID_COMMON_NAME"
+    default_message = "The common name of the certificate is invalid"
+
+
+class ExpectedPemCertificateError(ControllerError):
+    code = "EXPECTED_PEM_CERTIFICATE"
+    default_message = "The supplied PEM block was not a certificate"
+
+
+class CouldNotParseDerBlockError(ControllerError):
+    code = "COULD_NOT_PARSE_DER_BLOCK"
+    default_message = "The supplied PEM block could not be parsed as DER"
+
+
+class InvalidClientCertError(ControllerError):
+    code = "INVALID_CLIENT_CERT"
+    default_message = "The provided client certificate is invalid"
+
+
+class CaAlreadyVerifiedError(ControllerError):
+    code = "CA_ALREADY_VERIFIED"
+    default_message = "The CA has already been verified"
+
+
+class UnsupportedMediaError(ControllerError):
+    code = "UNSUPPORTED_MEDIA"
+    default_message = "The request media type is not supported"

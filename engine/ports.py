@@ -1,16 +1,21 @@
 """Ports: the interfaces the engine needs from the outside world.
 
-``storage`` implements :class:`Store`, ``pki`` implements :class:`PasswordHasher`, and the
-composition root (``api/app.py``) supplies a :class:`Clock` and an :class:`IdGenerator`.
+``storage`` implements :class:`Store`; ``pki`` implements :class:`PasswordHasher`,
+:class:`CertificateAuthority` and :class:`TokenSigner`; the composition root (``api/app.py``)
+supplies a :class:`Clock` and an :class:`IdGenerator`. ``engine.testing`` ships cheap fakes of
+the clock, the ids and the hasher for tests.
+
+Certificates cross the boundary as PEM text; what the engine needs to know of one is a
+:class:`CertInfo` that ``pki`` parsed, so the engine never touches X.509 itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, Literal, Protocol, TypeVar
 
 from engine.entities import Entity
 
@@ -37,6 +42,118 @@ class PasswordHasher(Protocol):
     def hash(self, password: str) -> str: ...
 
     def verify(self, password: str, encoded: str) -> bool: ...
+
+
+#: What a certificate is issued for: an identity's client certificate, a router's server
+#: certificate (serverAuth + clientAuth, with SANs) or a router's client certificate.
+CertProfile = Literal["client", "server", "router"]
+
+
+@dataclass(frozen=True)
+class CertInfo:
+    """The facts of one X.509 certificate the engine decides on (parsed by ``pki``)."""
+
+    pem: str
+    #: OpenZiti's fingerprint: lowercase hex SHA-1 of the DER, no separators.
+    fingerprint: str
+    common_name: str | None
+    not_before: datetime
+    not_after: datetime
+    is_ca: bool
+    #: The subject as an RFC 4514 string, and the SAN URIs and e-mail addresses (CA auto-enrollment
+    #: reads an external id from them).
+    subject: str = ""
+    uris: tuple[str, ...] = ()
+    emails: tuple[str, ...] = ()
+    #: Lowercase hex SHA-256 of the SubjectPublicKeyInfo: equal for two certificates of one key.
+    public_key_id: str = ""
+
+    def is_valid_at(self, moment: datetime) -> bool:
+        return self.not_before <= moment <= self.not_after
+
+
+@dataclass(frozen=True)
+class IssuedCertificate:
+    """A certificate our CA just signed."""
+
+    info: CertInfo
+    #: The leaf then our signing (intermediate) CA, PEM: what enrollment answers carry as ``cert``.
+    chain_pem: str
+
+    @property
+    def pem(self) -> str:
+        return self.info.pem
+
+    @property
+    def fingerprint(self) -> str:
+        return self.info.fingerprint
+
+
+class CertificateAuthority(Protocol):
+    """The controller's PKI: signs CSRs, parses and checks certificates (implemented in ``pki``).
+
+    Every parse or check failure raises a ``ControllerError`` (``FieldError`` on the named
+    ``field`` unless stated), never a library exception.
+    """
+
+    def ca_bundle_pem(self) -> str:
+        """Our CA certificates (root, then signing CA), PEM: enrollment answers' ``ca``."""
+        ...
+
+    def sign_csr(
+        self,
+        csr: str,
+        *,
+        profile: CertProfile,
+        common_name: str,
+        validity: timedelta,
+        now: datetime,
+        sans: Sequence[str] = (),
+        field: str = "csr",
+    ) -> IssuedCertificate:
+        """Issue a certificate for a CSR (PEM, or base64/raw DER as text).
+
+        Lenient with how real SDKs encode CSRs (mbedTLS's explicit NULL parameters), strict about
+        the key (RSA >= 2048, EC, Ed25519) and the CSR's self-signature. The subject is ours
+        (``common_name``), never the CSR's; ``server``/``router`` profiles carry ``sans``.
+        """
+        ...
+
+    def parse_certificate(self, pem: str, *, field: str = "certPem") -> CertInfo:
+        """The first certificate of ``pem``."""
+        ...
+
+    def parse_certificates(self, pem: str, *, field: str = "certPem") -> list[CertInfo]:
+        """Every certificate of ``pem``, in order."""
+        ...
+
+    def parse_ca_certificate(self, pem: str, *, field: str = "certPem") -> CertInfo:
+        """A CA certificate (``CERTIFICATE_IS_NOT_CA`` when it lacks CA:TRUE)."""
+        ...
+
+    def issued_by_us(self, chain: Sequence[str]) -> bool:
+        """Whether ``chain`` (leaf first, PEM) is signed by our signing CA (signature checked)."""
+        ...
+
+    def issuer_index(self, chain: Sequence[str], ca_pems: Sequence[str]) -> int | None:
+        """Which of ``ca_pems`` issued the leaf of ``chain``, or None.
+
+        The leaf may be signed directly by the CA or through intermediates that ``chain``
+        carries after it; every signature on the way is checked. Dates are not checked.
+        """
+        ...
+
+    def verify_ca_proof(self, ca_pem: str, proof_pem: str, token: str, *, field: str = "certificate") -> None:
+        """Check a CA verification certificate: CN == ``token``, signed by the CA."""
+        ...
+
+
+class TokenSigner(Protocol):
+    """Signs the controller's JWTs (enrollment JWTs) with the API listener's TLS key."""
+
+    def sign(self, claims: Mapping[str, Any]) -> str:
+        """A compact JWS of ``claims`` (``alg`` from the key, ``kid`` = SHA-1 of the certificate)."""
+        ...
 
 
 @dataclass(frozen=True)

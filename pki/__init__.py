@@ -3,37 +3,50 @@
 Imports only ``engine`` and the crypto libraries. Time is always passed in (``now``).
 
 - :mod:`pki.authority`: :func:`init_pki` creates the root CA, the signing (intermediate) CA and
-  the API server certificate; :class:`CertificateAuthority` signs CSRs and exposes the chain and
-  the enrollment-JWT signing key.
-- :mod:`pki.certs`: parsing, OpenZiti fingerprints, CA checks and verification, PKCS#7 cacerts.
+  the API server certificate; :class:`CertificateAuthority` (``engine.ports.CertificateAuthority``)
+  signs CSRs per profile, parses certificates into ``CertInfo`` and checks chains.
+- :mod:`pki.csr`: CSRs as clients send them (PEM, base64, raw DER; mbedTLS's NULL parameters).
+- :mod:`pki.certs`: parsing, OpenZiti fingerprints, CA checks and verification, chains, PKCS#7 cacerts.
+- :mod:`pki.tokens`: :class:`JwtSigner` (``engine.ports.TokenSigner``), enrollment JWTs signed
+  with the TLS server key.
 - :mod:`pki.passwords`: scrypt password hashing and random passwords.
 """
 
 from pki._x509 import PrivateKey
-from pki.authority import BACKDATE, CertificateAuthority, PkiPaths, init_pki
+from pki.authority import BACKDATE, PROFILES, CertificateAuthority, PkiPaths, init_pki
 from pki.certs import (
+    cert_info,
     certificate_pem,
     common_name,
     fingerprint,
+    issued_by,
     parse_ca_certificate,
     parse_certificate,
     parse_certificates,
     pkcs7_certs_only_b64,
     verify_ca_verification_cert,
 )
+from pki.csr import load_csr
 from pki.passwords import ScryptPasswordHasher, generate_password
+from pki.tokens import JwtSigner, jws_algorithm
 
 __all__ = [
     "BACKDATE",
+    "PROFILES",
     "CertificateAuthority",
+    "JwtSigner",
     "PkiPaths",
     "PrivateKey",
     "ScryptPasswordHasher",
+    "cert_info",
     "certificate_pem",
     "common_name",
     "fingerprint",
     "generate_password",
     "init_pki",
+    "issued_by",
+    "jws_algorithm",
+    "load_csr",
     "parse_ca_certificate",
     "parse_certificate",
     "parse_certificates",

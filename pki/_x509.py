@@ -1,6 +1,6 @@
 """Low-level X.509 building blocks shared by the ``pki`` modules (private).
 
-Names, SANs, leaf certificates, CSR checks and the PEM file I/O of keys and certificates.
+Names, SANs, leaf and CA certificates and the PEM file I/O of keys and certificates.
 """
 
 from __future__ import annotations
@@ -27,12 +27,21 @@ PrivateKey: TypeAlias = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
 LeafPublicKey: TypeAlias = (
     rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey | ed448.Ed448PublicKey
 )
-"""Public key types accepted in a CSR."""
+"""Public key types a leaf certificate may carry."""
+
+LIBRARY_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    TypeError,
+    UnsupportedAlgorithm,
+    x509.InvalidVersion,
+    x509.DuplicateExtension,
+    x509.UnsupportedGeneralNameType,
+)
+"""What cryptography raises for malformed or unsupported input (caught and reported as FieldErrors)."""
 
 BACKDATE = timedelta(minutes=5)
 """How far every ``notBefore`` is set before ``now`` (clock skew between peers)."""
 
-MIN_RSA_BITS = 2048
 ORGANIZATION = "Trellis"
 
 
@@ -49,12 +58,6 @@ def name(common_name: str) -> x509.Name:
             x509.NameAttribute(NameOID.COMMON_NAME, common_name),
         ]
     )
-
-
-def with_common_name(subject: x509.Name, common_name: str) -> x509.Name:
-    """``subject`` with its CN attributes replaced by ``common_name`` (appended if it had none)."""
-    kept = [attr for attr in subject if attr.oid != NameOID.COMMON_NAME]
-    return x509.Name([*kept, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
 def general_names(entries: list[str], *, field: str) -> list[x509.GeneralName]:
@@ -209,49 +212,6 @@ def build_ca(
     )
     builder = _ca_extensions(builder, key, issuer_key, path_length)
     return builder.sign(issuer_key, hash_for(issuer_key)), key
-
-
-def parse_csr(csr_pem: str) -> x509.CertificateSigningRequest:
-    """A PEM CSR whose signature is valid; FieldError("csr", ...) otherwise."""
-    if not isinstance(csr_pem, str) or "-----BEGIN" not in csr_pem:
-        raise FieldError("csr", "could not parse PEM certificate signing request")
-    try:
-        csr = x509.load_pem_x509_csr(csr_pem.strip().encode("utf-8"))
-    except (ValueError, UnsupportedAlgorithm) as exc:
-        raise FieldError("csr", "could not parse PEM certificate signing request") from exc
-    try:
-        valid = csr.is_signature_valid
-    except (ValueError, UnsupportedAlgorithm):
-        valid = False
-    if not valid:
-        raise FieldError("csr", "certificate signing request signature is invalid")
-    return csr
-
-
-def csr_public_key(csr: x509.CertificateSigningRequest) -> LeafPublicKey:
-    """The CSR's public key if it is RSA (>= 2048 bits), EC, Ed25519 or Ed448."""
-    try:
-        key = csr.public_key()
-    except (ValueError, UnsupportedAlgorithm) as exc:
-        raise FieldError("csr", "unsupported public key in certificate signing request") from exc
-    if isinstance(key, rsa.RSAPublicKey):
-        if key.key_size < MIN_RSA_BITS:
-            raise FieldError("csr", f"RSA keys must have at least {MIN_RSA_BITS} bits")
-        return key
-    if isinstance(key, ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey | ed448.Ed448PublicKey):
-        return key
-    raise FieldError("csr", "unsupported public key in certificate signing request")
-
-
-def requested_sans(csr: x509.CertificateSigningRequest) -> list[x509.GeneralName]:
-    """The SANs a CSR asks for (empty when it has no SAN extension)."""
-    try:
-        ext = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName)
-    except x509.ExtensionNotFound:
-        return []
-    except ValueError as exc:  # a malformed extension
-        raise FieldError("csr", "invalid extensions in certificate signing request") from exc
-    return list(ext.value)
 
 
 def key_pem(key: PrivateKey) -> bytes:

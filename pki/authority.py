@@ -9,9 +9,11 @@
     ca-bundle.pem                              root + intermediate
 
 All PEM; keys are unencrypted PKCS#8 written with mode 0600. ``CertificateAuthority`` loads them
-and signs CSRs (enrollment) with the intermediate. Enrollment JWTs are signed with the TLS server
-key because OpenZiti SDKs verify them against the server certificate they receive (see
-``wire-contract.md`` §6.1), hence :meth:`CertificateAuthority.signing_key_for_jwt`.
+and implements ``engine.ports.CertificateAuthority``: it signs CSRs (enrollment) with the
+intermediate for a profile (:data:`PROFILES`), parses certificates into ``CertInfo`` and checks
+who issued a presented chain. Enrollment JWTs are signed with the TLS server key because OpenZiti
+SDKs verify them against the server certificate they receive (see ``wire-contract.md`` §6.1),
+hence :meth:`CertificateAuthority.signing_key_for_jwt` and :class:`pki.tokens.JwtSigner`.
 
 Time is passed in (``now``); nothing here reads the clock. Every certificate's ``notBefore`` is
 backdated by :data:`BACKDATE` to tolerate clock skew between the controller and its clients.
@@ -19,36 +21,45 @@ backdated by :data:`BACKDATE` to tolerate clock skew between the controller and 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Literal
 
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from engine import ports
+from engine.errors import FieldError
+from engine.ports import CertInfo, CertProfile, IssuedCertificate
+from pki import certs
 from pki._x509 import (
     BACKDATE,
     PrivateKey,
     as_utc,
     build_ca,
     build_leaf,
-    csr_public_key,
     general_names,
     key_pem,
     load_certificates,
     load_private_key,
     name,
-    parse_csr,
     public_key_der,
-    requested_sans,
-    with_common_name,
     write_file,
 )
-from pki.certs import certificate_pem, fingerprint
+from pki.certs import (
+    cert_info,
+    certificate_pem,
+    directly_issued,
+    fingerprint,
+    issuer_index,
+    verify_ca_verification_cert,
+)
+from pki.csr import csr_public_key, load_csr, requested_sans
+from pki.tokens import jws_algorithm
 
-__all__ = ["BACKDATE", "CertificateAuthority", "PkiPaths", "init_pki"]
+__all__ = ["BACKDATE", "PROFILES", "CertificateAuthority", "PkiPaths", "init_pki"]
 
 ROOT_VALIDITY = timedelta(days=3650)
 INTERMEDIATE_VALIDITY = timedelta(days=1825)
@@ -278,49 +289,124 @@ class CertificateAuthority:
 
     def jwt_algorithm(self) -> str:
         """The JOSE ``alg`` for :meth:`signing_key_for_jwt`: RS256, or ES256/ES384/ES512."""
-        key = self._server_key
-        if isinstance(key, rsa.RSAPrivateKey):
-            return "RS256"
-        return {256: "ES256", 384: "ES384", 521: "ES512"}[key.curve.key_size]
+        return jws_algorithm(self._server_key)
+
+    # --- engine.ports.CertificateAuthority ------------------------------------------------------
 
     def sign_csr(
         self,
-        csr_pem: str,
+        csr: str,
         *,
-        kind: Literal["client", "server"],
+        profile: CertProfile,
+        common_name: str,
         validity: timedelta,
         now: datetime,
-        common_name: str | None = None,
-        sans: list[str] | None = None,
-    ) -> str:
-        """Issue a leaf certificate for a PEM CSR, signed by the intermediate; returns its PEM.
+        sans: Sequence[str] = (),
+        field: str = "csr",
+    ) -> IssuedCertificate:
+        """Issue a certificate for ``csr``, signed by the intermediate (signing) CA.
 
-        The CSR's signature is checked; a CSR that does not parse, is not self-consistent or has
-        an unsupported key raises ``FieldError("csr", ...)``. The subject is the CSR's, with its
-        CN replaced by ``common_name`` when given. SANs are ``sans`` when given (IP or DNS),
-        otherwise those the CSR requests; no other requested extension is honoured. ``client``
-        certificates get extendedKeyUsage clientAuth, ``server`` ones serverAuth + clientAuth.
-        The validity runs from ``now`` (backdated by :data:`BACKDATE`) to ``now + validity``,
-        capped at the intermediate's expiry.
+        ``csr`` is PEM, base64 DER or raw DER text, parsed leniently about mbedTLS's encoding and
+        strictly about the key and the self-signature (:func:`pki.csr.load_csr`); a failure is a
+        FieldError on ``field``. The subject is ``O=Trellis, CN=<common_name>``, whatever the CSR
+        asks. Profiles (:data:`PROFILES`): ``client`` gets extendedKeyUsage clientAuth and no
+        SAN; ``router`` (a router's control-channel certificate) clientAuth + serverAuth and no
+        SAN; ``server`` serverAuth + clientAuth with ``sans`` (an IP address becomes an IP SAN,
+        anything else a DNS SAN) or, when ``sans`` is empty, the DNS and IP SANs the CSR asks
+        for. Valid from ``now - BACKDATE`` to ``now + validity``, capped at the intermediate's
+        expiry. A bad ``profile``, ``validity`` or ``common_name`` is a caller's bug: ValueError.
         """
-        if kind not in ("client", "server"):
-            raise ValueError(f"unknown certificate kind {kind!r}")
+        usages = PROFILES.get(profile)
+        if usages is None:
+            raise ValueError(f"unknown certificate profile {profile!r}")
         if validity <= timedelta(0):
             raise ValueError("validity must be positive")
-        csr = parse_csr(csr_pem)
-        subject = csr.subject if common_name is None else with_common_name(csr.subject, common_name)
-        names = requested_sans(csr) if sans is None else general_names(sans, field="sans")
-        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
-        if kind == "server":
-            usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+        if not 1 <= len(common_name) <= _MAX_CN:
+            raise ValueError(f"common_name must have 1 to {_MAX_CN} characters")
+        now_utc = as_utc(now)
+        if now_utc - BACKDATE >= self._intermediate_cert.not_valid_after_utc:
+            raise ValueError("the signing CA has expired")
+        request = load_csr(csr, field=field)
+        key = csr_public_key(request, field=field)
+        names: list[x509.GeneralName] = []
+        if profile == "server":
+            names = general_names(list(sans), field=field) if sans else requested_sans(request, field=field)
         cert = build_leaf(
-            subject=subject,
-            public_key=csr_public_key(csr),
+            subject=name(common_name),
+            public_key=key,
             sans=names,
-            usages=usages,
+            usages=list(usages),
             issuer_cert=self._intermediate_cert,
             issuer_key=self._intermediate_key,
-            now=as_utc(now),
+            now=now_utc,
             validity=validity,
         )
-        return certificate_pem(cert)
+        return IssuedCertificate(info=cert_info(cert), chain_pem=_pems(cert, self._intermediate_cert))
+
+    def parse_certificate(self, pem: str, *, field: str = "certPem") -> CertInfo:
+        """The first certificate of ``pem``; FieldError(field, "could not parse PEM certificate")."""
+        return cert_info(certs.parse_certificate(pem, field), field)
+
+    def parse_certificates(self, pem: str, *, field: str = "certPem") -> list[CertInfo]:
+        """Every certificate of ``pem``, in order (at least one, or FieldError)."""
+        return [cert_info(cert, field) for cert in certs.parse_certificates(pem, field)]
+
+    def parse_ca_certificate(self, pem: str, *, field: str = "certPem") -> CertInfo:
+        """The first certificate of ``pem``, which must be a CA (else CertificateIsNotCaError)."""
+        return cert_info(certs.parse_ca_certificate(pem, field), field)
+
+    def issued_by_us(self, chain: Sequence[str]) -> bool:
+        """Whether the leaf of ``chain`` (its first certificate) was signed by our signing CA.
+
+        The signature is checked, not only the names; dates are not. Text that holds no
+        certificate is simply not issued by us (False).
+        """
+        presented = _chain(chain)
+        return bool(presented) and directly_issued(presented[0], self._intermediate_cert)
+
+    def issuer_index(self, chain: Sequence[str], ca_pems: Sequence[str]) -> int | None:
+        """Which of ``ca_pems`` issued the leaf of ``chain``, directly or through its intermediates.
+
+        See :func:`pki.certs.issuer_index`: every link's names and signature are checked, and
+        every issuer must be a CA allowed to issue at its depth; dates are not checked. None when
+        no CA did, when ``chain`` holds no certificate; an unparsable entry of ``ca_pems`` never
+        matches.
+        """
+        return issuer_index(_chain(chain), [_first_certificate(pem) for pem in ca_pems])
+
+    def verify_ca_proof(self, ca_pem: str, proof_pem: str, token: str, *, field: str = "certificate") -> None:
+        """Check a CA verification certificate: CN == ``token``, signed directly by the CA.
+
+        Failures are FieldErrors on ``field`` (see :func:`pki.certs.verify_ca_verification_cert`);
+        dates are not checked.
+        """
+        ca_cert = certs.parse_certificate(ca_pem, field)
+        verify_ca_verification_cert(ca_cert, proof_pem, token, field=field)
+
+
+#: Extended key usages of each certificate profile.
+PROFILES: dict[str, tuple[x509.ObjectIdentifier, ...]] = {
+    "client": (ExtendedKeyUsageOID.CLIENT_AUTH,),
+    "router": (ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH),
+    "server": (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH),
+}
+
+
+def _first_certificate(pem: str) -> x509.Certificate | None:
+    try:
+        return certs.parse_certificate(pem)
+    except FieldError:
+        return None
+
+
+def _chain(pems: Sequence[str]) -> list[x509.Certificate]:
+    """Every certificate of ``pems`` (each one or more PEM blocks) in order; [] if one is garbage."""
+    try:
+        return [cert for pem in pems for cert in certs.parse_certificates(pem)]
+    except FieldError:
+        return []
+
+
+def _conforms(ca: CertificateAuthority) -> ports.CertificateAuthority:
+    """Never called: mypy proves here that :class:`CertificateAuthority` satisfies the port."""
+    return ca

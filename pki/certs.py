@@ -13,21 +13,29 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import warnings
+from collections.abc import Sequence
 from datetime import datetime
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs7
 from cryptography.x509.oid import NameOID
 
 from engine.errors import CertificateIsNotCaError, FieldError
-from pki._x509 import as_utc
+from engine.ports import CertInfo
+from pki._x509 import LIBRARY_ERRORS, as_utc
 
 __all__ = [
+    "cert_info",
     "certificate_pem",
     "common_name",
+    "directly_issued",
     "fingerprint",
+    "is_ca",
+    "issued_by",
+    "issuer_index",
     "parse_ca_certificate",
     "parse_certificate",
     "parse_certificates",
@@ -36,19 +44,34 @@ __all__ = [
 ]
 
 _PARSE_REASON = "could not parse PEM certificate"
+_EXTENSIONS_REASON = "invalid extensions in certificate"
 _PKCS7_LINE = 64
+_CHECK_ERRORS: tuple[type[Exception], ...] = (InvalidSignature, *LIBRARY_ERRORS)
+#: The most certificates of a presented chain looked at (leaf included).
+MAX_CHAIN = 10
 
 
 def parse_certificates(pem: str, field: str = "certPem") -> list[x509.Certificate]:
-    """Every certificate in ``pem``, in order; FieldError when there is none or one is garbage."""
+    """Every certificate in ``pem``, in order; FieldError when there is none or one is garbage.
+
+    cryptography decodes names and extensions lazily; they are decoded here, so that a malformed
+    certificate is refused now rather than raising a library error later.
+    """
     if not isinstance(pem, str) or "-----BEGIN CERTIFICATE-----" not in pem:
         raise FieldError(field, _PARSE_REASON)
     try:
         certs = x509.load_pem_x509_certificates(pem.encode("utf-8"))
-    except (ValueError, UnsupportedAlgorithm) as exc:
+        for cert in certs:
+            _ = (cert.subject, cert.issuer, cert.not_valid_before_utc, cert.not_valid_after_utc)
+    except LIBRARY_ERRORS as exc:
         raise FieldError(field, _PARSE_REASON) from exc
     if not certs:
         raise FieldError(field, _PARSE_REASON)
+    for cert in certs:
+        try:
+            _ = cert.extensions
+        except LIBRARY_ERRORS as exc:
+            raise FieldError(field, _EXTENSIONS_REASON) from exc
     return certs
 
 
@@ -77,12 +100,69 @@ def common_name(cert: x509.Certificate) -> str | None:
     return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
-def _is_ca(cert: x509.Certificate) -> bool:
+def _basic_constraints(cert: x509.Certificate) -> x509.BasicConstraints | None:
+    """The BasicConstraints extension's value, None without one; ValueError when malformed."""
     try:
-        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+        return cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     except x509.ExtensionNotFound:
-        return False
-    return constraints.ca
+        return None
+
+
+def _key_usage(cert: x509.Certificate) -> x509.KeyUsage | None:
+    """The KeyUsage extension's value, None without one; ValueError when malformed."""
+    try:
+        return cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        return None
+
+
+def is_ca(cert: x509.Certificate, field: str = "certPem") -> bool:
+    """Whether ``cert`` has BasicConstraints ``CA:TRUE``; FieldError when its extensions are malformed."""
+    try:
+        constraints = _basic_constraints(cert)
+    except _CHECK_ERRORS as exc:
+        raise FieldError(field, _EXTENSIONS_REASON) from exc
+    return constraints is not None and constraints.ca
+
+
+def cert_info(cert: x509.Certificate, field: str = "certPem") -> CertInfo:
+    """What the engine knows of ``cert`` (PEM, OpenZiti fingerprint, CN, validity, CA flag)."""
+    try:
+        cn = common_name(cert)
+        with warnings.catch_warnings():  # odd attribute lengths only warn; the subject is informative
+            warnings.simplefilter("ignore", UserWarning)
+            subject = cert.subject.rfc4514_string()
+        uris, emails = _san_uris_and_emails(cert)
+        key_id = hashlib.sha256(
+            cert.public_key().public_bytes(
+                serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        ).hexdigest()
+    except _CHECK_ERRORS as exc:
+        raise FieldError(field, _PARSE_REASON) from exc
+    return CertInfo(
+        pem=certificate_pem(cert),
+        fingerprint=fingerprint(cert),
+        common_name=cn,
+        not_before=cert.not_valid_before_utc,
+        not_after=cert.not_valid_after_utc,
+        is_ca=is_ca(cert, field),
+        subject=subject,
+        uris=uris,
+        emails=emails,
+        public_key_id=key_id,
+    )
+
+
+def _san_uris_and_emails(cert: x509.Certificate) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The URI and e-mail SANs of ``cert``, in order (CA auto-enrollment reads external ids there)."""
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return (), ()
+    uris = tuple(str(n.value) for n in names if isinstance(n, x509.UniformResourceIdentifier))
+    emails = tuple(str(n.value) for n in names if isinstance(n, x509.RFC822Name))
+    return uris, emails
 
 
 def parse_ca_certificate(pem: str, field: str = "certPem") -> x509.Certificate:
@@ -92,7 +172,7 @@ def parse_ca_certificate(pem: str, field: str = "certPem") -> x509.Certificate:
     the (first) certificate lacks BasicConstraints ``CA:TRUE``.
     """
     cert = parse_certificate(pem, field)
-    if not _is_ca(cert):
+    if not is_ca(cert, field):
         raise CertificateIsNotCaError(field=field, reason="certificate is not a CA")
     return cert
 
@@ -117,7 +197,7 @@ def verify_ca_verification_cert(
         raise FieldError(field, "common name does not match the verification token")
     try:
         cert.verify_directly_issued_by(ca_cert)
-    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm) as exc:
+    except _CHECK_ERRORS as exc:
         raise FieldError(field, "certificate is not signed by the CA") from exc
     if now is not None:
         moment = as_utc(now)
@@ -138,6 +218,15 @@ def pkcs7_certs_only_b64(certs: list[x509.Certificate]) -> str:
     return "\n".join(text[i : i + _PKCS7_LINE] for i in range(0, len(text), _PKCS7_LINE))
 
 
+def directly_issued(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+    """Whether ``cert`` names ``issuer``'s subject as its issuer and ``issuer``'s key signed it."""
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except _CHECK_ERRORS:
+        return False
+    return True
+
+
 def issued_by(ca_pem: str, cert_pem: str) -> bool:
     """Whether ``cert_pem``'s first certificate names the CA as issuer and its signature verifies."""
     try:
@@ -145,10 +234,54 @@ def issued_by(ca_pem: str, cert_pem: str) -> bool:
         cert = parse_certificate(cert_pem)
     except FieldError:
         return False
-    if cert.issuer != ca.subject:
-        return False
+    return directly_issued(cert, ca)
+
+
+def _may_issue(issuer: x509.Certificate, below: int) -> bool:
+    """Whether ``issuer`` may sign a certificate with ``below`` intermediates under it (RFC 5280).
+
+    It must be a CA (BasicConstraints CA:TRUE) whose pathLenConstraint allows ``below``
+    intermediates after it, with keyCertSign when it has a keyUsage extension. Without this a
+    holder of any leaf certificate could sign certificates of their own and present them with
+    their leaf as an "intermediate".
+    """
     try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+        constraints = _basic_constraints(issuer)
+        usage = _key_usage(issuer)
+    except _CHECK_ERRORS:
         return False
-    return True
+    if constraints is None or not constraints.ca:
+        return False
+    if constraints.path_length is not None and constraints.path_length < below:
+        return False
+    return usage is None or usage.key_cert_sign
+
+
+def issuer_index(chain: Sequence[x509.Certificate], cas: Sequence[x509.Certificate | None]) -> int | None:
+    """Which of ``cas`` issued ``chain[0]``, directly or through intermediates of ``chain[1:]``.
+
+    Every link's names and signature are checked, and every issuer on the path must be a CA
+    allowed to issue at that depth (:func:`_may_issue`); dates are not checked. The shortest path
+    wins; among CAs that issued the same certificate, the first in ``cas`` (None entries, CAs
+    that did not parse, never match). At most
+    :data:`MAX_CHAIN` certificates of ``chain`` are looked at.
+    """
+    if not chain:
+        return None
+    pool = chain[1:MAX_CHAIN]
+    used: set[int] = set()
+    level: list[x509.Certificate] = [chain[0]]
+    below = 0  # how many intermediates the issuer of a certificate of ``level`` has under it
+    while level:
+        for cert in level:
+            for index, ca in enumerate(cas):
+                if ca is not None and directly_issued(cert, ca) and _may_issue(ca, below):
+                    return index
+        next_level: list[x509.Certificate] = []
+        for cert in level:
+            for position, candidate in enumerate(pool):
+                if position not in used and directly_issued(cert, candidate) and _may_issue(candidate, below):
+                    used.add(position)
+                    next_level.append(candidate)
+        level, below = next_level, below + 1
+    return None

@@ -14,6 +14,7 @@ import pytest
 from api.app import create_app
 from api.settings import Settings
 from engine.managers.bootstrap import create_default_admin
+from engine.testing import CheapHasher
 
 ADMIN_USER = "admin"
 ADMIN_PASSWORD = "admin-password-1"
@@ -29,6 +30,22 @@ def pki_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("pki-template") / "pki"
     init_pki(directory, sans=["ctrl.example.test"], now=datetime.now(UTC))
     return directory
+
+
+@pytest.fixture(scope="session")
+def authority(pki_template: Path) -> Any:
+    """The session PKI loaded as the controller's certificate authority (real keys)."""
+    from pki import CertificateAuthority, PkiPaths
+
+    return CertificateAuthority.load(PkiPaths.in_directory(pki_template))
+
+
+@pytest.fixture(scope="session")
+def signer(authority: Any) -> Any:
+    """The enrollment-JWT signer of the session PKI."""
+    from pki import JwtSigner
+
+    return JwtSigner.for_authority(authority)
 
 
 @pytest.fixture
@@ -97,9 +114,16 @@ class Api:
         return str(result.json["data"]["id"])
 
 
+def open_app(settings: Settings, **collaborators: Any) -> Any:
+    """An app over ``settings`` with the cheap test hasher (scrypt belongs to the hasher's and
+    login's own tests); ``collaborators`` override or add ``create_app`` keyword arguments."""
+    collaborators.setdefault("hasher", CheapHasher())
+    return create_app(settings, **collaborators)
+
+
 @pytest.fixture
 def app(settings: Settings) -> Iterator[Any]:
-    application = create_app(settings)
+    application = open_app(settings)
     create_default_admin(application.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
     yield application
     application.ctrl.env.store.close()

@@ -11,7 +11,6 @@ from api.schemas.trust import (
     auth_policy_fields,
     render_auth_policy,
 )
-from engine.managers.auth_policies import AuthPolicyManager
 from engine.query import Symbol, SymbolTable, SymbolType
 
 SYMBOLS = SymbolTable(
@@ -30,7 +29,7 @@ def register(routes: Routes) -> None:
         routes,
         Family(
             entity="auth-policies",
-            manager=AuthPolicyManager(routes.ctrl.env),
+            manager=routes.managers.auth_policies,
             render=render_auth_policy,
             symbols=SYMBOLS,
             create_model=AuthPolicyCreate,

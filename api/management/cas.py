@@ -1,21 +1,25 @@
-"""``/cas``: the standard family pattern; ``certPem`` is parsed and fingerprinted on create.
+"""``/cas``: the standard family pattern, plus ``POST /cas/{id}/verify`` and ``GET /cas/{id}/jwt``.
 
-``POST /cas/{id}/verify`` and ``GET /cas/{id}/jwt`` are not served here yet.
+A CA is created unverified. Its creator proves possession of its key by posting, as
+``text/plain``, a certificate the CA signed whose common name is the CA's ``verificationToken``;
+only a verified CA serves enrollment and login. ``/jwt`` answers the CA's enrollment JWT
+(``application/jwt``, no envelope).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from api.resources import Family, Mode, model_fields, mount
+import falcon
+
+from api.http import empty, read_body
+from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields
 from api.routing import Routes
 from api.schemas.trust import CaCreate, CaPatch, CaUpdate, external_id_claim, render_ca
 from api.wire import WireModel
 from engine.entities.trust import Ca
 from engine.managers.cas import CaManager
 from engine.query import Symbol, SymbolTable, SymbolType
-from pki import fingerprint, parse_ca_certificate
-from pki.certs import issued_by
 
 SYMBOLS = SymbolTable(
     {
@@ -46,23 +50,41 @@ def ca_fields(model: WireModel, mode: Mode) -> dict[str, Any]:
     assert isinstance(model, (CaCreate, CaUpdate))
     fields = model_fields(model, mode, Ca)
     fields["external_id_claim"] = external_id_claim(model.external_id_claim)
-    if isinstance(model, CaCreate):
-        cert = parse_ca_certificate(model.cert_pem, "certPem")
-        fields["fingerprint"] = fingerprint(cert)
     return fields
 
 
+class CaItem(FamilyItem[Ca]):
+    def __init__(self, family: Family[Ca], manager: CaManager) -> None:
+        super().__init__(family)
+        self.manager = manager
+
+    def on_post_verify(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        """Verify a CA with a certificate it signed whose CN is its verification token (text/plain PEM)."""
+        self.manager.require(id)
+        body = read_body(req, req.context.max_body_bytes).decode("utf-8", "replace")
+        self.manager.verify(id, body)
+        empty(resp)
+
+    def on_get_jwt(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        """The CA's enrollment JWT, as ``application/jwt``."""
+        resp.content_type = "application/jwt"
+        resp.text = self.manager.jwt(id)
+
+
 def register(routes: Routes) -> None:
-    mount(
-        routes,
-        Family(
-            entity="cas",
-            manager=CaManager(routes.ctrl.env, issued_by),
-            render=render_ca,
-            symbols=SYMBOLS,
-            create_model=CaCreate,
-            update_model=CaUpdate,
-            patch_model=CaPatch,
-            to_fields=ca_fields,
-        ),
+    manager = routes.managers.cas
+    family = Family(
+        entity="cas",
+        manager=manager,
+        render=render_ca,
+        symbols=SYMBOLS,
+        create_model=CaCreate,
+        update_model=CaUpdate,
+        patch_model=CaPatch,
+        to_fields=ca_fields,
     )
+    item = CaItem(family, manager)
+    routes.management("/cas", FamilyCollection(family))
+    routes.management("/cas/{id}", item)
+    routes.management("/cas/{id}/verify", item, suffix="verify")
+    routes.management("/cas/{id}/jwt", item, suffix="jwt")

@@ -19,7 +19,6 @@ from api.schemas.configs import (
 )
 from api.wire import WireModel
 from engine.entities.services import Config, ConfigType
-from engine.managers.config_types import ConfigTypeManager, ensure_builtin_config_types
 from engine.query import Symbol, SymbolTable, SymbolType
 
 CONFIG_TYPE_SYMBOLS = SymbolTable(
@@ -57,10 +56,9 @@ class ConfigTypeItem(FamilyItem[ConfigType]):
 
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
-    ensure_builtin_config_types(ctrl.env)
     family: Family[ConfigType] = Family(
         entity="config-types",
-        manager=ConfigTypeManager(ctrl.env),
+        manager=routes.managers.config_types,
         render=render_config_type,
         symbols=CONFIG_TYPE_SYMBOLS,
         create_model=ConfigTypeCreate,

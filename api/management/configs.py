@@ -10,7 +10,6 @@ from api.routing import Routes
 from api.schemas.configs import ConfigCreate, ConfigPatch, ConfigUpdate, render_config
 from api.schemas.services import service_renderer
 from engine.entities.services import Config, ConfigType, Service
-from engine.managers.configs import ConfigManager
 from engine.ports import Store
 from engine.query import Symbol, SymbolTable, SymbolType
 
@@ -50,7 +49,7 @@ def register(routes: Routes) -> None:
     ctrl = routes.ctrl
     family: Family[Config] = Family(
         entity="configs",
-        manager=ConfigManager(ctrl.env),
+        manager=routes.managers.configs,
         render=lambda config: render_config(ctrl, config),
         symbols=config_symbols(ctrl.env.store),
         create_model=ConfigCreate,

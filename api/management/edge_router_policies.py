@@ -14,7 +14,6 @@ from api.schemas.policies import (
 )
 from api.wire import WireModel
 from engine.entities.policies import EdgeRouterPolicy
-from engine.managers.edge_router_policies import EdgeRouterPolicyManager
 from engine.query import Symbol, SymbolTable, SymbolType
 
 SYMBOLS = SymbolTable(
@@ -45,7 +44,7 @@ def register(routes: Routes) -> None:
         routes,
         Family(
             entity="edge-router-policies",
-            manager=EdgeRouterPolicyManager(ctrl.env),
+            manager=routes.managers.edge_router_policies,
             render=lambda p: render_edge_router_policy(ctrl, p),
             symbols=SYMBOLS,
             create_model=EdgeRouterPolicyCreate,

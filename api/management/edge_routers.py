@@ -55,7 +55,7 @@ class EdgeRouterReEnroll:
 
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
-    manager = EdgeRouterManager(ctrl.env, ctrl.settings.enrollment_duration)
+    manager = routes.managers.edge_routers
     mount(
         routes,
         Family(

@@ -37,7 +37,7 @@ def enrollment_family(ctrl: Controller, manager: EnrollmentManager) -> Family[En
 
 
 def register(routes: Routes) -> None:
-    manager = EnrollmentManager(routes.ctrl.env)
+    manager = routes.managers.enrollments
     family = enrollment_family(routes.ctrl, manager)
     item = EnrollmentItem(family, manager)
     routes.management("/enrollments", FamilyCollection(family))

@@ -16,7 +16,6 @@ from api.schemas.trust import (
 from api.wire import WireModel
 from engine.entities.trust import ExternalJwtSigner
 from engine.errors import FieldError, InvalidCertPemError
-from engine.managers.external_jwt_signers import ExternalJwtSignerManager
 from engine.query import Symbol, SymbolTable, SymbolType
 from pki import common_name, fingerprint, parse_certificates
 
@@ -87,7 +86,7 @@ def register(routes: Routes) -> None:
         routes,
         Family(
             entity="external-jwt-signers",
-            manager=ExternalJwtSignerManager(routes.ctrl.env),
+            manager=routes.managers.external_jwt_signers,
             render=render_external_jwt_signer,
             symbols=SYMBOLS,
             create_model=ExternalJwtSignerCreate,

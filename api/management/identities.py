@@ -29,8 +29,6 @@ from api.schemas.identities import (
 from api.wire import WireModel
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, Identity
 from engine.errors import NotFoundError
-from engine.managers.authenticators import AuthenticatorManager
-from engine.managers.enrollments import EnrollmentManager
 from engine.managers.identities import IdentityManager
 
 #: Fields a PUT resets to an empty value when the body leaves them out or sends null.
@@ -64,7 +62,7 @@ class IdentityCollection(FamilyCollection[Identity]):
         identity = self.manager.create_with_enrollments(
             identity_fields(model, "create"),
             enrollment_request(model),
-            self.ctrl.settings.enrollment_duration,
+            self.ctrl.managers.enrollment_settings,
         )
         created(resp, "identities", identity.id)
 
@@ -74,8 +72,8 @@ class IdentityItem(FamilyItem[Identity]):
         super().__init__(family)
         self.ctrl = ctrl
         self.manager = manager
-        self.authenticators = AuthenticatorManager(ctrl.env)
-        self.enrollments = EnrollmentManager(ctrl.env)
+        self.authenticators = ctrl.managers.authenticators
+        self.enrollments = ctrl.managers.enrollments
         self._authenticator_symbols = authenticator_symbols()
         self._enrollment_symbols = enrollment_symbols()
 
@@ -121,7 +119,7 @@ class IdentityTypeItem:
 
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
-    manager = IdentityManager(ctrl.env)
+    manager = routes.managers.identities
     family = Family(
         entity="identities",
         manager=manager,

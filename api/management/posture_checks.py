@@ -193,7 +193,7 @@ class PostureCheckTypes:
 
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
-    manager = PostureCheckManager(ctrl.env)
+    manager = routes.managers.posture_checks
 
     def render(check: PostureCheck) -> dict[str, Any]:
         return render_posture_check(ctrl, check)

@@ -9,7 +9,6 @@ from api.routing import Routes
 from api.schemas.routers import RouterCreate, RouterPatch, RouterUpdate, render_router
 from api.wire import WireModel, require_field
 from engine.entities.routers import Router
-from engine.managers.routers import RouterManager
 from engine.query import Symbol, SymbolTable, SymbolType
 
 SYMBOLS = SymbolTable(
@@ -40,7 +39,7 @@ def register(routes: Routes) -> None:
     ctrl = routes.ctrl
     family = Family(
         entity="transit-routers",
-        manager=RouterManager(ctrl.env, ctrl.settings.enrollment_duration),
+        manager=routes.managers.routers,
         render=lambda r: render_router(ctrl, r),
         symbols=SYMBOLS,
         create_model=RouterCreate,

@@ -14,7 +14,6 @@ from api.schemas.policies import (
 )
 from api.wire import WireModel
 from engine.entities.policies import ServiceEdgeRouterPolicy
-from engine.managers.service_edge_router_policies import ServiceEdgeRouterPolicyManager
 from engine.query import Symbol, SymbolTable, SymbolType
 
 SYMBOLS = SymbolTable(
@@ -44,7 +43,7 @@ def register(routes: Routes) -> None:
         routes,
         Family(
             entity="service-edge-router-policies",
-            manager=ServiceEdgeRouterPolicyManager(ctrl.env),
+            manager=routes.managers.service_edge_router_policies,
             render=lambda p: render_service_edge_router_policy(ctrl, p),
             symbols=SYMBOLS,
             create_model=ServiceEdgeRouterPolicyCreate,

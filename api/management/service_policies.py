@@ -14,7 +14,6 @@ from api.schemas.policies import (
 )
 from api.wire import WireModel
 from engine.entities.policies import ServicePolicy
-from engine.managers.service_policies import ServicePolicyManager
 from engine.query import Symbol, SymbolTable, SymbolType
 
 SYMBOLS = SymbolTable(
@@ -46,7 +45,7 @@ def register(routes: Routes) -> None:
         routes,
         Family(
             entity="service-policies",
-            manager=ServicePolicyManager(ctrl.env),
+            manager=routes.managers.service_policies,
             render=lambda p: render_service_policy(ctrl, p),
             symbols=SYMBOLS,
             create_model=ServicePolicyCreate,

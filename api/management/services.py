@@ -26,7 +26,6 @@ from api.schemas.services import (
     service_renderer,
 )
 from engine.entities.services import Config, Service
-from engine.managers.services import ServiceManager
 from engine.query import Symbol, SymbolTable, SymbolType
 
 
@@ -69,7 +68,7 @@ class ServiceItem(FamilyItem[Service]):
 
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
-    manager = ServiceManager(ctrl.env)
+    manager = routes.managers.services
     family: Family[Service] = Family(
         entity="services",
         manager=manager,

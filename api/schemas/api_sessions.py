@@ -8,7 +8,7 @@ from pydantic import Field
 
 from api.controller import Controller
 from api.wire import WireModel, base, ref, ts
-from engine.entities.identities import ApiSession, Identity
+from engine.entities.identities import ApiSession, Authenticator, Identity
 
 
 class EnvInfo(WireModel):
@@ -43,8 +43,14 @@ def info_dict(model: WireModel | None) -> dict[str, Any]:
     return model.model_dump(by_alias=True, exclude_none=True)
 
 
-def render_api_session(ctrl: Controller, session: ApiSession, *, current: bool) -> dict[str, Any]:
+def render_api_session(ctrl: Controller, session: ApiSession, *, token: str | None = None) -> dict[str, Any]:
+    """``apiSessionDetail``; with ``token`` (the caller's own session) ``currentApiSessionDetail``.
+
+    The store keeps only a hash of the token, so only its owner, who sent it, sees it again.
+    """
     identity = ctrl.env.store.get(Identity, session.identity_id)
+    authenticator = ctrl.env.store.get(Authenticator, session.authenticator_id)
+    is_cert = authenticator is not None and authenticator.method == "cert"
     last = ctrl.sessions.last_activity(session)
     out = base(session)
     out.update(
@@ -57,16 +63,16 @@ def render_api_session(ctrl: Controller, session: ApiSession, *, current: bool) 
             "identityId": session.identity_id,
             "improperClientCertChain": False,
             "ipAddress": session.ip_address,
-            "isCertExtendRequested": False,
-            "isCertExtendable": False,
-            "isCertKeyRollRequested": False,
+            "isCertExtendRequested": bool(is_cert and authenticator and authenticator.is_extend_requested),
+            "isCertExtendable": bool(is_cert and authenticator and authenticator.is_issued_by_network),
+            "isCertKeyRollRequested": bool(is_cert and authenticator and authenticator.is_key_roll_requested),
             "isMfaComplete": session.is_mfa_complete,
             "isMfaRequired": session.is_mfa_required,
             "lastActivityAt": ts(last),
-            "token": session.token,
         }
     )
-    if current:
+    if token is not None:
+        out["token"] = token
         expires = ctrl.sessions.expires_at(session)
         out["expiresAt"] = ts(expires)
         out["expirationSeconds"] = max(0, int((expires - ctrl.env.clock.now()).total_seconds()))

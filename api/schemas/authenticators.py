@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from api.controller import Controller
+from api.schemas.enrollments import DateTime
 from api.wire import Tags, WireModel, base, ref, ts
 from engine.entities.identities import Authenticator, Identity
 from engine.query import Symbol, SymbolTable, SymbolType
@@ -22,6 +23,22 @@ class AuthenticatorCreate(WireModel):
     username: str | None = None
     password: str | None = None
     tags: Tags = None
+
+
+class ReEnroll(WireModel):
+    expires_at: DateTime
+
+
+class RequestExtend(WireModel):
+    roll_keys: bool | None = None
+
+
+class ExtendCert(WireModel):
+    client_cert_csr: str
+
+
+class ExtendVerify(WireModel):
+    client_cert: str
 
 
 class AuthenticatorUpdate(WireModel):
@@ -56,11 +73,11 @@ def render_authenticator(ctrl: Controller, authenticator: Authenticator) -> dict
                 "certPem": authenticator.cert_pem,
                 "fingerprint": authenticator.fingerprint,
                 "isIssuedByNetwork": authenticator.is_issued_by_network,
-                "isExtendRequested": False,
-                "isKeyRollRequested": False,
-                "extendRequestedAt": ts(None),
+                "isExtendRequested": authenticator.is_extend_requested,
+                "isKeyRollRequested": authenticator.is_key_roll_requested,
+                "extendRequestedAt": ts(authenticator.extend_requested_at),
                 "lastAuthResolvedToRoot": False,
-                "lastExtendRolledKeys": False,
+                "lastExtendRolledKeys": authenticator.last_extend_rolled_keys,
             }
         )
     return out

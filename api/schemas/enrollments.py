@@ -11,7 +11,7 @@ from api.controller import Controller
 from api.wire import WireModel, base, ref, ts
 from engine.entities.identities import Enrollment, Identity
 from engine.entities.trust import Ca
-from engine.managers.enrollments import IDENTITY_METHODS
+from engine.managers.enrollment import IDENTITY_METHODS
 from engine.query import Symbol, SymbolTable, SymbolType
 
 
@@ -67,7 +67,7 @@ def render_enrollment(ctrl: Controller, enrollment: Enrollment) -> dict[str, Any
             "expiresAt": ts(enrollment.expires_at),
             "identity": identity_summary(identity, enrollment.identity_id),
             "identityId": enrollment.identity_id,
-            "jwt": ctrl.enrollment_jwt(enrollment),
+            "jwt": enrollment.jwt,
             "method": enrollment.method,
             "token": enrollment.token,
             "transitRouter": None,

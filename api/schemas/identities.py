@@ -246,7 +246,7 @@ def render_enrollment_summary(ctrl: Controller, enrollment: Enrollment) -> dict[
     out: dict[str, Any] = {
         "expiresAt": ts(enrollment.expires_at),
         "id": enrollment.id,
-        "jwt": ctrl.enrollment_jwt(enrollment),
+        "jwt": enrollment.jwt,
         "token": enrollment.token,
     }
     if enrollment.method == "ottca" and enrollment.ca_id:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import jwt
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 
@@ -61,26 +60,7 @@ class EdgeRouterPatch(EdgeRouterCreate):
     name: str | None = None
 
 
-def router_enrollment_jwt(ctrl: Controller, method: str, router: RouterBase) -> str | None:
-    """The router's one-time enrollment JWT (wire-contract §6.1), or None without a PKI/enrollment."""
-    if ctrl.pki is None or router.enrollment_token is None or router.enrollment_expires_at is None:
-        return None
-    claims = {
-        "em": method,
-        "iss": ctrl.base_url,
-        "sub": router.id,
-        "jti": router.enrollment_token,
-        "exp": int(router.enrollment_expires_at.timestamp()),
-        "aud": [""],
-        "ctrls": [],
-    }
-    headers = {"kid": ctrl.pki.jwt_kid(), "typ": "JWT"}
-    return jwt.encode(
-        claims, ctrl.pki.signing_key_for_jwt(), algorithm=ctrl.pki.jwt_algorithm(), headers=headers
-    )
-
-
-def _enrollment(ctrl: Controller, method: str, router: RouterBase) -> dict[str, Any]:
+def _enrollment(router: RouterBase) -> dict[str, Any]:
     """``enrollment*`` fields: only while the router is unverified and has an enrollment."""
     if router.is_verified or router.enrollment_token is None:
         return {
@@ -92,7 +72,7 @@ def _enrollment(ctrl: Controller, method: str, router: RouterBase) -> dict[str, 
     return {
         "enrollmentCreatedAt": ts(router.enrollment_created_at),
         "enrollmentExpiresAt": ts(router.enrollment_expires_at),
-        "enrollmentJwt": router_enrollment_jwt(ctrl, method, router),
+        "enrollmentJwt": router.enrollment_jwt,
         "enrollmentToken": router.enrollment_token,
     }
 
@@ -122,7 +102,7 @@ def render_edge_router(ctrl: Controller, router: EdgeRouter) -> dict[str, Any]:
             "versionInfo": {"arch": "", "buildDate": "", "os": "", "revision": "", "version": ""},
         }
     )
-    out.update(_enrollment(ctrl, EDGE_ROUTER_ENROLLMENT, router))
+    out.update(_enrollment(router))
     return out
 
 
@@ -144,5 +124,5 @@ def render_router(ctrl: Controller, router: Router) -> dict[str, Any]:
             "unverifiedFingerprint": router.unverified_fingerprint,
         }
     )
-    out.update(_enrollment(ctrl, TRANSIT_ROUTER_ENROLLMENT, router))
+    out.update(_enrollment(router))
     return out

@@ -41,7 +41,7 @@ class Identity(Entity):
 @dataclass(kw_only=True)
 class Authenticator(Entity):
     ENTITY = "authenticators"
-    UNIQUE = ("username", "fingerprint")
+    UNIQUE = ("username", "fingerprint", "unverified_fingerprint")
     INDEXED = ("identity_id",)
 
     identity_id: str
@@ -51,6 +51,16 @@ class Authenticator(Entity):
     cert_pem: str | None = None
     fingerprint: str | None = None
     is_issued_by_network: bool = False
+    #: The third-party CA that issued ``cert_pem`` (ottca / CA auto-enrollment), if any.
+    ca_id: str | None = None
+    #: A certificate issued by ``extend`` and not yet confirmed by ``extend-verify``.
+    unverified_cert_pem: str | None = None
+    unverified_fingerprint: str | None = None
+    #: An administrator asked the identity to extend (and maybe re-key) its certificate.
+    is_extend_requested: bool = False
+    is_key_roll_requested: bool = False
+    extend_requested_at: datetime | None = None
+    last_extend_rolled_keys: bool = False
 
 
 @register
@@ -66,16 +76,20 @@ class Enrollment(Entity):
     expires_at: datetime
     ca_id: str | None = None
     username: str | None = None
+    #: The enrollment JWT, signed once when the token is issued (and again on refresh).
+    jwt: str | None = None
 
 
 @register
 @dataclass(kw_only=True)
 class ApiSession(Entity):
+    """An API session. Only the SHA-256 of its token is kept: a copy of the store opens no session."""
+
     ENTITY = "api-sessions"
-    UNIQUE = ("token",)
+    UNIQUE = ("token_hash",)
     INDEXED = ("identity_id",)
 
-    token: str
+    token_hash: str
     identity_id: str
     authenticator_id: str
     ip_address: str = ""
@@ -83,3 +97,21 @@ class ApiSession(Entity):
     last_activity_at: datetime
     is_mfa_required: bool = False
     is_mfa_complete: bool = False
+
+
+@register
+@dataclass(kw_only=True)
+class ApiSessionCertificate(Entity):
+    """An ephemeral client certificate issued to an API session (``/current-api-session/certificates``)."""
+
+    ENTITY = "api-session-certificates"
+    UNIQUE = ("fingerprint",)
+    INDEXED = ("api_session_id",)
+
+    api_session_id: str
+    identity_id: str
+    subject: str
+    cert_pem: str
+    fingerprint: str
+    valid_from: datetime
+    valid_to: datetime

@@ -21,6 +21,8 @@ class RouterBase(Entity):
     enrollment_token: str | None = None
     enrollment_created_at: datetime | None = None
     enrollment_expires_at: datetime | None = None
+    #: The enrollment JWT, signed once when the enrollment token is issued.
+    enrollment_jwt: str | None = None
 
 
 @register

@@ -14,7 +14,17 @@ from typing import Any, Generic, TypeVar
 
 from engine.entities import Entity
 from engine.errors import FieldError, NameConflictError, NotFoundError
-from engine.ports import Change, Clock, IdGenerator, PasswordHasher, SchemaChecker, Store, UnitOfWork
+from engine.ports import (
+    CertificateAuthority,
+    Change,
+    Clock,
+    IdGenerator,
+    PasswordHasher,
+    SchemaChecker,
+    Store,
+    TokenSigner,
+    UnitOfWork,
+)
 
 E = TypeVar("E", bound=Entity)
 
@@ -30,6 +40,8 @@ class Env:
     ids: IdGenerator
     hasher: PasswordHasher
     schemas: SchemaChecker
+    ca: CertificateAuthority
+    tokens: TokenSigner
     listeners: list[Listener] = field(default_factory=list)
 
     def commit(self, uow: UnitOfWork) -> None:

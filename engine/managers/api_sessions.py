@@ -1,17 +1,28 @@
-"""API sessions: created by authentication, kept alive by activity, ended by logout or expiry."""
+"""API sessions: created by authentication, kept alive by activity, ended by logout or expiry.
+
+A session's token is a random UUIDv4 handed to the caller once (at login); the store keeps only
+its SHA-256 (:func:`token_hash`), so neither a copy of the database nor an admin listing can
+open someone else's session. Deleting a session deletes its ephemeral certificates.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
 from datetime import datetime, timedelta
 
-from engine.entities.identities import ApiSession, Authenticator, Identity
+from engine.entities.identities import ApiSession, ApiSessionCertificate, Authenticator, Identity
 from engine.managers._base import EntityManager, Env
 from engine.ports import UnitOfWork
 
 #: Activity is kept in memory and written to storage at most this often per session.
 ACTIVITY_FLUSH = timedelta(seconds=60)
+
+
+def token_hash(token: str) -> str:
+    """What the store keeps of an API session token: lowercase hex SHA-256."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 class ApiSessionManager(EntityManager[ApiSession]):
@@ -31,13 +42,15 @@ class ApiSessionManager(EntityManager[ApiSession]):
         ip_address: str,
         config_types: list[str],
         mfa_required: bool = False,
-    ) -> ApiSession:
+    ) -> tuple[ApiSession, str]:
+        """A new session and its token (the only time the token exists outside the caller)."""
         now = self.env.clock.now()
+        token = self.env.ids.new_token()
         session = ApiSession(
             id=self.env.ids.new_id(),
             created_at=now,
             updated_at=now,
-            token=self.env.ids.new_token(),
+            token_hash=token_hash(token),
             identity_id=identity.id,
             authenticator_id=authenticator.id,
             ip_address=ip_address,
@@ -50,7 +63,7 @@ class ApiSessionManager(EntityManager[ApiSession]):
             uow = UnitOfWork(self.env.store)
             uow.put(session)
             self.env.commit(uow)
-        return session
+        return session, token
 
     def last_activity(self, session: ApiSession) -> datetime:
         cached = self._activity.get(session.id)
@@ -64,7 +77,7 @@ class ApiSessionManager(EntityManager[ApiSession]):
 
     def resolve(self, token: str) -> ApiSession | None:
         """The live session for ``token``, its activity refreshed; expired ones are removed."""
-        session = self.env.store.find_unique(ApiSession, "token", token)
+        session = self.env.store.find_unique(ApiSession, "token_hash", token_hash(token))
         if session is None:
             return None
         now = self.env.clock.now()
@@ -82,11 +95,11 @@ class ApiSessionManager(EntityManager[ApiSession]):
         return [s for s in self.list() if not self.is_expired(s, now)]
 
     def end_for_identity(self, uow: UnitOfWork, identity_id: str) -> None:
-        for session in uow.all(ApiSession):
-            if session.identity_id == identity_id:
-                uow.delete(ApiSession, session.id)
+        for session in uow.find_by(ApiSession, "identity_id", identity_id):
+            delete_session(uow, session.id)
 
     def after_delete(self, uow: UnitOfWork, entity: ApiSession) -> None:
+        delete_session_certificates(uow, entity.id)
         with self._activity_lock:
             self._activity.pop(entity.id, None)
 
@@ -104,7 +117,19 @@ class ApiSessionManager(EntityManager[ApiSession]):
             if self.env.store.get(ApiSession, session_id) is None:
                 return
             uow = UnitOfWork(self.env.store)
-            uow.delete(ApiSession, session_id)
+            delete_session(uow, session_id)
             self.env.commit(uow)
         with self._activity_lock:
             self._activity.pop(session_id, None)
+
+
+def delete_session_certificates(uow: UnitOfWork, session_id: str) -> None:
+    """The ephemeral certificates of an API session go with it."""
+    for cert in uow.find_by(ApiSessionCertificate, "api_session_id", session_id):
+        uow.delete(ApiSessionCertificate, cert.id)
+
+
+def delete_session(uow: UnitOfWork, session_id: str) -> None:
+    """Delete an API session and what belongs to it (used by every cascade that ends sessions)."""
+    uow.delete(ApiSession, session_id)
+    delete_session_certificates(uow, session_id)

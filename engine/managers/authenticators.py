@@ -6,19 +6,41 @@ OpenZiti's rules (``controller/model/authenticator_manager.go``, ``db/authentica
 fingerprints are unique. Passwords are stored only as hashes. Deleting an authenticator ends the
 API sessions that were opened with it.
 
-The certificate fingerprint is computed by the caller (``pki`` is not visible from here) and
-passed in as the ``fingerprint`` field next to ``cert_pem``.
+Certificates are parsed through the CA port. A certificate authenticator issued by our CA can
+be extended: an administrator may ask for it (``request-extend``), the identity sends a CSR
+(``extend``) and gets a new certificate that authenticates at once, and confirms it
+(``extend-verify``), which retires the old one. Any authenticator can be reverted to an
+enrollment (``re-enroll``): ``updb`` becomes a ``updb`` enrollment for the same username, a
+network-issued certificate an ``ott`` one, a third-party certificate an ``ottca`` one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from engine.entities.identities import ApiSession, Authenticator, Identity
-from engine.errors import ControllerError, FieldError
+from engine.entities.identities import ApiSession, Authenticator, Enrollment, Identity
+from engine.entities.trust import Ca
+from engine.errors import (
+    ControllerError,
+    EnrollmentExistsError,
+    FieldError,
+    InvalidClientCertError,
+    UnauthorizedError,
+)
 from engine.managers._base import EntityManager
-from engine.ports import UnitOfWork
+from engine.managers.api_sessions import delete_session
+from engine.managers.enrollment._core import (
+    OTT,
+    OTTCA,
+    UPDB,
+    EnrollmentSettings,
+    new_identity_enrollment,
+    sign_csr,
+)
+from engine.ports import IssuedCertificate, UnitOfWork
 
 METHODS = ("updb", "cert")
 ROUTER_TYPE = "Router"
@@ -76,16 +98,17 @@ class AuthenticatorManager(EntityManager[Authenticator]):
             return dataclasses.replace(
                 authenticator, username=username, password_hash=self.env.hasher.hash(password)
             )
-        cert_pem, fingerprint = fields.get("cert_pem"), fields.get("fingerprint")
+        cert_pem = fields.get("cert_pem")
         if not cert_pem:
             raise FieldError("certPem", "certPem is required", cert_pem)
-        if not fingerprint:
-            raise FieldError("certPem", "could not parse PEM certificate")
+        certs = self.env.ca.parse_certificates(cert_pem, field="certPem")
+        if len(certs) != 1:
+            raise FieldError("certPem", "client pem must be exactly one certificate")
         return dataclasses.replace(
             authenticator,
-            cert_pem=cert_pem,
-            fingerprint=fingerprint,
-            is_issued_by_network=bool(fields.get("is_issued_by_network", False)),
+            cert_pem=certs[0].pem,
+            fingerprint=certs[0].fingerprint,
+            is_issued_by_network=self.env.ca.issued_by_us([cert_pem]),
         )
 
     def apply(self, uow: UnitOfWork, old: Authenticator, fields: dict[str, Any]) -> Authenticator:
@@ -116,7 +139,165 @@ class AuthenticatorManager(EntityManager[Authenticator]):
     def after_delete(self, uow: UnitOfWork, entity: Authenticator) -> None:
         for session in uow.find_by(ApiSession, "identity_id", entity.identity_id):
             if session.authenticator_id == entity.id:
-                uow.delete(ApiSession, session.id)
+                delete_session(uow, session.id)
 
     def for_identity(self, identity_id: str) -> list[Authenticator]:
         return self.env.store.find_by(Authenticator, "identity_id", identity_id)
+
+    def require_own(self, identity_id: str, id: str) -> Authenticator:
+        """Authenticator ``id`` of the caller's identity: 404 when unknown, 401 when someone else's."""
+        authenticator = self.require(id)
+        if authenticator.identity_id != identity_id:
+            raise UnauthorizedError()
+        return authenticator
+
+    # -- re-enrollment -------------------------------------------------------------------------
+    def re_enroll(self, id: str, expires_at: datetime, settings: EnrollmentSettings) -> Enrollment:
+        """Replace authenticator ``id`` by an enrollment of the matching method (201 on the wire)."""
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            old = self.require(id)
+            if expires_at <= self.env.clock.now():
+                raise FieldError(
+                    "expiresAt", "must be after the current date and time", expires_at.isoformat()
+                )
+            if old.method == "updb":
+                method, ca_id, username = UPDB, None, old.username
+            elif (ca := self._issuing_ca(uow, old)) is not None:
+                method, ca_id, username = OTTCA, ca.id, None
+            else:
+                method, ca_id, username = OTT, None, None
+            for existing in uow.find_by(Enrollment, "identity_id", old.identity_id):
+                if existing.method == method:
+                    raise EnrollmentExistsError(
+                        field="method", value=method, reason="enrollment of same method exists"
+                    )
+            enrollment = new_identity_enrollment(
+                self.env,
+                settings,
+                identity_id=old.identity_id,
+                method=method,
+                expires_at=expires_at,
+                ca_id=ca_id,
+                username=username,
+            )
+            uow.delete(Authenticator, old.id)
+            self.after_delete(uow, old)
+            uow.put(enrollment)
+            self.env.commit(uow)
+            return enrollment
+
+    # -- certificate extension -----------------------------------------------------------------
+    @staticmethod
+    def _issuing_ca(uow: UnitOfWork, authenticator: Authenticator) -> Ca | None:
+        if authenticator.method != "cert":
+            return None
+        if authenticator.ca_id is not None:
+            return uow.get(Ca, authenticator.ca_id)
+        return None
+
+    def request_extend(self, id: str, *, roll_keys: bool) -> Authenticator:
+        """Ask the identity to extend (and with ``roll_keys`` re-key) its certificate at its next login."""
+        with self.env.store.write_lock():
+            old = self.require(id)
+            if old.method != "cert":
+                raise UnauthorizedError(reason="authenticator is not a certificate authenticator")
+            now = self.env.clock.now()
+            new = dataclasses.replace(
+                old,
+                updated_at=now,
+                is_extend_requested=True,
+                is_key_roll_requested=roll_keys,
+                extend_requested_at=now,
+            )
+            uow = UnitOfWork(self.env.store)
+            uow.put(new)
+            self.env.commit(uow)
+            return new
+
+    def extend(
+        self,
+        identity_id: str,
+        id: str,
+        csr: str | None,
+        presented: Sequence[str],
+        settings: EnrollmentSettings,
+    ) -> IssuedCertificate:
+        """Issue a new certificate for the authenticator; the old one works until ``extend_verify``.
+
+        Made over mutual TLS with the authenticator's current certificate (``presented``, leaf
+        first), which must be the one on record and issued by our CA.
+        """
+        with self.env.store.write_lock():
+            old = self.require_own(identity_id, id)
+            self._check_extendable(old)
+            if not presented:
+                raise UnauthorizedError(reason="the current client certificate is required")
+            try:
+                current = self.env.ca.parse_certificate(presented[0], field="clientCert")
+            except ControllerError:
+                raise UnauthorizedError(reason="the client certificate could not be parsed") from None
+            if current.fingerprint != old.fingerprint or not self.env.ca.issued_by_us(list(presented)):
+                raise UnauthorizedError(reason="the client certificate is not the authenticator's")
+            issued = sign_csr(
+                self.env,
+                csr,
+                profile="client",
+                common_name=old.identity_id,
+                validity=settings.client_cert_validity,
+                field="clientCertCsr",
+            )
+            new = dataclasses.replace(
+                old,
+                updated_at=self.env.clock.now(),
+                unverified_cert_pem=issued.pem,
+                unverified_fingerprint=issued.fingerprint,
+            )
+            uow = UnitOfWork(self.env.store)
+            uow.put(new)
+            self.env.commit(uow)
+            return issued
+
+    def extend_verify(self, identity_id: str, id: str, cert_pem: str) -> Authenticator:
+        """Confirm the extended certificate: it becomes the authenticator's, the old one is retired."""
+        with self.env.store.write_lock():
+            old = self.require_own(identity_id, id)
+            if old.method != "cert" or old.unverified_cert_pem is None:
+                raise AuthenticatorCanNotBeUpdatedError(reason="no extended certificate awaits verification")
+            try:
+                cert = self.env.ca.parse_certificate(cert_pem, field="clientCert")
+            except ControllerError:
+                raise InvalidClientCertError(
+                    field="clientCert", reason="could not parse PEM certificate"
+                ) from None
+            if cert.fingerprint != old.unverified_fingerprint:
+                raise InvalidClientCertError(
+                    field="clientCert", reason="the certificate is not the one issued by extend"
+                )
+            previous = (
+                self.env.ca.parse_certificate(old.cert_pem or "", field="certPem") if old.cert_pem else None
+            )
+            key_changed = previous is None or previous.public_key_id != cert.public_key_id
+            new = dataclasses.replace(
+                old,
+                updated_at=self.env.clock.now(),
+                cert_pem=old.unverified_cert_pem,
+                fingerprint=old.unverified_fingerprint,
+                unverified_cert_pem=None,
+                unverified_fingerprint=None,
+                is_extend_requested=False,
+                is_key_roll_requested=False,
+                extend_requested_at=None,
+                last_extend_rolled_keys=key_changed,
+            )
+            uow = UnitOfWork(self.env.store)
+            uow.put(new)
+            self.env.commit(uow)
+            return new
+
+    @staticmethod
+    def _check_extendable(authenticator: Authenticator) -> None:
+        if authenticator.method != "cert" or not authenticator.is_issued_by_network:
+            raise AuthenticatorCanNotBeUpdatedError(
+                reason="only certificates issued by this controller can be extended"
+            )

@@ -1,41 +1,54 @@
 """Third-party certificate authorities: identities enrol and authenticate with certificates they issue.
 
-The API layer parses ``certPem`` (it must be a CA certificate) and passes its ``fingerprint``;
-a certificate already registered as a CA is refused on ``certPem`` ("certificate already used as
-CA <id>", OpenZiti's ``model/ca_model.go``). A new CA is unverified and gets a verification
-token. The certificate never changes after creation. Deleting a CA deletes its ``ottca``
-enrolments and the certificate authenticators it issued; which certificates a CA issued is a
-crypto question, answered by the ``issued_by`` callable the composition supplies.
+OpenZiti's rules (``model/ca_*.go``): ``certPem`` must be a CA certificate not already registered
+("certificate already used as CA <id>"); a new CA is unverified and gets a verification token;
+its certificate never changes. Verification proves possession of the CA's key: a certificate
+the CA signed whose common name is the verification token (a second verification is refused,
+``CA_ALREADY_VERIFIED``). An unverified CA is good for nothing: no enrollment, no login.
+Deleting a CA deletes its ``ottca`` enrollments and the certificate authenticators it issued, and
+so ends the API sessions opened with them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import re
 from typing import Any
 
-from engine.entities.identities import Authenticator, Enrollment
+from engine.entities.identities import ApiSession, Authenticator, Enrollment
 from engine.entities.trust import Ca
-from engine.errors import FieldError
+from engine.errors import (
+    CaAlreadyVerifiedError,
+    CertificateFailedValidationError,
+    ControllerError,
+    CouldNotParseBodyError,
+    CouldNotParseDerBlockError,
+    ExpectedPemCertificateError,
+    FieldError,
+    InvalidCommonNameError,
+)
 from engine.managers._base import EntityManager, Env
+from engine.managers.api_sessions import delete_session
+from engine.managers.enrollment._core import CA, EnrollmentSettings
 from engine.ports import UnitOfWork
 
 DEFAULT_IDENTITY_NAME_FORMAT = "[caName]-[commonName]"
-
-#: ``issued_by(ca_cert_pem, cert_pem)``: whether the CA's key signed the certificate.
-IssuedBy = Callable[[str, str], bool]
+_PEM_TYPE = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----")
 
 
 class CaManager(EntityManager[Ca]):
     kind = Ca
     immutable = frozenset({"id", "created_at", "updated_at", "cert_pem", "fingerprint", "verification_token"})
 
-    def __init__(self, env: Env, issued_by: IssuedBy) -> None:
+    def __init__(self, env: Env, settings: EnrollmentSettings) -> None:
         super().__init__(env)
-        self.issued_by = issued_by
+        self.settings = settings
 
     def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> Ca:
-        if not fields.get("cert_pem") or not fields.get("fingerprint"):
+        cert_pem = fields.get("cert_pem")
+        if not cert_pem:
             raise FieldError("certPem", "certPem in body is required")
+        cert = self.env.ca.parse_ca_certificate(cert_pem, field="certPem")
         now = self.env.clock.now()
         values = {k: v for k, v in fields.items() if k not in self.immutable}
         if not values.get("identity_name_format"):
@@ -45,8 +58,8 @@ class CaManager(EntityManager[Ca]):
             id=self.env.ids.new_id(),
             created_at=now,
             updated_at=now,
-            cert_pem=fields["cert_pem"],
-            fingerprint=fields["fingerprint"],
+            cert_pem=cert_pem,
+            fingerprint=cert.fingerprint,
             verification_token=self.env.ids.new_token(),
             **values,
         )
@@ -69,20 +82,71 @@ class CaManager(EntityManager[Ca]):
                 if other.id != new.id and other.fingerprint == new.fingerprint:
                     raise FieldError("certPem", f"certificate already used as CA {other.id}")
 
+    # -- verification --------------------------------------------------------------------------
+    def verify(self, id: str, proof_pem: str) -> Ca:
+        """Mark CA ``id`` verified after checking the proof of possession of its key."""
+        with self.env.store.write_lock():
+            ca = self.require(id)
+            if ca.is_verified:
+                raise CaAlreadyVerifiedError()
+            self._check_proof(ca, proof_pem)
+            verified = dataclasses.replace(ca, is_verified=True, updated_at=self.env.clock.now())
+            uow = UnitOfWork(self.env.store)
+            uow.put(verified)
+            self.env.commit(uow)
+            return verified
+
+    def _check_proof(self, ca: Ca, proof_pem: str) -> None:
+        """OpenZiti's checks, in its order and with its codes (``routes/ca_router.go``)."""
+        match = _PEM_TYPE.search(proof_pem or "")
+        if match is None:
+            raise CouldNotParseBodyError(reason="the body must be a PEM certificate")
+        if match.group(1) != "CERTIFICATE":
+            raise ExpectedPemCertificateError(reason=f"encountered PEM block type {match.group(1)}")
+        try:
+            proof = self.env.ca.parse_certificate(proof_pem, field="certificate")
+        except ControllerError as ex:
+            raise CouldNotParseDerBlockError(reason=ex.reason) from None
+        if proof.common_name != ca.verification_token:
+            raise InvalidCommonNameError(reason="the common name must be the CA's verification token")
+        signed = self.env.ca.issuer_index([proof.pem], [ca.cert_pem]) == 0
+        if not signed or not proof.is_valid_at(self.env.clock.now()):
+            raise CertificateFailedValidationError()
+
+    def jwt(self, id: str) -> str:
+        """The CA's enrollment JWT (``em: ca``): points a device at this controller for auto-enrollment."""
+        ca = self.require(id)
+        # Static (no exp), as OpenZiti's: the CA, not the JWT, decides who may enroll.
+        claims = {
+            "em": CA,
+            "aud": ["openziti-enroller"],
+            "iss": self.settings.issuer + "/",
+            "sub": ca.id,
+            "jti": ca.id,
+        }
+        return self.env.tokens.sign(claims)
+
+    # -- deletion ------------------------------------------------------------------------------
     def issued_authenticators(self, uow: UnitOfWork, ca: Ca) -> list[Authenticator]:
-        """The certificate authenticators whose certificate ``ca`` signed."""
-        return [
-            a
-            for a in uow.all(Authenticator)
-            if a.method == "cert"
-            and a.cert_pem
-            and not a.is_issued_by_network
-            and self.issued_by(ca.cert_pem, a.cert_pem)
-        ]
+        """The certificate authenticators whose certificate ``ca`` issued."""
+        out: list[Authenticator] = []
+        for authenticator in uow.all(Authenticator):
+            if authenticator.method != "cert" or not authenticator.cert_pem:
+                continue
+            if authenticator.ca_id == ca.id or (
+                authenticator.ca_id is None
+                and not authenticator.is_issued_by_network
+                and self.env.ca.issuer_index([authenticator.cert_pem], [ca.cert_pem]) == 0
+            ):
+                out.append(authenticator)
+        return out
 
     def after_delete(self, uow: UnitOfWork, entity: Ca) -> None:
         for authenticator in self.issued_authenticators(uow, entity):
             uow.delete(Authenticator, authenticator.id)
+            for session in uow.find_by(ApiSession, "identity_id", authenticator.identity_id):
+                if session.authenticator_id == authenticator.id:
+                    delete_session(uow, session.id)
         for enrollment in uow.all(Enrollment):
             if enrollment.ca_id == entity.id:
                 uow.delete(Enrollment, enrollment.id)

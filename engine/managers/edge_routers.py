@@ -7,12 +7,12 @@ kinds (``duplicate value '<name>' in unique index on routers store``).
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
 from typing import Any, TypeVar
 
 from engine.entities.routers import EdgeRouter, Router, RouterBase
 from engine.errors import NameConflictError
 from engine.managers._base import EntityManager, Env, check_attributes
+from engine.managers.enrollment._core import EDGE_ROUTER_OTT, EnrollmentSettings, router_enrollment_fields
 from engine.managers.references import remove_entity_references
 from engine.managers.router_identities import sync_router_identity
 from engine.ports import UnitOfWork
@@ -29,22 +29,13 @@ ENROLLMENT_FIELDS = frozenset(
         "enrollment_token",
         "enrollment_created_at",
         "enrollment_expires_at",
+        "enrollment_jwt",
         "unverified_cert_pem",
         "unverified_fingerprint",
         "hostname",
         "supported_protocols",
     }
 )
-
-
-def new_enrollment(env: Env, duration: timedelta) -> dict[str, Any]:
-    """Fresh one-time enrollment fields: a UUIDv4 token valid for ``duration``."""
-    now = env.clock.now()
-    return {
-        "enrollment_token": env.ids.new_token(),
-        "enrollment_created_at": now,
-        "enrollment_expires_at": now + duration,
-    }
 
 
 def check_router_name(uow: UnitOfWork, router: RouterBase) -> None:
@@ -61,14 +52,19 @@ class RouterManagerBase(EntityManager[R]):
     """Enrollment on create and the shared router-store name index."""
 
     immutable = EntityManager.immutable | ENROLLMENT_FIELDS
+    #: The ``em`` claim of this kind's enrollment JWT.
+    method: str
 
-    def __init__(self, env: Env, enrollment_duration: timedelta) -> None:
+    def __init__(self, env: Env, settings: EnrollmentSettings) -> None:
         super().__init__(env)
-        self.enrollment_duration = enrollment_duration
+        self.settings = settings
 
     def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> R:
         router = super().build(uow, fields)
-        return dataclasses.replace(router, **new_enrollment(self.env, self.enrollment_duration))
+        return dataclasses.replace(router, **self.new_enrollment(router.id))
+
+    def new_enrollment(self, router_id: str) -> dict[str, Any]:
+        return router_enrollment_fields(self.env, self.settings, router_id, self.method)
 
     def check_unique(self, uow: UnitOfWork, entity: R) -> None:
         try:
@@ -82,12 +78,14 @@ class RouterManagerBase(EntityManager[R]):
 
 class EdgeRouterManager(RouterManagerBase[EdgeRouter]):
     kind = EdgeRouter
+    method = EDGE_ROUTER_OTT
 
     def validate(self, uow: UnitOfWork, new: EdgeRouter, old: EdgeRouter | None) -> None:
         check_attributes(new.role_attributes)
 
     def re_enroll(self, id: str) -> EdgeRouter:
-        """A new one-time enrollment; the router's certificate no longer authenticates it."""
+        """Back to awaiting enrollment (seed 001): the certificate no longer identifies the router,
+        a new JWT replaces any outstanding one, everything else stays."""
         with self.env.store.write_lock():
             uow = UnitOfWork(self.env.store)
             old = self.require(id)
@@ -99,7 +97,7 @@ class EdgeRouterManager(RouterManagerBase[EdgeRouter]):
                 is_verified=False,
                 unverified_cert_pem=None,
                 unverified_fingerprint=None,
-                **new_enrollment(self.env, self.enrollment_duration),
+                **self.new_enrollment(old.id),
             )
             uow.put(new)
             self.env.commit(uow)

@@ -8,7 +8,6 @@ new token (so the old JWT stops working) with a new expiry.
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime
 from typing import Any
 
@@ -16,36 +15,13 @@ from engine.entities.identities import Enrollment, Identity
 from engine.entities.trust import Ca
 from engine.errors import EnrollmentExistsError, FieldError
 from engine.managers._base import EntityManager, Env
+from engine.managers.enrollment._core import (
+    IDENTITY_METHODS,
+    EnrollmentSettings,
+    new_identity_enrollment,
+    sign,
+)
 from engine.ports import UnitOfWork
-
-#: Identity enrollment methods the management API may create.
-IDENTITY_METHODS = ("ott", "ottca", "updb")
-
-
-def new_enrollment(
-    env: Env,
-    *,
-    identity_id: str,
-    method: str,
-    expires_at: datetime,
-    ca_id: str | None = None,
-    username: str | None = None,
-    tags: dict[str, Any] | None = None,
-) -> Enrollment:
-    """A fresh enrollment entity with a new id and a new UUIDv4 token (not yet stored)."""
-    now = env.clock.now()
-    return Enrollment(
-        id=env.ids.new_id(),
-        created_at=now,
-        updated_at=now,
-        tags=dict(tags or {}),
-        identity_id=identity_id,
-        method=method,
-        token=env.ids.new_token(),
-        expires_at=expires_at,
-        ca_id=ca_id if method == "ottca" else None,
-        username=username if method == "updb" else None,
-    )
 
 
 def check_enrollment(
@@ -64,9 +40,14 @@ def check_enrollment(
 class EnrollmentManager(EntityManager[Enrollment]):
     kind = Enrollment
 
+    def __init__(self, env: Env, settings: EnrollmentSettings) -> None:
+        super().__init__(env)
+        self.settings = settings
+
     def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> Enrollment:
-        return new_enrollment(
+        return new_identity_enrollment(
             self.env,
+            self.settings,
             identity_id=fields.get("identity_id") or "",
             method=fields.get("method") or "",
             expires_at=fields["expires_at"],
@@ -102,9 +83,7 @@ class EnrollmentManager(EntityManager[Enrollment]):
                     "expiresAt", "must be after the current date and time", expires_at.isoformat()
                 )
             uow = UnitOfWork(self.env.store)
-            new = dataclasses.replace(
-                old, token=self.env.ids.new_token(), expires_at=expires_at, updated_at=self.env.clock.now()
-            )
+            new = sign(self.env, self.settings, old, expires_at, token=self.env.ids.new_token())
             self.check_unique(uow, new)
             uow.put(new)
             self.env.commit(uow)

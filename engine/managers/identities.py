@@ -30,7 +30,9 @@ from engine.entities.services import Service
 from engine.entities.trust import AuthPolicy
 from engine.errors import EntityCanNotBeDeletedError, FieldError, NotFoundError
 from engine.managers._base import EntityManager, check_attributes
-from engine.managers.enrollments import check_enrollment, new_enrollment
+from engine.managers.api_sessions import delete_session
+from engine.managers.enrollment._core import EnrollmentSettings, new_identity_enrollment
+from engine.managers.enrollments import check_enrollment
 from engine.managers.references import remove_entity_references
 from engine.ports import Clock, UnitOfWork
 
@@ -70,7 +72,7 @@ def delete_identity_cascade(uow: UnitOfWork, identity: Identity, clock: Clock) -
     for authenticator in uow.find_by(Authenticator, "identity_id", identity.id):
         uow.delete(Authenticator, authenticator.id)
     for session in uow.find_by(ApiSession, "identity_id", identity.id):
-        uow.delete(ApiSession, session.id)
+        delete_session(uow, session.id)
     remove_entity_references(uow, identity, clock)
 
 
@@ -79,19 +81,20 @@ class IdentityManager(EntityManager[Identity]):
 
     # -- creation ------------------------------------------------------------------------------
     def create_with_enrollments(
-        self, fields: dict[str, Any], enrollment: EnrollmentRequest | None, duration: timedelta
+        self, fields: dict[str, Any], enrollment: EnrollmentRequest | None, settings: EnrollmentSettings
     ) -> Identity:
-        """An identity and its first enrollments (expiring after ``duration``), in one commit."""
+        """An identity and its first enrollments (with their JWTs), in one commit."""
         with self.env.store.write_lock():
             uow = UnitOfWork(self.env.store)
             identity = self.build(uow, fields)
             self.validate(uow, identity, None)
             self.check_unique(uow, identity)
             uow.put(identity)
-            expires_at = self.env.clock.now() + duration
+            expires_at = self.env.clock.now() + settings.identity_duration
             for method, ca_id, username in (enrollment or EnrollmentRequest()).methods():
-                entry = new_enrollment(
+                entry = new_identity_enrollment(
                     self.env,
+                    settings,
                     identity_id=identity.id,
                     method=method,
                     expires_at=expires_at,
@@ -139,7 +142,7 @@ class IdentityManager(EntityManager[Identity]):
             uow = UnitOfWork(self.env.store)
             uow.put(new)
             for session in uow.find_by(ApiSession, "identity_id", id):
-                uow.delete(ApiSession, session.id)
+                delete_session(uow, session.id)
             self.env.commit(uow)
             return new
 

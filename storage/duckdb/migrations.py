@@ -4,6 +4,9 @@ Each entity kind has a table ``(id VARCHAR PRIMARY KEY, doc JSON NOT NULL)``: th
 fields as a JSON document (role attributes as JSON arrays, see design.md §5 on ``VARCHAR[]``).
 DuckDB's JSON functions make every field available to SQL analysis, e.g.
 ``select id, doc->>'name' from identities``.
+
+A migration that must overwrite secrets records a task in the ``maintenance`` table (v2 on): the
+store finishes it after migrating (see ``DuckDBStore``), outside the migration's transaction.
 """
 
 from __future__ import annotations
@@ -30,13 +33,47 @@ ENTITY_TABLES_V1 = [
 ]
 
 
+#: Tasks a migration leaves for the store to finish outside the migration's transaction.
+MAINTENANCE_TABLE = "maintenance"
+#: Rewrite the database file so that no overwritten value survives in its freed blocks.
+COMPACT_TASK = "compact"
+
+
 def _v1(con: duckdb.DuckDBPyConnection) -> None:
     for table in ENTITY_TABLES_V1:
         con.execute(f"CREATE TABLE {table} (id VARCHAR PRIMARY KEY, doc JSON NOT NULL)")
     con.execute("CREATE TABLE settings (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)")
 
 
-MIGRATIONS = [(1, _v1)]
+def _v2(con: duckdb.DuckDBPyConnection) -> None:
+    """Ephemeral API-session certificates; API-session tokens kept only as their SHA-256.
+
+    A v1 ``api_sessions`` document holds the plain ``token``: it becomes ``token_hash`` (the
+    lowercase hex SHA-256 of the token's UTF-8 bytes, as ``engine.managers.api_sessions.token_hash``
+    computes it), so sessions open before the upgrade keep working. A session without a usable
+    token could never be presented (nor decoded) and is dropped.
+
+    DuckDB leaves overwritten values in the file's freed blocks, so when any token was rewritten
+    a ``compact`` task is recorded in the same transaction: the store then rewrites the file
+    (``DuckDBStore``) and the task is removed only together with the old file.
+    """
+    con.execute("CREATE TABLE api_session_certificates (id VARCHAR PRIMARY KEY, doc JSON NOT NULL)")
+    con.execute(f"CREATE TABLE {MAINTENANCE_TABLE} (task VARCHAR PRIMARY KEY)")
+    con.execute(
+        f"INSERT INTO {MAINTENANCE_TABLE} (task) SELECT ? "
+        "WHERE EXISTS (SELECT 1 FROM api_sessions WHERE json_exists(doc, '$.token'))",
+        [COMPACT_TASK],
+    )
+    # json_merge_patch removes a key patched with null (RFC 7386).
+    con.execute(
+        "UPDATE api_sessions SET doc = json_merge_patch("
+        "doc, json_object('token', NULL, 'token_hash', sha256(doc->>'token'))) "
+        "WHERE doc->>'token' IS NOT NULL"
+    )
+    con.execute("DELETE FROM api_sessions WHERE doc->>'token_hash' IS NULL")
+
+
+MIGRATIONS = [(1, _v1), (2, _v2)]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:
@@ -60,6 +97,18 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
             raise
         current = version
     return current
+
+
+def pending_tasks(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """The maintenance tasks migrations have recorded and the store has not finished."""
+    exists = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = current_schema() AND table_name = ?",
+        [MAINTENANCE_TABLE],
+    ).fetchone()
+    if not exists or not exists[0]:
+        return set()
+    return {str(row[0]) for row in con.execute(f"SELECT task FROM {MAINTENANCE_TABLE}").fetchall()}
 
 
 def table_name(entity: str) -> str:

@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 
-from api.app import create_app
 from api.settings import Settings
-from tests.conftest import Api
+from tests.conftest import Api, open_app
 
 
 def _ids(api: Api, path: str, **params: str) -> set[str]:
@@ -233,7 +232,7 @@ def test_the_graph_is_rebuilt_from_storage_on_restart(
 ) -> None:
     before = _ids(api, f"/identities/{s1['I2']}/services")
     api.ctrl.env.store.close()
-    app = create_app(settings)
+    app = open_app(settings)
     try:
         again = Api(app)
         again.token = api.token

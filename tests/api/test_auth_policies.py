@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.app import create_app
 from engine.entities.identities import Identity
 from engine.entities.trust import AuthPolicy
 from engine.ports import UnitOfWork
-from tests.conftest import Api
+from tests.conftest import Api, open_app
 
 FULL = {
     "name": "strict",
@@ -263,7 +262,7 @@ def test_policies_survive_a_restart(api: Api, app: Any, settings: Any) -> None:
     id = api.create("/auth-policies", FULL)
     app.ctrl.env.store.close()
 
-    reopened = create_app(settings)
+    reopened = open_app(settings)
     try:
         policy = reopened.ctrl.env.store.get(AuthPolicy, id)
         assert policy is not None

@@ -7,24 +7,11 @@ from typing import Any
 
 import pytest
 
-from api.app import create_app
 from api.settings import Settings
 from engine.managers.bootstrap import create_default_admin
 from engine.managers.identities import IdentityManager
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api
-
-
-class SteppingClock:
-    """A settable clock for expiry tests (the engine's Clock port)."""
-
-    def __init__(self) -> None:
-        self.value = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def now(self) -> datetime:
-        return self.value
-
-    def advance(self, delta: timedelta) -> None:
-        self.value += delta
+from engine.testing import FixedClock
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api, open_app
 
 
 def _auth(anon: Api, body: dict[str, Any], base: str = MGMT, method: str = "password") -> Any:
@@ -131,18 +118,25 @@ def test_admin_lists_reads_and_deletes_api_sessions(api: Api) -> None:
     other = api.login(ADMIN_USER, ADMIN_PASSWORD)
     listed = api.get("/api-sessions").json
     assert listed["meta"]["pagination"]["totalCount"] == 2
-    target = next(s for s in listed["data"] if s["token"] == other)
+    assert all("token" not in s for s in listed["data"])  # a token is a live credential: never listed
+    other_id = api.get("/current-api-session", token=other).json["data"]["id"]
+    target = next(s for s in listed["data"] if s["id"] == other_id)
     assert api.get(f"/api-sessions/{target['id']}").json["data"]["identityId"] == target["identityId"]
+    assert "token" not in api.get(f"/api-sessions/{target['id']}").json["data"]
     assert api.delete(f"/api-sessions/{target['id']}").status_code == 200
     assert api.get("/current-api-session", token=other).status_code == 401
     assert api.get(f"/api-sessions/{target['id']}").status_code == 404
-    filtered = api.get("/api-sessions", params={"filter": f'token = "{api.token}"'}).json
-    assert filtered["meta"]["pagination"]["totalCount"] == 1
+
+
+def test_the_caller_still_sees_its_own_token(api: Api) -> None:
+    current = api.get("/current-api-session").json["data"]
+    assert current["token"] == api.token
+    assert current["expirationSeconds"] > 0
 
 
 def test_sessions_slide_and_expire(settings: Settings) -> None:
-    clock = SteppingClock()
-    app = create_app(settings, clock=clock)
+    clock = FixedClock(datetime(2026, 1, 1, tzinfo=UTC))
+    app = open_app(settings, clock=clock)
     try:
         create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
         api = Api(app)
@@ -159,11 +153,11 @@ def test_sessions_slide_and_expire(settings: Settings) -> None:
 
 
 def test_sessions_survive_a_restart(settings: Settings) -> None:
-    first = create_app(settings)
+    first = open_app(settings)
     create_default_admin(first.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
     token = Api(first).login(ADMIN_USER, ADMIN_PASSWORD)
     first.ctrl.env.store.close()
-    second = create_app(settings)
+    second = open_app(settings)
     try:
         assert Api(second).get("/current-api-session", token=token).status_code == 200
     finally:

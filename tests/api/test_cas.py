@@ -11,11 +11,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from api.app import create_app
 from engine.entities.identities import Authenticator, Enrollment, Identity
 from engine.entities.trust import Ca
 from engine.ports import UnitOfWork
-from tests.conftest import Api
+from tests.conftest import Api, open_app
 
 Key = ec.EllipticCurvePrivateKey
 
@@ -335,7 +334,7 @@ def test_cas_survive_a_restart(api: Api, app: Any, settings: Any, pki: Pki) -> N
     id = api.create("/cas", _body(pki))
     app.ctrl.env.store.close()
 
-    reopened = create_app(settings)
+    reopened = open_app(settings)
     try:
         ca = reopened.ctrl.env.store.get(Ca, id)
         assert ca is not None

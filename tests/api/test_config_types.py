@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from api.app import create_app
-from tests.conftest import Api
+from tests.conftest import Api, open_app
 
 PORT_SCHEMA: dict[str, Any] = {
     "$id": "http://example.test/schemas/port.json",
@@ -292,7 +291,7 @@ def test_deleted_builtin_stays_deleted_after_restart(app: Any, api: Api, setting
     assert api.delete("/config-types/proxy.v1").status_code == 200
     app.ctrl.env.store.close()
 
-    again = Api(create_app(settings))
+    again = Api(open_app(settings))
     try:
         again.token = again.login("admin", "admin-password-1")
         assert again.get("/config-types/proxy.v1").status_code == 404

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from api.app import create_app
 from engine.entities.policies import EdgeRouterPolicy
 from tests.api.policy_helpers import field_error, make_identity, put
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
 
 PATH = "/edge-router-policies"
 
@@ -211,7 +210,7 @@ def test_survives_a_restart(api: Api, app: Any, settings: Any) -> None:
     erp = api.create(PATH, body(edgeRouterRoles=["#b", "#a"]))
     app.ctrl.env.store.close()
 
-    again = create_app(settings)
+    again = open_app(settings)
     try:
         client = Api(again)
         client.token = client.login(ADMIN_USER, ADMIN_PASSWORD)

@@ -9,12 +9,11 @@ from typing import Any
 import jwt
 import pytest
 
-from api.app import create_app
 from api.settings import Settings
 from engine.entities.routers import EdgeRouter
 from engine.managers.bootstrap import create_default_admin
 from tests.api.policy_helpers import field_error, put
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
 
 PATH = "/edge-routers"
 
@@ -116,14 +115,13 @@ def test_create_gives_an_enrollment(api: Api, app: Any) -> None:
     assert header["kid"] == app.ctrl.pki.jwt_kid()
 
 
-def test_enrollment_jwt_is_null_without_a_pki(api: Api, app: Any) -> None:
+def test_enrollment_jwt_is_signed_once_and_stored(api: Api, app: Any) -> None:
     er = api.create(PATH, {"name": "er1"})
-    app.ctrl.pki = None
 
-    data = api.get(f"{PATH}/{er}").json["data"]
+    first = api.get(f"{PATH}/{er}").json["data"]["enrollmentJwt"]
+    second = api.get(f"{PATH}/{er}").json["data"]["enrollmentJwt"]
 
-    assert data["enrollmentJwt"] is None
-    assert data["enrollmentToken"] is not None
+    assert first == second == app.ctrl.env.store.get(EdgeRouter, er).enrollment_jwt
 
 
 def test_verified_router_shows_no_enrollment(api: Api, app: Any) -> None:
@@ -321,7 +319,7 @@ def test_survives_a_restart(api: Api, app: Any, settings: Any) -> None:
     before = api.get(f"{PATH}/{er}").json["data"]
     app.ctrl.env.store.close()
 
-    again = create_app(settings)
+    again = open_app(settings)
     try:
         client = Api(again)
         client.token = client.login(ADMIN_USER, ADMIN_PASSWORD)
@@ -335,7 +333,7 @@ def test_survives_a_restart(api: Api, app: Any, settings: Any) -> None:
 
 def test_enrollment_duration_comes_from_settings(home: Any) -> None:
     settings = dataclasses.replace(Settings(home=home), enrollment_duration=timedelta(minutes=7))
-    app = create_app(settings)
+    app = open_app(settings)
     try:
         create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
         client = Api(app)

@@ -8,6 +8,7 @@ from typing import Any
 import jwt
 import pytest
 
+from engine.entities.identities import Enrollment
 from engine.entities.trust import Ca
 from engine.ports import UnitOfWork
 from tests.conftest import Api
@@ -228,10 +229,11 @@ def test_list_filters(api: Api) -> None:
     assert [e["method"] for e in sub] == ["ott"]
 
 
-def test_jwt_is_null_without_a_pki(api: Api) -> None:
-    enrollment_id = api.create("/enrollments", body_for(new_identity(api, "nopki")))
-    api.ctrl.pki = None
-    assert api.get(f"/enrollments/{enrollment_id}").json["data"]["jwt"] is None
+def test_jwt_is_signed_once_and_stored_with_the_enrollment(api: Api) -> None:
+    enrollment_id = api.create("/enrollments", body_for(new_identity(api, "signed-once")))
+    first = api.get(f"/enrollments/{enrollment_id}").json["data"]["jwt"]
+    assert first == api.get(f"/enrollments/{enrollment_id}").json["data"]["jwt"]
+    assert first == api.ctrl.env.store.get(Enrollment, enrollment_id).jwt
 
 
 def test_non_admins_get_401(api: Api) -> None:

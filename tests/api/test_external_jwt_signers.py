@@ -11,9 +11,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from api.app import create_app
 from engine.entities.trust import ExternalJwtSigner
-from tests.conftest import Api
+from tests.conftest import Api, open_app
 
 JWKS = {
     "name": "idp",
@@ -265,7 +264,7 @@ def test_signers_survive_a_restart(api: Api, app: Any, settings: Any, signer_pem
     id = api.create("/external-jwt-signers", {**JWKS, "jwksEndpoint": None, "certPem": signer_pem})
     app.ctrl.env.store.close()
 
-    reopened = create_app(settings)
+    reopened = open_app(settings)
     try:
         signer = reopened.ctrl.env.store.get(ExternalJwtSigner, id)
         assert signer is not None

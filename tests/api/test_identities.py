@@ -8,12 +8,11 @@ from typing import Any
 import jwt
 import pytest
 
-from api.app import create_app
 from api.settings import Settings
 from engine.entities.identities import Identity
 from engine.entities.routers import EdgeRouter
 from engine.ports import UnitOfWork
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
 
 
 def new_identity(api: Api, name: str, **extra: Any) -> str:
@@ -497,7 +496,7 @@ def test_identities_survive_a_restart(app: Any, settings: Settings) -> None:
     before = api.get(f"/identities/{identity_id}").json["data"]
     app.ctrl.env.store.close()
 
-    reopened = create_app(settings)
+    reopened = open_app(settings)
     try:
         again = Api(reopened)
         again.token = again.login(ADMIN_USER, ADMIN_PASSWORD)

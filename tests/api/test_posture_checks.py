@@ -6,11 +6,10 @@ from typing import Any
 
 import pytest
 
-from api.app import create_app
 from engine.entities.policies import ServicePolicy
 from engine.entities.posture import PostureCheck
 from engine.ports import UnitOfWork
-from tests.conftest import Api
+from tests.conftest import Api, open_app
 
 DOMAIN = {
     "name": "corp-domain",
@@ -368,7 +367,7 @@ def test_checks_survive_a_restart(api: Api, app: Any, settings: Any) -> None:
     api.patch(f"/posture-checks/{id}", json={"typeId": "PROCESS_MULTI", "semantic": "AllOf"})
     app.ctrl.env.store.close()
 
-    reopened = create_app(settings)
+    reopened = open_app(settings)
     try:
         check = reopened.ctrl.env.store.get(PostureCheck, id)
         assert check is not None

@@ -13,4 +13,4 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def test_readme_operation_table_matches_the_routes(anon: Api) -> None:
     text = README.read_text()
     start, end = text.index(BEGIN), text.index(END) + len(END)
-    assert text[start:end] == render(anon.ctrl), "regenerate with: python -m api.routes_table"
+    assert text[start:end] == render(anon.app.routes.table), "regenerate with: python -m api.routes_table"

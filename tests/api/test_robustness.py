@@ -29,7 +29,7 @@ VERBS = ("post", "put", "patch")
 
 def _operations(api: Api) -> list[tuple[str, str, str]]:
     out = []
-    for route_api, template, resource, suffix in api.ctrl.routes:
+    for route_api, template, resource, suffix in api.app.routes.table:
         for verb in ("get", "post", "put", "patch", "delete"):
             name = f"on_{verb}" if suffix is None else f"on_{verb}_{suffix}"
             if has_responder(resource, name):

@@ -8,9 +8,8 @@ from typing import Any
 import jwt
 import pytest
 
-from api.app import create_app
 from tests.api.policy_helpers import field_error
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
 
 PATHS = ["/routers", "/transit-routers"]
 
@@ -135,7 +134,7 @@ def test_survives_a_restart(api: Api, app: Any, settings: Any) -> None:
     before = api.get(f"/routers/{rid}").json["data"]
     app.ctrl.env.store.close()
 
-    again = create_app(settings)
+    again = open_app(settings)
     try:
         client = Api(again)
         client.token = client.login(ADMIN_USER, ADMIN_PASSWORD)

@@ -6,12 +6,11 @@ from typing import Any
 
 import pytest
 
-from api.app import create_app
 from engine.entities.identities import Identity
 from engine.entities.services import Service
 from engine.managers.identities import IdentityManager
 from tests.api.policy_helpers import field_error, make_identity, make_posture_check, make_service, remove
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
 
 PATH = "/service-policies"
 PREFIX_REASON = (
@@ -398,7 +397,7 @@ def test_policies_survive_a_restart(api: Api, app: Any, settings: Any) -> None:
     sp = api.create(PATH, body(identityRoles=[f"@{ident}", "#a"], type="Bind"))
     app.ctrl.env.store.close()
 
-    again = create_app(settings)
+    again = open_app(settings)
     try:
         client = Api(again)
         client.token = client.login(ADMIN_USER, ADMIN_PASSWORD)

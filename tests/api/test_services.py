@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from api.app import create_app
 from engine.entities.policies import ServicePolicy
 from engine.ports import UnitOfWork
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
 
 INTERCEPT = {"protocols": ["tcp"], "addresses": ["echo.ziti"], "portRanges": [{"low": 80, "high": 80}]}
 HOST = {"protocol": "tcp", "address": "localhost", "port": 8080}
@@ -326,7 +325,7 @@ def test_service_with_configs_survives_a_restart(app: Any, api: Api, settings: A
     before = api.get(f"/services/{id}", params={}).json["data"]
     app.ctrl.env.store.close()
 
-    again = Api(create_app(settings))
+    again = Api(open_app(settings))
     try:
         again.token = again.login(ADMIN_USER, ADMIN_PASSWORD)
         after = again.get(f"/services/{id}").json["data"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,43 +15,22 @@ from engine.managers.builtin_config_types import BUILTIN_CONFIG_TYPES, HOST_V1_I
 from engine.managers.config_types import ConfigTypeManager, ensure_builtin_config_types
 from engine.managers.configs import ConfigManager, check_data, go_value, narrow_numbers
 from engine.managers.services import ServiceManager
+from engine.testing import CheapHasher, CountingIds, FixedClock
 from storage.memory import MemoryStore
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-class FixedClock:
-    def now(self) -> datetime:
-        return NOW
-
-
-class CountingIds:
-    def __init__(self) -> None:
-        self._next = itertools.count(1)
-
-    def new_id(self) -> str:
-        return f"id{next(self._next)}"
-
-    def new_token(self) -> str:
-        return f"token{next(self._next)}"
-
-
-class PlainHasher:
-    def hash(self, password: str) -> str:
-        return password
-
-    def verify(self, password: str, encoded: str) -> bool:
-        return password == encoded
-
-
 @pytest.fixture
-def env() -> Env:
+def env(authority: Any, signer: Any) -> Env:
     return Env(
         store=MemoryStore(),
-        clock=FixedClock(),
+        clock=FixedClock(NOW),
         ids=CountingIds(),
-        hasher=PlainHasher(),
+        hasher=CheapHasher(),
         schemas=JsonSchemaChecker(),
+        ca=authority,
+        tokens=signer,
     )
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -15,42 +15,15 @@ from engine.errors import EnrollmentExistsError, EntityCanNotBeDeletedError, Fie
 from engine.managers._base import Env
 from engine.managers.authenticators import AuthenticatorManager, AuthenticatorMethodMaxError
 from engine.managers.bootstrap import create_default_admin, ensure_builtins
+from engine.managers.enrollment import EnrollmentSettings
 from engine.managers.enrollments import EnrollmentManager
 from engine.managers.identities import EnrollmentRequest, IdentityManager
 from engine.ports import UnitOfWork
+from engine.testing import CheapHasher, CountingIds, FixedClock
 from storage.memory import MemoryStore
 
 START = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
-
-
-class FixedClock:
-    def __init__(self, now: datetime) -> None:
-        self.current = now
-
-    def now(self) -> datetime:
-        return self.current
-
-
-class CountingIds:
-    def __init__(self) -> None:
-        self._ids = itertools.count(1)
-        self._tokens = itertools.count(1)
-
-    def new_id(self) -> str:
-        return f"id{next(self._ids)}"
-
-    def new_token(self) -> str:
-        return f"00000000-0000-4000-8000-{next(self._tokens):012d}"
-
-
-class PlainHasher:
-    """A transparent stand-in for the scrypt hasher (a port, not our code under test)."""
-
-    def hash(self, password: str) -> str:
-        return "plain$" + password
-
-    def verify(self, password: str, encoded: str) -> bool:
-        return encoded == "plain$" + password
+SETTINGS = EnrollmentSettings(issuer="https://ctrl.example.test:1280")
 
 
 @pytest.fixture
@@ -59,9 +32,15 @@ def clock() -> FixedClock:
 
 
 @pytest.fixture
-def env(clock: FixedClock) -> Env:
+def env(clock: FixedClock, authority: Any, signer: Any) -> Env:
     environment = Env(
-        store=MemoryStore(), clock=clock, ids=CountingIds(), hasher=PlainHasher(), schemas=JsonSchemaChecker()
+        store=MemoryStore(),
+        clock=clock,
+        ids=CountingIds(),
+        hasher=CheapHasher(),
+        schemas=JsonSchemaChecker(),
+        ca=authority,
+        tokens=signer,
     )
     ensure_builtins(environment)
     return environment
@@ -85,7 +64,7 @@ def session_for(env: Env, identity_id: str, authenticator_id: str) -> ApiSession
         id=env.ids.new_id(),
         created_at=now,
         updated_at=now,
-        token=env.ids.new_token(),
+        token_hash=env.ids.new_token(),
         identity_id=identity_id,
         authenticator_id=authenticator_id,
         last_activity_at=now,
@@ -98,7 +77,7 @@ def test_create_with_enrollments_commits_identity_and_enrollments_together(
     identity = identities.create_with_enrollments(
         {"name": "ann", "role_attributes": ["a"]},
         EnrollmentRequest(ott=True, updb="ann-login"),
-        timedelta(minutes=180),
+        SETTINGS,
     )
     enrollments = sorted(env.store.find_by(Enrollment, "identity_id", identity.id), key=lambda e: e.method)
     assert [e.method for e in enrollments] == ["ott", "updb"]
@@ -109,9 +88,7 @@ def test_create_with_enrollments_commits_identity_and_enrollments_together(
 
 def test_a_failed_enrollment_leaves_nothing_behind(env: Env, identities: IdentityManager) -> None:
     with pytest.raises(FieldError) as caught:
-        identities.create_with_enrollments(
-            {"name": "bob"}, EnrollmentRequest(ottca="no-ca"), timedelta(hours=1)
-        )
+        identities.create_with_enrollments({"name": "bob"}, EnrollmentRequest(ottca="no-ca"), SETTINGS)
     assert caught.value.field == "enrollment.ottca"
     assert env.store.all(Identity) == []
     assert env.store.all(Enrollment) == []
@@ -156,9 +133,7 @@ def test_default_admin_stays_admin_and_stays(env: Env, identities: IdentityManag
 def test_delete_cascades_to_credentials_sessions_and_id_references(
     env: Env, identities: IdentityManager
 ) -> None:
-    identity = identities.create_with_enrollments(
-        {"name": "gone"}, EnrollmentRequest(ott=True), timedelta(hours=1)
-    )
+    identity = identities.create_with_enrollments({"name": "gone"}, EnrollmentRequest(ott=True), SETTINGS)
     authenticator = AuthenticatorManager(env).create(
         {"identity_id": identity.id, "method": "updb", "username": "gone-user", "password": "gone-secret"}
     )
@@ -204,7 +179,7 @@ def test_disable_and_enable(env: Env, clock: FixedClock, identities: IdentityMan
     )
     assert env.store.find_by(ApiSession, "identity_id", identity.id) == []
     assert identities.is_disabled(locked)
-    clock.current = START + timedelta(minutes=31)
+    clock.set(START + timedelta(minutes=31))
     assert not identities.is_disabled(locked)
 
     forever = identities.disable(identity.id, 0)
@@ -228,7 +203,7 @@ def test_enrollments_one_per_method_and_refresh(
     env: Env, clock: FixedClock, identities: IdentityManager
 ) -> None:
     identity = identities.create({"name": "enrollee"})
-    manager = EnrollmentManager(env)
+    manager = EnrollmentManager(env, SETTINGS)
     first = manager.create(
         {"identity_id": identity.id, "method": "ott", "expires_at": START + timedelta(hours=1)}
     )
@@ -255,11 +230,14 @@ def test_authenticators_hash_passwords_and_allow_one_per_method(
     created = manager.create(
         {"identity_id": identity.id, "method": "updb", "username": "holder", "password": "secret-1"}
     )
-    assert created.password_hash == "plain$secret-1"
+    assert created.password_hash is not None
+    assert "secret-1" not in created.password_hash
+    assert env.hasher.verify("secret-1", created.password_hash)
     with pytest.raises(AuthenticatorMethodMaxError):
         manager.create(
             {"identity_id": identity.id, "method": "updb", "username": "holder2", "password": "secret-2"}
         )
     updated = manager.update(created.id, {"password": "secret-3"})
-    assert updated.password_hash == "plain$secret-3"
+    assert updated.password_hash is not None
+    assert env.hasher.verify("secret-3", updated.password_hash)
     assert updated.username == "holder"

@@ -5,8 +5,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import shutil
+import subprocess
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from cryptography import x509
@@ -30,6 +33,7 @@ from pki import (
 CertPair = tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
 CertFactory = Callable[..., CertPair]
 TOKEN = "4b1c7f0e-2f59-4f0f-9a53-0c1d6f3c1a77"
+OPENSSL = shutil.which("openssl") or "/usr/bin/openssl"
 
 
 @pytest.fixture(scope="module")
@@ -224,3 +228,39 @@ def test_pkcs7_body_is_wrapped_at_64_without_trailing_newline(
 def test_pkcs7_requires_certificates() -> None:
     with pytest.raises(ValueError, match="at least one certificate"):
         pkcs7_certs_only_b64([])
+
+
+def test_pkcs7_body_is_read_by_cryptography_and_by_the_openssl_cli(
+    ca: CertificateAuthority, tmp_path: Path
+) -> None:
+    """Two independent readers of the cacerts body: what the SDKs get (base64 of DER PKCS#7)."""
+    body = pkcs7_certs_only_b64(ca.ca_certificates())
+    lines = body.split("\n")
+    assert all(len(line) == 64 for line in lines[:-1])
+    assert not body.endswith("\n")
+    der = base64.b64decode(body)
+    (tmp_path / "cacerts.p7b").write_bytes(der)
+
+    parsed = pkcs7.load_der_pkcs7_certificates(der)
+    printed = subprocess.run(
+        [OPENSSL, "pkcs7", "-inform", "DER", "-in", str(tmp_path / "cacerts.p7b"), "-print_certs"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+    assert parsed == [ca.root_cert, ca.intermediate_cert]
+    assert x509.load_pem_x509_certificates(printed.encode()) == [ca.root_cert, ca.intermediate_cert]
+    assert "subject=O = Trellis, CN = Trellis Root CA" in printed
+
+
+def test_pkcs7_body_decodes_with_the_openssl_base64_filter(ca: CertificateAuthority, tmp_path: Path) -> None:
+    """The C SDK 1.18 decodes with OpenSSL's base64 BIO, which needs the 64-character lines."""
+    body = pkcs7_certs_only_b64(ca.ca_certificates())
+    (tmp_path / "cacerts.b64").write_text(body + "\n")
+
+    decoded = subprocess.run(
+        [OPENSSL, "base64", "-d", "-in", str(tmp_path / "cacerts.b64")], capture_output=True, check=True
+    ).stdout
+
+    assert decoded == base64.b64decode(body)

@@ -1,0 +1,117 @@
+"""What every primary authentication method shares: policy checks, the enabled check, the session.
+
+A method module proves who the caller is (an :class:`Authenticator`); :func:`open_session`
+then applies the rules every method shares, in OpenZiti's order: the identity exists, its auth
+policy allows the method, it is not disabled; the SDK and environment info it reports is recorded
+and an API session is started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from engine.entities.identities import ApiSession, Authenticator, Identity
+from engine.entities.services import ConfigType
+from engine.entities.trust import AuthPolicy
+from engine.errors import InvalidAuthError, UnauthorizedError
+from engine.managers._base import Env
+from engine.managers.api_sessions import ApiSessionManager
+from engine.ports import UnitOfWork
+
+
+@dataclass(frozen=True)
+class LoginInfo:
+    """What the client reports at login, besides its credentials."""
+
+    ip_address: str = ""
+    config_types: tuple[str, ...] = ()
+    env_info: dict[str, Any] | None = None
+    sdk_info: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Login:
+    """A successful authentication: the session, its token (shown once) and who logged in."""
+
+    session: ApiSession
+    token: str
+    identity: Identity
+    authenticator: Authenticator
+
+
+def policy_of(env: Env, identity: Identity) -> AuthPolicy | None:
+    return env.store.get(AuthPolicy, identity.auth_policy_id)
+
+
+def primary_rules(env: Env, identity: Identity, method: str) -> dict[str, Any]:
+    """The auth policy's ``primary.<method>`` object (``updb``, ``cert``, ``extJwt``)."""
+    policy = policy_of(env, identity)
+    if policy is None:
+        return {}
+    return dict(policy.primary.get(method) or {})
+
+
+def check_allowed(env: Env, identity: Identity, method: str) -> None:
+    if primary_rules(env, identity, method).get("allowed") is False:
+        raise InvalidAuthError()
+
+
+def check_enabled(env: Env, identity: Identity) -> None:
+    if not identity.disabled:
+        return
+    until = identity.disabled_until
+    if until is None or until > env.clock.now():
+        raise UnauthorizedError()
+
+
+def resolve_config_types(env: Env, requested: list[str] | tuple[str, ...]) -> list[str]:
+    """Config type ids for names or ids (or ``all``); unknown entries are ignored."""
+    types = env.store.all(ConfigType)
+    if any(r == "all" for r in requested):
+        return sorted(t.id for t in types)
+    by_name = {t.name: t.id for t in types}
+    ids = {t.id for t in types}
+    out: list[str] = []
+    for value in requested:
+        resolved = value if value in ids else by_name.get(value)
+        if resolved and resolved not in out:
+            out.append(resolved)
+    return out
+
+
+def record_info(env: Env, identity: Identity, info: LoginInfo) -> Identity:
+    changes: dict[str, Any] = {}
+    if info.env_info and info.env_info != identity.env_info:
+        changes["env_info"] = info.env_info
+    if info.sdk_info and info.sdk_info != identity.sdk_info:
+        changes["sdk_info"] = info.sdk_info
+    if not changes:
+        return identity
+    with env.store.write_lock():
+        current = env.store.get(Identity, identity.id) or identity
+        updated = dataclasses.replace(current, **changes)
+        uow = UnitOfWork(env.store)
+        uow.put(updated)
+        env.commit(uow)
+        return updated
+
+
+def open_session(
+    env: Env, sessions: ApiSessionManager, authenticator: Authenticator, method: str, info: LoginInfo
+) -> Login:
+    """The checks every method shares, then a new API session for ``authenticator``'s identity."""
+    identity = env.store.get(Identity, authenticator.identity_id)
+    if identity is None:
+        raise InvalidAuthError()
+    check_allowed(env, identity, method)
+    check_enabled(env, identity)
+    identity = record_info(env, identity, info)
+    session, token = sessions.start(
+        identity,
+        authenticator,
+        ip_address=info.ip_address,
+        config_types=resolve_config_types(env, info.config_types),
+    )
+    return Login(session=session, token=token, identity=identity, authenticator=authenticator)

@@ -1,0 +1,51 @@
+"""``ottca``: a one-time token plus a certificate that the enrollment's third-party CA issued.
+
+No CSR: the certificate presented in the TLS handshake becomes the identity's cert
+authenticator. The CA must be verified and allow OTT CA enrollment, and must have issued the
+certificate (directly or through intermediates the client sent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.entities.identities import Authenticator
+from engine.entities.trust import Ca
+from engine.errors import (
+    AlreadyEnrolledError,
+    EnrollmentCaNotValidError,
+)
+from engine.managers._base import Env
+from engine.managers.enrollment._core import (
+    OTTCA,
+    cert_authenticator,
+    check_cert_unused,
+    claim,
+    claim_identity,
+    has_cert_authenticator,
+    leaf_of,
+)
+from engine.ports import UnitOfWork
+
+
+def enroll(env: Env, token: str | None, chain: Sequence[str]) -> Authenticator:
+    with env.store.write_lock():
+        uow = UnitOfWork(env.store)
+        enrollment = claim(uow, env, token, OTTCA)
+        identity = claim_identity(uow, enrollment)
+        if has_cert_authenticator(uow, identity.id):
+            raise AlreadyEnrolledError()
+        leaf = leaf_of(env, list(chain))
+        ca = uow.get(Ca, enrollment.ca_id) if enrollment.ca_id else None
+        if ca is None or not ca.is_verified or not ca.is_ott_ca_enrollment_enabled:
+            raise EnrollmentCaNotValidError(
+                reason="the enrollment's CA is not verified or does not allow OTT CA enrollment"
+            )
+        if env.ca.issuer_index(list(chain), [ca.cert_pem]) != 0:
+            raise EnrollmentCaNotValidError()
+        check_cert_unused(uow, leaf.fingerprint)
+        authenticator = cert_authenticator(env, identity.id, leaf, issued_by_network=False, ca_id=ca.id)
+        uow.put(authenticator)
+        uow.delete(type(enrollment), enrollment.id)
+        env.commit(uow)
+        return authenticator

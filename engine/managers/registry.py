@@ -1,0 +1,92 @@
+"""The typed set of managers (OpenZiti's ``env.Managers``), built once by the composition root.
+
+Resources receive this object and call one manager method per request; nothing else builds a
+manager, so every manager shares one :class:`Env` and there is exactly one of each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from engine.managers._base import Env
+from engine.managers.access import AccessManager
+from engine.managers.api_session_certificates import ApiSessionCertificateManager
+from engine.managers.api_sessions import ApiSessionManager
+from engine.managers.auth_policies import AuthPolicyManager
+from engine.managers.authentication import AuthenticationManager
+from engine.managers.authenticators import AuthenticatorManager
+from engine.managers.bootstrap import ensure_builtins
+from engine.managers.cas import CaManager
+from engine.managers.config_types import ConfigTypeManager, ensure_builtin_config_types
+from engine.managers.configs import ConfigManager
+from engine.managers.edge_router_policies import EdgeRouterPolicyManager
+from engine.managers.edge_routers import EdgeRouterManager
+from engine.managers.enrollment import EnrollManager, EnrollmentSettings
+from engine.managers.enrollments import EnrollmentManager
+from engine.managers.external_jwt_signers import ExternalJwtSignerManager
+from engine.managers.identities import IdentityManager
+from engine.managers.posture_checks import PostureCheckManager
+from engine.managers.routers import RouterManager
+from engine.managers.service_edge_router_policies import ServiceEdgeRouterPolicyManager
+from engine.managers.service_policies import ServicePolicyManager
+from engine.managers.services import ServiceManager
+
+
+@dataclass(frozen=True)
+class Managers:
+    env: Env
+    enrollment_settings: EnrollmentSettings
+    access: AccessManager
+    api_sessions: ApiSessionManager
+    api_session_certificates: ApiSessionCertificateManager
+    authentication: AuthenticationManager
+    auth_policies: AuthPolicyManager
+    authenticators: AuthenticatorManager
+    cas: CaManager
+    config_types: ConfigTypeManager
+    configs: ConfigManager
+    edge_router_policies: EdgeRouterPolicyManager
+    edge_routers: EdgeRouterManager
+    enroll: EnrollManager
+    enrollments: EnrollmentManager
+    external_jwt_signers: ExternalJwtSignerManager
+    identities: IdentityManager
+    posture_checks: PostureCheckManager
+    routers: RouterManager
+    service_edge_router_policies: ServiceEdgeRouterPolicyManager
+    service_policies: ServicePolicyManager
+    services: ServiceManager
+
+
+def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout: timedelta) -> Managers:
+    """Every manager over ``env``; the built-in entities are ensured first, then the graph is built."""
+    ensure_builtins(env)
+    ensure_builtin_config_types(env)
+    access = AccessManager(env.store)  # the policy graph, resolved from the store in bulk
+    env.listeners.append(access.on_commit)
+    sessions = ApiSessionManager(env, session_timeout)
+    return Managers(
+        env=env,
+        enrollment_settings=enrollment,
+        access=access,
+        api_sessions=sessions,
+        api_session_certificates=ApiSessionCertificateManager(env, enrollment),
+        authentication=AuthenticationManager(env, sessions),
+        auth_policies=AuthPolicyManager(env),
+        authenticators=AuthenticatorManager(env),
+        cas=CaManager(env, enrollment),
+        config_types=ConfigTypeManager(env),
+        configs=ConfigManager(env),
+        edge_router_policies=EdgeRouterPolicyManager(env),
+        edge_routers=EdgeRouterManager(env, enrollment),
+        enroll=EnrollManager(env, enrollment),
+        enrollments=EnrollmentManager(env, enrollment),
+        external_jwt_signers=ExternalJwtSignerManager(env),
+        identities=IdentityManager(env),
+        posture_checks=PostureCheckManager(env),
+        routers=RouterManager(env, enrollment),
+        service_edge_router_policies=ServiceEdgeRouterPolicyManager(env),
+        service_policies=ServicePolicyManager(env),
+        services=ServiceManager(env),
+    )

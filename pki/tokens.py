@@ -1,0 +1,124 @@
+"""The controller's JWT signer (``engine.ports.TokenSigner``): enrollment JWTs and their checks.
+
+OpenZiti SDKs verify an enrollment JWT against the public key of the TLS leaf certificate they
+receive when they first connect to the JWT's ``iss`` (wire-contract.md §6.1, sdk-compat.md §2.1),
+so the signing key is the API listener's TLS key and the header is::
+
+    {"alg": "RS256" | "ES256" | "ES384" | "ES512", "kid": <SHA-1 of the certificate>, "typ": "JWT"}
+
+``alg`` follows the key (RSA → RS256; EC P-256/P-384/P-521 → ES256/ES384/ES512) and ``kid`` is
+the lowercase hex SHA-1 of the certificate's DER (its OpenZiti fingerprint).
+
+EC keys and the C SDK: standard JWS (RFC 7518 §3.4, what pyjwt writes) encodes an ECDSA signature
+as raw ``r || s``, but the OpenZiti C SDK 0.29.3 (mbedTLS) only accepts a DER-encoded ECDSA
+signature; 1.18.x tries DER then raw. We keep standard JWS for EC keys (every other JWT library
+expects it) and avoid the issue instead: the server key :func:`pki.init_pki` creates is RSA, and
+RS256 works with every SDK version.
+
+Nothing here reads the clock: :meth:`JwtSigner.verify` checks ``exp`` only against a ``now`` it
+is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import jwt
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from engine import ports
+from engine.errors import FieldError
+from pki._x509 import PrivateKey, as_utc, public_key_der
+from pki.certs import fingerprint
+
+if TYPE_CHECKING:
+    from pki.authority import CertificateAuthority
+
+__all__ = ["JwtSigner", "jws_algorithm"]
+
+_EC_ALGORITHMS = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
+
+
+def jws_algorithm(key: PrivateKey) -> str:
+    """The JOSE ``alg`` for ``key``: RS256 for RSA, ES256/ES384/ES512 for P-256/P-384/P-521."""
+    if isinstance(key, rsa.RSAPrivateKey):
+        return "RS256"
+    if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name in _EC_ALGORITHMS:
+        return _EC_ALGORITHMS[key.curve.name]
+    raise ValueError(f"no JWS algorithm for a {type(key).__name__} key")
+
+
+class JwtSigner:
+    """Signs compact JWS tokens with a TLS server key; verifies them with its certificate."""
+
+    def __init__(self, key: PrivateKey, certificate: x509.Certificate) -> None:
+        if public_key_der(key.public_key()) != public_key_der(certificate.public_key()):
+            raise ValueError("the signing key does not match the certificate")
+        self._key = key
+        self._certificate = certificate
+        self._algorithm = jws_algorithm(key)
+        self._kid = fingerprint(certificate)
+
+    @classmethod
+    def for_authority(cls, ca: CertificateAuthority) -> JwtSigner:
+        """The signer of enrollment JWTs: the API listener's TLS key and certificate."""
+        return cls(ca.signing_key_for_jwt(), ca.server_cert)
+
+    @property
+    def algorithm(self) -> str:
+        """The JOSE ``alg`` every token carries."""
+        return self._algorithm
+
+    @property
+    def kid(self) -> str:
+        """The JOSE ``kid``: lowercase hex SHA-1 of the certificate's DER."""
+        return self._kid
+
+    @property
+    def certificate(self) -> x509.Certificate:
+        """The certificate whose public key verifies the tokens."""
+        return self._certificate
+
+    def headers(self) -> dict[str, str]:
+        """The JOSE header of every token."""
+        return {"alg": self._algorithm, "kid": self._kid, "typ": "JWT"}
+
+    def sign(self, claims: Mapping[str, Any]) -> str:
+        """A compact JWS of ``claims`` (JSON-serialisable values) with :meth:`headers`."""
+        return jwt.encode(
+            dict(claims), self._key, algorithm=self._algorithm, headers={"kid": self._kid, "typ": "JWT"}
+        )
+
+    def verify(self, token: str, *, now: datetime | None = None, field: str = "jwt") -> dict[str, Any]:
+        """The claims of a token this signer made, after checking its signature and header.
+
+        ``exp`` is checked only when ``now`` is given (``aud``, ``nbf`` and ``iat`` never).
+        Any failure raises FieldError(``field``, reason).
+        """
+        try:
+            header = jwt.get_unverified_header(token)
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                self._certificate.public_key(),  # type: ignore[arg-type]  # RSA or EC, like the key
+                algorithms=[self._algorithm],
+                options={"verify_exp": False, "verify_nbf": False, "verify_iat": False, "verify_aud": False},
+            )
+        except (jwt.PyJWTError, ValueError, TypeError) as exc:
+            raise FieldError(field, f"invalid token: {exc}") from None
+        if header.get("kid") != self._kid:
+            raise FieldError(field, "invalid token: unknown kid")
+        if now is not None and "exp" in claims:
+            exp = claims["exp"]
+            if not isinstance(exp, int | float) or isinstance(exp, bool):
+                raise FieldError(field, "invalid token: exp is not a NumericDate")
+            if exp < as_utc(now).timestamp():
+                raise FieldError(field, "invalid token: expired")
+        return claims
+
+
+def _conforms(signer: JwtSigner) -> ports.TokenSigner:
+    """Never called: mypy proves here that :class:`JwtSigner` satisfies the port."""
+    return signer
