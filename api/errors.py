@@ -108,8 +108,8 @@ def field_error_from_validation(ex: ValidationError) -> e.ControllerError:
     else:
         reason = str(first.get("msg", "invalid value"))
         value = first.get("input")
-        if isinstance(value, (dict, list)):
-            value = None
+        if isinstance(value, (dict, list)) or "password" in field.lower():
+            value = None  # never echo a password, even a refused one
     return e.FieldError(field, reason, value)
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from urllib.parse import unquote
 
 import falcon
+from cryptography import x509
 
 from engine.errors import InvalidClientCertError
 
@@ -25,6 +26,8 @@ from engine.errors import InvalidClientCertError
 PEER_CHAIN_KEY = "trellis.peer_cert_chain"
 PROXY_HEADER = "X-Client-CertPem"
 _PEM_BEGIN = "-----BEGIN CERTIFICATE-----"
+#: More than a client chain ever needs; a header with more is refused.
+MAX_PROXIED_CERTS = 8
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -44,29 +47,61 @@ def _from_environ(req: falcon.Request) -> list[str]:
 
 
 def _from_header(value: str) -> list[str]:
+    """The certificates of a proxy's header, PEM, leaf first; 400 when they do not parse."""
     text = unquote(value).strip() if "%" in value else value.strip()
     if _PEM_BEGIN in text:
-        return [block + "\n" for block in _pem_blocks(text)]
+        ders = [_b64decode(block) for block in _pem_payloads(text)]
+    else:
+        ders = _split_der(_b64decode(text))
+    if not ders:
+        raise InvalidClientCertError(field=PROXY_HEADER, reason="the proxied certificate is empty")
+    for der in ders:
+        try:
+            x509.load_der_x509_certificate(der)
+        except ValueError:
+            raise InvalidClientCertError(
+                field=PROXY_HEADER, reason="could not parse the proxied certificate"
+            ) from None
+    return [ssl.DER_cert_to_PEM_cert(der) for der in ders]
+
+
+def _b64decode(text: str) -> bytes:
     try:
-        der = base64.b64decode(text.replace(" ", "").replace("\n", ""), validate=True)
+        return base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError):
         raise InvalidClientCertError(
             field=PROXY_HEADER, reason="could not decode the proxied certificate"
         ) from None
-    if not der:
-        raise InvalidClientCertError(field=PROXY_HEADER, reason="the proxied certificate is empty")
-    return [ssl.DER_cert_to_PEM_cert(der)]
 
 
-def _pem_blocks(text: str) -> list[str]:
+def _pem_payloads(text: str) -> list[str]:
+    """The base64 payload of each certificate block (URL-decoding may have cost the newlines)."""
     end = "-----END CERTIFICATE-----"
-    out: list[str] = []
-    for part in text.split(_PEM_BEGIN)[1:]:
-        body = part.split(end, 1)[0]
-        # URL-decoded or header-folded PEM may have lost its newlines: rebuild the block.
-        payload = "".join(body.split())
-        lines = [payload[i : i + 64] for i in range(0, len(payload), 64)]
-        out.append("\n".join([_PEM_BEGIN, *lines, end]))
+    return [part.split(end, 1)[0] for part in text.split(_PEM_BEGIN)[1:]]
+
+
+def _split_der(data: bytes) -> list[bytes]:
+    """DER certificates back to back (what OpenZiti's ``x509.ParseCertificates`` reads)."""
+    out: list[bytes] = []
+    offset = 0
+    while offset < len(data) and len(out) < MAX_PROXIED_CERTS:
+        head = data[offset : offset + 6]
+        if len(head) < 2 or head[0] != 0x30:  # each certificate is a SEQUENCE
+            break
+        if head[1] < 0x80:
+            length, size = head[1], 2
+        else:
+            count = head[1] & 0x7F
+            if not 1 <= count <= 4 or len(head) < 2 + count:
+                break
+            length, size = int.from_bytes(head[2 : 2 + count], "big"), 2 + count
+        end = offset + size + length
+        if end > len(data):
+            break
+        out.append(data[offset:end])
+        offset = end
+    if offset != len(data):
+        raise InvalidClientCertError(field=PROXY_HEADER, reason="could not parse the proxied certificate")
     return out
 
 

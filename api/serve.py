@@ -1,20 +1,50 @@
-"""``trellis serve``: gunicorn, one gthread worker, TLS with optional client certificates.
+"""``trellis serve``: gunicorn, one worker (:class:`api.worker.TrellisWorker`), TLS with optional
+client certificates.
 
 One worker because one process may open the DuckDB file read-write (design.md §5); the app
-(and so the database) is loaded in the worker after the fork.
+(and so the database) is loaded in the worker after the fork. The worker's event loop does the
+network (TLS handshakes, reading requests, with time limits) and ``settings.threads`` threads run
+the app, so clients that stall hold no thread (see api/worker.py and ``python -m bench serving``).
 """
 
 from __future__ import annotations
 
+import os
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
 from api.info import ZITI_COMPAT_VERSION
 from api.settings import Settings
+from api.worker import Limits
 from pki.authority import PkiPaths
+
+#: Environment variables read here for now (to move into Settings): name -> (Limits field, default).
+TIMEOUT_VARIABLES = {
+    "TRELLIS_TIMEOUT_HANDSHAKE_SECONDS": ("handshake_timeout", 10.0),
+    "TRELLIS_TIMEOUT_HEADER_SECONDS": ("header_timeout", 10.0),
+    "TRELLIS_TIMEOUT_BODY_SECONDS": ("body_timeout", 30.0),
+    "TRELLIS_TIMEOUT_WRITE_SECONDS": ("write_timeout", 30.0),
+    "TRELLIS_TIMEOUT_KEEPALIVE_SECONDS": ("keepalive_timeout", 5.0),
+}
+
+
+def serving_limits(settings: Settings, environ: Mapping[str, str] | None = None) -> Limits:
+    """The worker's time limits from ``TRELLIS_TIMEOUT_*_SECONDS``, the body cap from settings."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {"max_body_bytes": settings.max_body_bytes}
+    for name, (key, default) in TIMEOUT_VARIABLES.items():
+        raw = env.get(name, "")
+        try:
+            seconds = float(raw) if raw.strip() else default
+        except ValueError:
+            raise SystemExit(f"{name} must be a number of seconds, not {raw!r}") from None
+        if seconds < 0 or (seconds == 0 and key != "keepalive_timeout"):
+            raise SystemExit(f"{name} must be more than 0 seconds")
+        values[key] = seconds
+    return Limits(**values)
 
 
 def tls_context(paths: PkiPaths) -> ssl.SSLContext:
@@ -33,6 +63,8 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.paths = PkiPaths.in_directory(settings.pki_dir)
+        #: Read by the worker (``self.app.serving_limits``).
+        self.serving_limits = serving_limits(settings)
         self._ctx: ssl.SSLContext | None = None
         self._app: Any = None
         super().__init__()
@@ -41,12 +73,15 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         server = self
 
         def ssl_context(conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-            # Called per accepted connection; build the context once per worker.
+            # The worker builds its fallback context once from this hook (when the app has no
+            # ``tls_context()``); gunicorn's own workers call it per connection.
             if server._ctx is None:
                 server._ctx = tls_context(server.paths)
             return server._ctx
 
         def post_worker_init(worker: Any) -> None:
+            # Only gunicorn's own workers (gthread, ...) write a Server header; ours writes none and
+            # the app's middleware sets it (no ``gunicorn.socket`` in the environ).
             import gunicorn.http.wsgi
 
             gunicorn.http.wsgi.SERVER = f"ziti-controller/{ZITI_COMPAT_VERSION}"
@@ -59,10 +94,15 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         options = {
             "bind": self.settings.bind,
             "workers": 1,
-            "worker_class": "gthread",
+            "worker_class": "api.worker.TrellisWorker",
             "threads": self.settings.threads,
+            # Connections cost a file and some memory, no thread: room for many stalled ones.
+            "worker_connections": 4096,
+            "keepalive": max(0, int(self.serving_limits.keepalive_timeout)),
             "certfile": str(self.paths.server_cert),
             "keyfile": str(self.paths.server_key),
+            "ca_certs": str(self.paths.ca_bundle),
+            "cert_reqs": ssl.CERT_OPTIONAL,
             "ssl_context": ssl_context,
             "post_worker_init": post_worker_init,
             "worker_exit": worker_exit,

@@ -1,7 +1,8 @@
 """``python -m bench``: benchmark runners.
 
 ``python -m bench engine --tier L`` prints the policy engine table (see :mod:`bench.engine`);
-``python -m bench startup --tier L`` the controller start-up figures (see :mod:`bench.startup`).
+``python -m bench startup --tier L`` the controller start-up figures (see :mod:`bench.startup`);
+``python -m bench serving`` the API workers under stalled connections (see :mod:`bench.serving`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import engine, startup
+from bench import engine, serving, startup
 from bench.topology import TIERS
 
 
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     start = commands.add_parser("startup", help="controller start-up: DuckDB load and graph build")
     start.add_argument("--tier", choices=sorted(TIERS), default="S")
     start.add_argument("--seed", type=int, default=1)
+    serving.add_arguments(commands.add_parser("serving", help="the API worker under stalled connections"))
     args = parser.parse_args(argv)
     if args.command == "engine":
         run_baseline = args.baseline if args.baseline is not None else args.tier != "XL"
@@ -40,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         print(engine.run(args.tier, args.seed, run_baseline, samples), flush=True)
     elif args.command == "startup":
         print(startup.run(args.tier, args.seed), flush=True)
+    elif args.command == "serving":
+        print(serving.main(args), flush=True)
     return 0
 
 

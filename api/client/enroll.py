@@ -8,10 +8,15 @@ the token's own method is used; a ``method`` that is not the token's is refused
 ``/updb``, ``/erott``, ``/extend/router``) take the spec's bodies.
 
 An ``ott`` enrollment answers the certificate chain as JSON ``{"data": {"cert": ...}}`` or as
-PEM (``application/x-pem-file``), as the client's ``Accept`` prefers; other methods answer JSON.
+PEM (``application/x-pem-file``), as the client's ``Accept`` prefers, on every route (OpenZiti's
+legacy path answers only JSON and refuses ``Accept: application/x-pem-file`` with 415); other
+methods answer JSON. The answer's format is settled before the token is spent, so a client
+refused with 415 can try again. A password is never echoed in an error.
 """
 
 from __future__ import annotations
+
+from typing import TypeVar
 
 import falcon
 
@@ -29,7 +34,8 @@ from api.schemas.enroll import (
     GenericEnroll,
     RouterExtend,
 )
-from engine.errors import UnsupportedMediaError
+from api.wire import WireModel
+from engine.errors import FieldError, UnsupportedMediaError
 from engine.managers.enrollment import (
     CA,
     EDGE_ROUTER_OTT,
@@ -41,14 +47,17 @@ from engine.managers.enrollment import (
 )
 from engine.ports import IssuedCertificate
 
+M = TypeVar("M", bound=WireModel)
+
 #: Media types whose body is a PEM CSR (OpenZiti's legacy enrollment path).
 LEGACY_TYPES = ("application/pkcs7", "application/x-pem-file", "text/plain")
 PEM_TYPE = "application/x-pem-file"
+_JSON_ACCEPTS = ("application/json", "*/*", "application/*")
 _PEM_ACCEPTS = (PEM_TYPE, "application/pkix-cert", "application/x-x509-user-cert", "text/plain")
 
 
 def _accepts(req: falcon.Request) -> list[tuple[str, float]]:
-    """The ``Accept`` media ranges with their q-values, most preferred first (stable)."""
+    """The ``Accept`` media ranges the client takes (q > 0) with their q-values, most preferred first."""
     header = req.get_header("Accept")
     if not header:
         return [("*/*", 1.0)]
@@ -69,26 +78,32 @@ def _accepts(req: falcon.Request) -> list[tuple[str, float]]:
 
 
 def certificate_format(req: falcon.Request) -> str:
-    """``json`` or ``pem`` for an ott answer; 415 when the client accepts neither."""
-    for media, _ in _accepts(req):
-        if media in ("application/json", "*/*", "application/*"):
-            return "json"
-        if media in _PEM_ACCEPTS or media == "text/*":
-            return "pem"
+    """``json`` or ``pem`` for an ott answer; 415 when the client accepts neither.
+
+    JSON whenever the client accepts it at all, whatever it prefers (so every request OpenZiti
+    answers gets OpenZiti's JSON); PEM only for a client that accepts PEM and not JSON.
+    """
+    accepted = [media for media, _ in _accepts(req)]
+    if any(media in _JSON_ACCEPTS for media in accepted):
+        return "json"
+    if any(media in _PEM_ACCEPTS or media == "text/*" for media in accepted):
+        return "pem"
     raise UnsupportedMediaError(
         reason="No suitable accept media types were detected, supports: application/json"
     )
 
 
 def require_json_accepted(req: falcon.Request) -> None:
-    if not any(media in ("application/json", "*/*", "application/*") for media, _ in _accepts(req)):
+    if not any(media in _JSON_ACCEPTS for media, _ in _accepts(req)):
         raise UnsupportedMediaError(
             reason="No suitable accept media types were detected, supports: application/json"
         )
 
 
-def answer_certificate(req: falcon.Request, resp: falcon.Response, issued: IssuedCertificate) -> None:
-    if certificate_format(req) == "pem":
+def answer_certificate(resp: falcon.Response, issued: IssuedCertificate, fmt: str) -> None:
+    """The chain of an ``ott`` enrollment in ``fmt`` (:func:`certificate_format`, decided before
+    enrolling)."""
+    if fmt == "pem":
         resp.content_type = PEM_TYPE
         resp.text = issued.chain_pem
         return
@@ -101,6 +116,16 @@ def answer_router(resp: falcon.Response, certs: RouterCertificates) -> None:
 
 def _media_type(req: falcon.Request) -> str:
     return (req.content_type or "").split(";")[0].strip().lower()
+
+
+def _read(req: falcon.Request, model: type[M], *, allow_empty: bool = False) -> M:
+    """:func:`read_model`, but a refused password is never echoed back in ``cause.value``."""
+    try:
+        return read_model(req, model, allow_empty=allow_empty)
+    except FieldError as ex:
+        if ex.field == "password":
+            raise FieldError("password", ex.reason or "invalid password") from None
+        raise
 
 
 class EnrollResource:
@@ -125,11 +150,13 @@ class EnrollResource:
             self._generic(req, resp, method, token)
 
     def _legacy(self, req: falcon.Request, resp: falcon.Response, method: str, token: str | None) -> None:
-        require_json_accepted(req)
+        fmt = certificate_format(req) if method == OTT else "json"
+        if method != OTT:
+            require_json_accepted(req)
         body = read_body(req, req.context.max_body_bytes).decode("utf-8", "replace")
         chain = presented_chain(req, self.proxies)
         if method == OTT:
-            ok(resp, {"cert": self.enroll.ott(token, body).chain_pem})
+            answer_certificate(resp, self.enroll.ott(token, body), fmt)
         elif method == OTTCA:
             self.enroll.ottca(token, chain)
             empty(resp)
@@ -143,10 +170,11 @@ class EnrollResource:
             answer_router(resp, self.enroll.router(method, token, None, body))
 
     def _generic(self, req: falcon.Request, resp: falcon.Response, method: str, token: str | None) -> None:
-        model = read_model(req, GenericEnroll, allow_empty=method == CA)
+        model = _read(req, GenericEnroll, allow_empty=method == CA)
         chain = presented_chain(req, self.proxies)
         if method == OTT:
-            answer_certificate(req, resp, self.enroll.ott(token, model.client_csr))
+            fmt = certificate_format(req)
+            answer_certificate(resp, self.enroll.ott(token, model.client_csr), fmt)
         elif method == OTTCA:
             self.enroll.ottca(token, chain)
             empty(resp)
@@ -180,37 +208,38 @@ class TypedEnrollResource:
 
     def on_post_ott(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Enroll an identity with a one-time token and a CSR."""
-        model = read_model(req, EnrollOtt)
-        answer_certificate(req, resp, self.enroll.ott(model.token, model.client_csr))
+        model = _read(req, EnrollOtt)
+        fmt = certificate_format(req)
+        answer_certificate(resp, self.enroll.ott(model.token, model.client_csr), fmt)
 
     def on_post_ottca(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Enroll an identity with a one-time token and a certificate from the enrollment's CA."""
-        model = read_model(req, EnrollOttCa)
+        model = _read(req, EnrollOttCa)
         self.enroll.ottca(model.token, presented_chain(req, self.proxies))
         empty(resp)
 
     def on_post_ca(self, req: falcon.Request, resp: falcon.Response) -> None:
         """CA auto-enrollment: a certificate from a verified CA creates its identity."""
-        model = read_model(req, EnrollCa, allow_empty=True)
+        model = _read(req, EnrollCa, allow_empty=True)
         self.enroll.ca(presented_chain(req, self.proxies), model.name)
         empty(resp)
 
     def on_post_updb(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Enroll an identity with a one-time token by setting its password."""
-        model = read_model(req, EnrollUpdb)
+        model = _read(req, EnrollUpdb)
         self.enroll.updb(req.get_param("token"), model.username, model.password)
         empty(resp)
 
     def on_post_erott(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Enroll an edge router with its one-time token and two CSRs."""
-        model = read_model(req, EnrollErott)
+        model = _read(req, EnrollErott)
         answer_router(
             resp, self.enroll.router(EDGE_ROUTER_OTT, model.token, model.server_csr, model.client_csr)
         )
 
     def on_post_extend_router(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Extend a router's certificates; made with its current client certificate."""
-        model = read_model(req, RouterExtend)
+        model = _read(req, RouterExtend)
         chain = presented_chain(req, self.proxies)
         answer_router(resp, self.enroll.extend_router(chain, model.server_cert_csr, model.cert_csr))
 

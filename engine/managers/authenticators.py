@@ -8,8 +8,8 @@ API sessions that were opened with it.
 
 Certificates are parsed through the CA port. A certificate authenticator issued by our CA can
 be extended: an administrator may ask for it (``request-extend``), the identity sends a CSR
-(``extend``) and gets a new certificate that authenticates at once, and confirms it
-(``extend-verify``), which retires the old one. Any authenticator can be reverted to an
+(``extend``, over mutual TLS with the current certificate) and gets a new one, which
+authenticates only once confirmed (``extend-verify``); that retires the old one. Any authenticator can be reverted to an
 enrollment (``re-enroll``): ``updb`` becomes a ``updb`` enrollment for the same username, a
 network-issued certificate an ``ott`` one, a third-party certificate an ``ottca`` one.
 """
@@ -28,6 +28,7 @@ from engine.errors import (
     EnrollmentExistsError,
     FieldError,
     InvalidClientCertError,
+    NotFoundError,
     UnauthorizedError,
 )
 from engine.managers._base import EntityManager
@@ -145,10 +146,11 @@ class AuthenticatorManager(EntityManager[Authenticator]):
         return self.env.store.find_by(Authenticator, "identity_id", identity_id)
 
     def require_own(self, identity_id: str, id: str) -> Authenticator:
-        """Authenticator ``id`` of the caller's identity: 404 when unknown, 401 when someone else's."""
-        authenticator = self.require(id)
-        if authenticator.identity_id != identity_id:
-            raise UnauthorizedError()
+        """Authenticator ``id`` of ``identity_id``; someone else's is 404 too (OpenZiti's
+        ``ReadForIdentity``), so ids of other identities' authenticators are not disclosed."""
+        authenticator = self.get(id)
+        if authenticator is None or authenticator.identity_id != identity_id:
+            raise NotFoundError()
         return authenticator
 
     # -- re-enrollment -------------------------------------------------------------------------
@@ -187,15 +189,25 @@ class AuthenticatorManager(EntityManager[Authenticator]):
             self.env.commit(uow)
             return enrollment
 
-    # -- certificate extension -----------------------------------------------------------------
-    @staticmethod
-    def _issuing_ca(uow: UnitOfWork, authenticator: Authenticator) -> Ca | None:
-        if authenticator.method != "cert":
-            return None
-        if authenticator.ca_id is not None:
-            return uow.get(Ca, authenticator.ca_id)
-        return None
+    def _issuing_ca(self, uow: UnitOfWork, authenticator: Authenticator) -> Ca | None:
+        """The third-party CA that issued a cert authenticator's certificate, verified or not.
 
+        The one recorded at enrollment, else the first CA whose certificate signed it (as
+        OpenZiti's ``getCaId``, which looks at every CA); None for ours and for unknown issuers.
+        """
+        if authenticator.method != "cert" or authenticator.is_issued_by_network:
+            return None
+        if authenticator.ca_id is not None and (recorded := uow.get(Ca, authenticator.ca_id)) is not None:
+            return recorded
+        if not authenticator.cert_pem:
+            return None
+        cas = uow.all(Ca)
+        index = (
+            self.env.ca.issuer_index([authenticator.cert_pem], [ca.cert_pem for ca in cas]) if cas else None
+        )
+        return None if index is None else cas[index]
+
+    # -- certificate extension -----------------------------------------------------------------
     def request_extend(self, id: str, *, roll_keys: bool) -> Authenticator:
         """Ask the identity to extend (and with ``roll_keys`` re-key) its certificate at its next login."""
         with self.env.store.write_lock():
@@ -228,11 +240,14 @@ class AuthenticatorManager(EntityManager[Authenticator]):
         Made over mutual TLS with the authenticator's current certificate (``presented``, leaf
         first), which must be the one on record and issued by our CA.
         """
+        if not presented:  # checked first, as OpenZiti's router does
+            raise UnauthorizedError(reason="the current client certificate is required")
         with self.env.store.write_lock():
-            old = self.require_own(identity_id, id)
-            self._check_extendable(old)
-            if not presented:
-                raise UnauthorizedError(reason="the current client certificate is required")
+            old = self._require_cert_of(identity_id, id)
+            if not old.is_issued_by_network or not old.cert_pem:
+                raise AuthenticatorCanNotBeUpdatedError(
+                    reason="only certificates issued by this controller can be extended"
+                )
             try:
                 current = self.env.ca.parse_certificate(presented[0], field="clientCert")
             except ControllerError:
@@ -261,8 +276,8 @@ class AuthenticatorManager(EntityManager[Authenticator]):
     def extend_verify(self, identity_id: str, id: str, cert_pem: str) -> Authenticator:
         """Confirm the extended certificate: it becomes the authenticator's, the old one is retired."""
         with self.env.store.write_lock():
-            old = self.require_own(identity_id, id)
-            if old.method != "cert" or old.unverified_cert_pem is None:
+            old = self._require_cert_of(identity_id, id)
+            if not old.cert_pem or not old.unverified_cert_pem or not old.unverified_fingerprint:
                 raise AuthenticatorCanNotBeUpdatedError(reason="no extended certificate awaits verification")
             try:
                 cert = self.env.ca.parse_certificate(cert_pem, field="clientCert")
@@ -274,10 +289,8 @@ class AuthenticatorManager(EntityManager[Authenticator]):
                 raise InvalidClientCertError(
                     field="clientCert", reason="the certificate is not the one issued by extend"
                 )
-            previous = (
-                self.env.ca.parse_certificate(old.cert_pem or "", field="certPem") if old.cert_pem else None
-            )
-            key_changed = previous is None or previous.public_key_id != cert.public_key_id
+            previous = self.env.ca.parse_certificate(old.cert_pem, field="certPem")
+            key_changed = previous.public_key_id != cert.public_key_id
             new = dataclasses.replace(
                 old,
                 updated_at=self.env.clock.now(),
@@ -287,7 +300,6 @@ class AuthenticatorManager(EntityManager[Authenticator]):
                 unverified_fingerprint=None,
                 is_extend_requested=False,
                 is_key_roll_requested=False,
-                extend_requested_at=None,
                 last_extend_rolled_keys=key_changed,
             )
             uow = UnitOfWork(self.env.store)
@@ -295,9 +307,13 @@ class AuthenticatorManager(EntityManager[Authenticator]):
             self.env.commit(uow)
             return new
 
-    @staticmethod
-    def _check_extendable(authenticator: Authenticator) -> None:
-        if authenticator.method != "cert" or not authenticator.is_issued_by_network:
+    def _require_cert_of(self, identity_id: str, id: str) -> Authenticator:
+        """Cert authenticator ``id`` of ``identity_id``: 404 unknown, 409 not cert, 401 someone else's."""
+        authenticator = self.require(id)
+        if authenticator.method != "cert":
             raise AuthenticatorCanNotBeUpdatedError(
-                reason="only certificates issued by this controller can be extended"
+                reason="the authenticator is not a certificate authenticator"
             )
+        if authenticator.identity_id != identity_id:
+            raise UnauthorizedError()
+        return authenticator

@@ -131,11 +131,12 @@ class CaManager(EntityManager[Ca]):
         """The certificate authenticators whose certificate ``ca`` issued."""
         out: list[Authenticator] = []
         for authenticator in uow.all(Authenticator):
-            if authenticator.method != "cert" or not authenticator.cert_pem:
+            if authenticator.method != "cert":
                 continue
             if authenticator.ca_id == ca.id or (
                 authenticator.ca_id is None
                 and not authenticator.is_issued_by_network
+                and authenticator.cert_pem
                 and self.env.ca.issuer_index([authenticator.cert_pem], [ca.cert_pem]) == 0
             ):
                 out.append(authenticator)

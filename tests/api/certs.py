@@ -183,3 +183,143 @@ def verified_ca(api: Any, ca: ThirdPartyCa, name: str = "third-party", **flags: 
     if verified.status_code != 200:
         raise RuntimeError(verified.text)
     return ca_id
+
+
+# -- CSR variants (appended for the enrollment tests) ------------------------------------------------
+_ECDSA_WITH_SHA256 = bytes.fromhex("2a8648ce3d040302")  # OID content octets, 1.2.840.10045.4.3.2
+_NETSCAPE_CERT_TYPE = x509.ObjectIdentifier("2.16.840.1.113730.1.1")
+
+
+def _der_tlv(tag: int, value: bytes) -> bytes:
+    n = len(value)
+    if n < 0x80:
+        return bytes((tag, n)) + value
+    octets = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes((tag, 0x80 | len(octets))) + octets + value
+
+
+def _csr_pem_of(der: bytes) -> str:
+    import base64
+
+    text = base64.b64encode(der).decode("ascii")
+    lines = [text[i : i + 64] for i in range(0, len(text), 64)]
+    return (
+        "-----BEGIN CERTIFICATE REQUEST-----\n" + "\n".join(lines) + "\n-----END CERTIFICATE REQUEST-----\n"
+    )
+
+
+def mbedtls_csr_pem(key: Key | None = None, sub: str = "device", iss: str = "https://127.0.0.1:1280") -> str:
+    """A PEM CSR as the OpenZiti C SDK (mbedTLS) writes it: ``ecdsa-with-SHA256`` with an explicit
+    NULL parameter (the signature covers only the CertificationRequestInfo, so it stays valid)."""
+    signer = key if key is not None else new_key()
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COUNTRY_NAME, "US"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "OpenZiti"),
+            x509.NameAttribute(NameOID.DOMAIN_COMPONENT, iss),
+            x509.NameAttribute(NameOID.COMMON_NAME, sub),
+        ]
+    )
+    usage = x509.KeyUsage(True, False, True, False, False, False, False, False, False)
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(subject)
+        .add_extension(usage, critical=False)
+        .add_extension(x509.UnrecognizedExtension(_NETSCAPE_CERT_TYPE, b"\x03\x02\x07\x80"), critical=False)
+        .sign(signer, hashes.SHA256())
+    )
+    algorithm = _der_tlv(0x30, _der_tlv(0x06, _ECDSA_WITH_SHA256) + b"\x05\x00")
+    signature = _der_tlv(0x03, b"\x00" + csr.signature)
+    return _csr_pem_of(_der_tlv(0x30, csr.tbs_certrequest_bytes + algorithm + signature))
+
+
+def san_csr_pem(
+    key: Key | None = None, cn: str = "router", *, dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()
+) -> str:
+    """A PEM CSR asking for DNS and IP subject alternative names (a router's server CSR)."""
+    import ipaddress
+
+    signer = key if key is not None else new_key()
+    names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+    names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    builder = x509.CertificateSigningRequestBuilder().subject_name(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    )
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return builder.sign(signer, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode("ascii")
+
+
+def tampered_csr_pem(key: Key | None = None, cn: str = "device") -> str:
+    """A well-formed PEM CSR whose self-signature does not verify (its subject was changed)."""
+    good = x509.load_pem_x509_csr(csr_pem(key, cn).encode())
+    other = x509.load_pem_x509_csr(csr_pem(key, cn + "-x").encode())
+    der = _der_tlv(
+        0x30,
+        other.tbs_certrequest_bytes
+        + _der_tlv(0x30, _der_tlv(0x06, _ECDSA_WITH_SHA256))
+        + _der_tlv(0x03, b"\x00" + good.signature),
+    )
+    return _csr_pem_of(der)
+
+
+def load_chain(text: str) -> list[x509.Certificate]:
+    """Every certificate of a PEM bundle, in order."""
+    return x509.load_pem_x509_certificates(text.encode("ascii"))
+
+
+def sha1_fingerprint(cert_pem: str) -> str:
+    """OpenZiti's fingerprint of the first certificate of ``cert_pem``: lowercase hex SHA-1 of the DER."""
+    cert = x509.load_pem_x509_certificate(cert_pem.encode("ascii"))
+    return cert.fingerprint(hashes.SHA1()).hex()
+
+
+def split_pems(text: str) -> list[str]:
+    """Each PEM certificate block of ``text`` (a chain as the API answers it), in order."""
+    end = "-----END CERTIFICATE-----"
+    return [block.strip() + "\n" + end + "\n" for block in text.split(end)[:-1]]
+
+
+def tls_chain(*texts: str) -> dict[str, Any]:
+    """``tls`` for chains given as multi-block PEM text (e.g. ``/enroll/ott``'s ``cert``)."""
+    return tls(*[block for text in texts for block in split_pems(text)])
+
+
+def split_chain(text: str) -> list[str]:
+    """Each certificate of a PEM bundle as its own PEM string (``tls(*split_chain(chain))``)."""
+    return [pem(cert) for cert in load_chain(text)]
+
+
+def public_key_der(pem_or_key: str | Key) -> bytes:
+    """SubjectPublicKeyInfo DER of a certificate's (first PEM block) or a key's public key."""
+    if isinstance(pem_or_key, str):
+        public = x509.load_pem_x509_certificate(pem_or_key.encode("ascii")).public_key()
+    else:
+        public = pem_or_key.public_key()
+    return public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def unique(prefix: str) -> str:
+    """``prefix`` with a random suffix: names that do not collide in an app shared by a module."""
+    import uuid
+
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def admin_api(directory: Any, pki_template: Any) -> Any:
+    """A logged-in admin ``Api`` over a new app whose home is under ``directory`` (a copy of the
+    session PKI), for module-scoped fixtures; the caller closes ``api.app.ctrl.env.store``."""
+    import shutil
+
+    from api.settings import Settings
+    from engine.managers.bootstrap import create_default_admin
+    from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
+
+    home = directory / "home"
+    home.mkdir()
+    shutil.copytree(pki_template, home / "pki")
+    app = open_app(Settings(home=home, bind="127.0.0.1:1280"))
+    create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
+    api = Api(app)
+    api.token = api.login(ADMIN_USER, ADMIN_PASSWORD)
+    return api

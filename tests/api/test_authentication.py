@@ -183,3 +183,29 @@ def test_disabled_identity_cannot_log_in(api: Api) -> None:
     assert result.status_code == 401
     assert result.json["error"]["code"] == "UNAUTHORIZED"
     assert isinstance(api.ctrl.env.store.get(Identity, bob.id), Identity)
+
+
+def test_no_listing_or_detail_of_api_sessions_carries_a_token(api: Api) -> None:
+    tokens = {api.token, api.login(ADMIN_USER, ADMIN_PASSWORD, base=CLIENT)}
+    listed = api.get("/api-sessions").json["data"]
+    details = [api.get(f"/api-sessions/{s['id']}").json["data"] for s in listed]
+    for document in [*listed, *details]:
+        assert not {"token", "tokenHash", "token_hash"} & set(document)
+        assert not any(token and token in str(document) for token in tokens)
+    assert "token" not in api.get(f"/identities/{listed[0]['identityId']}").json["data"]
+
+
+@pytest.mark.parametrize("base", [MGMT, CLIENT])
+def test_current_api_session_carries_only_the_callers_own_token(api: Api, base: str) -> None:
+    other = api.login(ADMIN_USER, ADMIN_PASSWORD, base=base)
+    mine = api.get("/current-api-session", token=other, base=base).json["data"]
+    assert mine["token"] == other
+    assert api.token not in str(mine)
+
+
+@pytest.mark.parametrize("base", [MGMT, CLIENT])
+def test_a_refused_password_is_never_echoed(anon: Api, base: str) -> None:
+    result = _auth(anon, {"username": ADMIN_USER, "password": "abc"}, base)
+    assert result.status_code == 400
+    assert result.json["error"]["cause"]["field"] == "password"
+    assert "abc" not in result.text

@@ -15,6 +15,7 @@ from cryptography.x509.oid import NameOID
 from engine.entities.identities import Identity
 from engine.entities.routers import EdgeRouter
 from engine.ports import UnitOfWork
+from tests.api.certs import ThirdPartyCa, csr_pem, enroll_ott, verified_ca
 from tests.conftest import Api
 
 
@@ -300,3 +301,121 @@ def test_router_identities_get_no_authenticators(api: Api) -> None:
     )
     assert result.status_code == 400
     assert error_of(result)["cause"]["field"] == "identityId"
+
+
+# -- re-enroll ---------------------------------------------------------------------------------------
+def _future(hours: int = 2) -> str:
+    return (datetime.now(UTC) + timedelta(hours=hours)).isoformat().replace("+00:00", "Z")
+
+
+def _re_enroll(api: Api, authenticator_id: str, expires_at: str | None = None) -> Any:
+    body = {} if expires_at is None else {"expiresAt": expires_at}
+    return api.post(f"/authenticators/{authenticator_id}/re-enroll", json=body)
+
+
+def _enrollment_of(api: Api, result: Any) -> dict[str, Any]:
+    assert result.status_code == 201, result.text
+    enrollment_id = result.json["data"]["id"]
+    assert result.json["data"]["_links"] == {"self": {"href": f"./enrollments/{enrollment_id}"}}
+    return dict(api.get(f"/enrollments/{enrollment_id}").json["data"])
+
+
+def test_re_enroll_updb_keeps_the_username_and_removes_the_authenticator(api: Api) -> None:
+    identity_id = new_identity(api, "jan")
+    authenticator_id = updb(api, identity_id, "jan-login", "jan-secret")
+    token = api.login("jan-login", "jan-secret")
+    expires_at = _future()
+
+    enrollment = _enrollment_of(api, _re_enroll(api, authenticator_id, expires_at))
+    assert enrollment["method"] == "updb"
+    assert enrollment["username"] == "jan-login"
+    assert enrollment["identityId"] == identity_id
+    wanted = datetime.fromisoformat(expires_at)
+    assert abs(datetime.fromisoformat(enrollment["expiresAt"]) - wanted) < timedelta(milliseconds=1)
+    assert enrollment["jwt"]
+    assert api.get(f"/authenticators/{authenticator_id}").status_code == 404
+    assert login_status(api, "jan-login", "jan-secret") == 401
+    assert api.get("/current-api-session", token=token).status_code == 401
+
+
+def test_re_enroll_network_cert_becomes_ott(api: Api) -> None:
+    device = enroll_ott(api, "kim")
+    authenticator_id = api.get(
+        "/authenticators", params={"filter": f'identityId = "{device.identity_id}"'}
+    ).json["data"][0]["id"]
+    enrollment = _enrollment_of(api, _re_enroll(api, authenticator_id, _future()))
+    assert enrollment["method"] == "ott"
+    assert enrollment["caId"] is None
+    assert api.get(f"/authenticators/{authenticator_id}").status_code == 404
+    # the identity can enroll again with the new token
+    again = api.client.simulate_post(
+        "/edge/client/v1/enroll/ott", json={"token": enrollment["token"], "clientCsr": csr_pem()}
+    )
+    assert again.status_code == 200, again.text
+
+
+@pytest.mark.parametrize("verified", [True, False])
+def test_re_enroll_third_party_cert_becomes_ottca(api: Api, verified: bool) -> None:
+    acme = ThirdPartyCa("Re-enroll CA")
+    if verified:
+        ca_id = verified_ca(api, acme)
+    else:
+        ca_id = api.create(
+            "/cas",
+            {
+                "name": "unverified",
+                "certPem": acme.pem,
+                "isAuthEnabled": False,
+                "isAutoCaEnrollmentEnabled": False,
+                "isOttCaEnrollmentEnabled": True,
+                "identityRoles": [],
+            },
+        )
+    leaf, _ = acme.issue("lee")
+    identity_id = new_identity(api, "lee")
+    authenticator_id = api.create(
+        "/authenticators", {"identityId": identity_id, "method": "cert", "certPem": leaf}
+    )
+    enrollment = _enrollment_of(api, _re_enroll(api, authenticator_id, _future()))
+    assert enrollment["method"] == "ottca"
+    assert enrollment["caId"] == ca_id
+    assert api.get(f"/authenticators/{authenticator_id}").status_code == 404
+
+
+def test_re_enroll_cert_of_an_unknown_issuer_becomes_ott(api: Api) -> None:
+    identity_id = new_identity(api, "mo")
+    authenticator_id = api.create(
+        "/authenticators", {"identityId": identity_id, "method": "cert", "certPem": self_signed_pem("mo")}
+    )
+    assert _enrollment_of(api, _re_enroll(api, authenticator_id, _future()))["method"] == "ott"
+
+
+def test_re_enroll_refuses_a_second_enrollment_of_the_same_method(api: Api) -> None:
+    identity_id = api.create(
+        "/identities", {"name": "ned", "isAdmin": False, "type": "User", "enrollment": {"ott": True}}
+    )
+    authenticator_id = api.create(
+        "/authenticators", {"identityId": identity_id, "method": "cert", "certPem": self_signed_pem("ned")}
+    )
+    result = _re_enroll(api, authenticator_id, _future())
+    assert result.status_code == 409
+    assert error_of(result)["code"] == "ENROLLMENT_EXISTS"
+    assert error_of(result)["cause"]["field"] == "method"
+    assert error_of(result)["cause"]["value"] == "ott"
+    assert api.get(f"/authenticators/{authenticator_id}").status_code == 200
+
+
+@pytest.mark.parametrize("expires_at", ["2001-01-01T00:00:00Z", None, "not a date"])
+def test_re_enroll_validates_expires_at(api: Api, expires_at: str | None) -> None:
+    authenticator_id = updb(api, new_identity(api, "oli"), "oli-login", "oli-secret")
+    result = _re_enroll(api, authenticator_id, expires_at)
+    assert result.status_code == 400
+    assert error_of(result)["code"] == "COULD_NOT_VALIDATE"
+    assert error_of(result)["cause"]["field"] == "expiresAt"
+    assert api.get(f"/authenticators/{authenticator_id}").status_code == 200
+
+
+def test_re_enroll_unknown_authenticator_is_404(api: Api) -> None:
+    result = _re_enroll(api, "nope", _future())
+    assert result.status_code == 404
+    assert error_of(result)["code"] == "NOT_FOUND"

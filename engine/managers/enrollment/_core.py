@@ -21,6 +21,7 @@ from engine.entities.trust import Ca
 from engine.errors import (
     CertFailedValidationError,
     CertInUseError,
+    ControllerError,
     CouldNotProcessCsrError,
     EnrollmentExpiredError,
     FieldError,
@@ -151,15 +152,20 @@ def check_token_format(token: str | None) -> str:
 def claim(uow: UnitOfWork, env: Env, token: str | None, method: str) -> Enrollment:
     """The outstanding identity enrollment of ``method`` behind ``token``; raises when there is none.
 
-    Unknown tokens, tokens of another method and used tokens give ``INVALID_ENROLLMENT_TOKEN``;
-    an expired one ``ENROLLMENT_EXPIRED``. The caller deletes the enrollment in its commit.
+    Unknown and used tokens give ``INVALID_ENROLLMENT_TOKEN``, a token of another method
+    ``INVALID_ENROLL_METHOD`` (OpenZiti's answer to, say, an ott token at ``/enroll/ottca``), an
+    expired one ``ENROLLMENT_EXPIRED``. The caller deletes the enrollment in its commit.
     """
     value = check_token_format(token)
     enrollment = uow.store.find_unique(Enrollment, "token", value)
     if enrollment is not None:
         enrollment = uow.get(Enrollment, enrollment.id)
-    if enrollment is None or enrollment.method != method:
+    if enrollment is None:
         raise InvalidEnrollmentTokenError()
+    if enrollment.method != method:
+        raise InvalidEnrollMethodError(
+            field="method", value=method, reason=f"the token is for method {enrollment.method}"
+        )
     if enrollment.expires_at <= env.clock.now():
         raise EnrollmentExpiredError()
     return enrollment
@@ -213,13 +219,27 @@ def has_cert_authenticator(uow: UnitOfWork, identity_id: str) -> bool:
     return any(a.method == "cert" for a in uow.find_by(Authenticator, "identity_id", identity_id))
 
 
-def leaf_of(env: Env, chain: list[str], *, field: str = "clientCert") -> CertInfo:
-    """The presented leaf certificate, which must be valid now (enrollment never takes an expired one)."""
+def leaf_of(
+    env: Env,
+    chain: list[str],
+    *,
+    field: str = "clientCert",
+    error: type[ControllerError] = CertFailedValidationError,
+) -> CertInfo:
+    """The presented leaf certificate, which must be valid now (enrollment never takes an expired one).
+
+    A missing, unparsable or expired certificate raises ``error`` (OpenZiti's codes differ by
+    method: ``CERT_FAILED_VALIDATION`` for CA auto-enrollment, ``CERTIFICATE_FAILED_VALIDATION``
+    for ottca).
+    """
     if not chain:
-        raise CertFailedValidationError(reason="a client certificate is required")
-    leaf = env.ca.parse_certificate(chain[0], field=field)
+        raise error(reason="a client certificate is required")
+    try:
+        leaf = env.ca.parse_certificate(chain[0], field=field)
+    except ControllerError:
+        raise error(reason="the client certificate could not be parsed") from None
     if not leaf.is_valid_at(env.clock.now()):
-        raise CertFailedValidationError(reason="the client certificate is expired or not yet valid")
+        raise error(reason="the client certificate is expired or not yet valid")
     return leaf
 
 

@@ -12,6 +12,7 @@ of that CA carrying the same claim (OpenZiti's behaviour).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,22 +32,27 @@ DEFAULT_NAME_FORMAT = "[caName]-[commonName]"
 _MAX_SUFFIX = 1_000_000
 
 
+_PLACEHOLDER = re.compile(r"\[(caName|caId|commonName|requestedName|identityId)\]")
+
+
 def format_name(name_format: str, *, ca: Ca, leaf: CertInfo, requested: str, identity_id: str) -> str:
+    """``name_format`` with its placeholders replaced in one pass, so that a value that itself looks
+    like a placeholder (a certificate's CN ``[identityId]``) stays as it is. An empty requested
+    name is the new identity's id (OpenZiti's rule); unknown ``[x]`` stay literal."""
     values = {
-        "[caName]": ca.name,
-        "[caId]": ca.id,
-        "[commonName]": leaf.common_name or "",
-        "[requestedName]": requested,
-        "[identityId]": identity_id,
+        "caName": ca.name,
+        "caId": ca.id,
+        "commonName": leaf.common_name or "",
+        "requestedName": requested or identity_id,
+        "identityId": identity_id,
     }
-    out = name_format or DEFAULT_NAME_FORMAT
-    for placeholder, value in values.items():
-        out = out.replace(placeholder, value)
-    return out
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], name_format or DEFAULT_NAME_FORMAT)
 
 
 def claim_values(claim: dict[str, Any], leaf: CertInfo) -> list[str]:
-    """The values an ``externalIdClaim`` selects from a certificate, in order."""
+    """The values an ``externalIdClaim`` selects from a certificate, in order (``x509-claims``):
+    PREFIX and SUFFIX keep the values with that prefix or suffix and strip it, SCHEME keeps the
+    URIs of that scheme, SPLIT splits each value on ``parserCriteria``."""
     location = str(claim.get("location") or "COMMON_NAME").upper()
     if location == "SAN_URI":
         values = list(leaf.uris)
@@ -57,9 +63,9 @@ def claim_values(claim: dict[str, Any], leaf: CertInfo) -> list[str]:
     matcher = str(claim.get("matcher") or "ALL").upper()
     criteria = str(claim.get("matcherCriteria") or "")
     if matcher == "PREFIX":
-        values = [v for v in values if v.startswith(criteria)]
+        values = [v[len(criteria) :] for v in values if v.startswith(criteria)]
     elif matcher == "SUFFIX":
-        values = [v for v in values if v.endswith(criteria)]
+        values = [v[: len(v) - len(criteria)] for v in values if v.endswith(criteria)]
     elif matcher == "SCHEME":
         values = [v for v in values if v.partition(":")[0].lower() == criteria.lower()]
     parser = str(claim.get("parser") or "NONE").upper()
@@ -124,7 +130,8 @@ def enroll(env: Env, chain: Sequence[str], requested_name: str | None) -> Identi
             id=identity_id,
             created_at=now,
             updated_at=now,
-            name=_unique_name(uow, name),
+            # A format that came out empty (``[commonName]`` of a certificate without one): the id.
+            name=_unique_name(uow, name if name.strip() else identity_id),
             role_attributes=sorted(set(ca.identity_roles)),
             external_id=ext_id,
         )
