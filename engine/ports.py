@@ -143,10 +143,6 @@ class CertificateAuthority(Protocol):
         """
         ...
 
-    def verify_ca_proof(self, ca_pem: str, proof_pem: str, token: str, *, field: str = "certificate") -> None:
-        """Check a CA verification certificate: CN == ``token``, signed by the CA."""
-        ...
-
 
 class TokenSigner(Protocol):
     """Signs the controller's JWTs (enrollment JWTs) with the API listener's TLS key."""

@@ -54,7 +54,6 @@ from pki.certs import (
     directly_issued,
     fingerprint,
     issuer_index,
-    verify_ca_verification_cert,
 )
 from pki.csr import csr_public_key, load_csr, requested_sans
 from pki.tokens import jws_algorithm
@@ -373,15 +372,6 @@ class CertificateAuthority:
         matches.
         """
         return issuer_index(_chain(chain), [_first_certificate(pem) for pem in ca_pems])
-
-    def verify_ca_proof(self, ca_pem: str, proof_pem: str, token: str, *, field: str = "certificate") -> None:
-        """Check a CA verification certificate: CN == ``token``, signed directly by the CA.
-
-        Failures are FieldErrors on ``field`` (see :func:`pki.certs.verify_ca_verification_cert`);
-        dates are not checked.
-        """
-        ca_cert = certs.parse_certificate(ca_pem, field)
-        verify_ca_verification_cert(ca_cert, proof_pem, token, field=field)
 
 
 #: Extended key usages of each certificate profile.

@@ -87,7 +87,7 @@ class ApiSession(Entity):
 
     ENTITY = "api-sessions"
     UNIQUE = ("token_hash",)
-    INDEXED = ("identity_id",)
+    INDEXED = ("identity_id", "ca_id")
 
     token_hash: str
     identity_id: str
@@ -97,6 +97,8 @@ class ApiSession(Entity):
     last_activity_at: datetime
     is_mfa_required: bool = False
     is_mfa_complete: bool = False
+    #: The third-party CA whose certificate opened the session (it ends when the CA goes).
+    ca_id: str | None = None
 
 
 @register

@@ -42,6 +42,7 @@ class ApiSessionManager(EntityManager[ApiSession]):
         ip_address: str,
         config_types: list[str],
         mfa_required: bool = False,
+        ca_id: str | None = None,
     ) -> tuple[ApiSession, str]:
         """A new session and its token (the only time the token exists outside the caller)."""
         now = self.env.clock.now()
@@ -58,6 +59,7 @@ class ApiSessionManager(EntityManager[ApiSession]):
             last_activity_at=now,
             is_mfa_required=mfa_required,
             is_mfa_complete=False,
+            ca_id=ca_id,
         )
         with self.env.store.write_lock():
             uow = UnitOfWork(self.env.store)

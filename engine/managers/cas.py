@@ -151,3 +151,6 @@ class CaManager(EntityManager[Ca]):
         for enrollment in uow.all(Enrollment):
             if enrollment.ca_id == entity.id:
                 uow.delete(Enrollment, enrollment.id)
+        # Sessions opened with this CA's certificates, including logins by its external-id claim.
+        for session in uow.find_by(ApiSession, "ca_id", entity.id):
+            delete_session(uow, session.id)

@@ -291,6 +291,28 @@ def test_external_id_claim_names_the_identity_without_an_authenticator(api: Api,
     assert cert_login(api, no_claim).status_code == 401
 
 
+def test_deleting_the_ca_ends_sessions_opened_by_its_external_id_claim(api: Api) -> None:
+    ca = ThirdPartyCa(name="claims-ca")
+    claim = {
+        "index": 0,
+        "location": "COMMON_NAME",
+        "matcher": "ALL",
+        "matcherCriteria": "",
+        "parser": "NONE",
+        "parserCriteria": "",
+    }
+    ca_id = verified_ca(api, ca, name="claims-ca", externalIdClaim=claim)
+    api.create("/identities", {"name": "by-claim", "type": "User", "isAdmin": False, "externalId": "claimed"})
+    leaf, _ = ca.issue("claimed")
+    token = cert_login(api, leaf).json["data"]["token"]
+    assert api.get("/current-identity", token=token).status_code == 200
+
+    assert api.delete(f"/cas/{ca_id}").status_code == 200
+
+    assert api.get("/current-identity", token=token).status_code == 401
+    assert cert_login(api, leaf).status_code == 401
+
+
 # -- the proxy header ------------------------------------------------------------------------------
 @pytest.fixture
 def proxied(home: Path) -> Iterator[Api]:

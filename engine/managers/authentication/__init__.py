@@ -30,7 +30,8 @@ class AuthenticationManager:
 
     def cert(self, chain: Sequence[str], info: LoginInfo) -> Login:
         proof = self._cert.prove(chain)
-        return open_session(self.env, self.sessions, proof.authenticator, "cert", info)
+        ca_id = proof.ca.id if proof.ca is not None else None
+        return open_session(self.env, self.sessions, proof.authenticator, "cert", info, ca_id=ca_id)
 
     def resolve_config_types(self, requested: list[str]) -> list[str]:
         return resolve_config_types(self.env, requested)

@@ -99,7 +99,13 @@ def record_info(env: Env, identity: Identity, info: LoginInfo) -> Identity:
 
 
 def open_session(
-    env: Env, sessions: ApiSessionManager, authenticator: Authenticator, method: str, info: LoginInfo
+    env: Env,
+    sessions: ApiSessionManager,
+    authenticator: Authenticator,
+    method: str,
+    info: LoginInfo,
+    *,
+    ca_id: str | None = None,
 ) -> Login:
     """The checks every method shares, then a new API session for ``authenticator``'s identity."""
     identity = env.store.get(Identity, authenticator.identity_id)
@@ -113,5 +119,6 @@ def open_session(
         authenticator,
         ip_address=info.ip_address,
         config_types=resolve_config_types(env, info.config_types),
+        ca_id=ca_id,
     )
     return Login(session=session, token=token, identity=identity, authenticator=authenticator)

@@ -35,6 +35,8 @@ class CertProof:
     #: The cert authenticator, or a stand-in for an external-id login (id ``internal``).
     authenticator: Authenticator
     leaf: CertInfo
+    #: The third-party CA that issued the certificate (None for our own).
+    ca: Ca | None = None
 
 
 class CertCheck:
@@ -58,7 +60,7 @@ class CertCheck:
         expired = not leaf.is_valid_at(self.env.clock.now())
         if expired and not primary_rules(self.env, identity, "cert").get("allowExpiredCerts"):
             raise InvalidAuthError(reason="the client certificate is expired or not yet valid")
-        return CertProof(identity=identity, authenticator=authenticator, leaf=leaf)
+        return CertProof(identity=identity, authenticator=authenticator, leaf=leaf, ca=ca)
 
     def _issuing_ca(self, chain: list[str]) -> Ca | None:
         cas = [ca for ca in self.env.store.all(Ca) if ca.is_verified and ca.is_auth_enabled]

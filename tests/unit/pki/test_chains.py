@@ -1,4 +1,4 @@
-"""The CA port's certificate checks: CertInfo parsing, issued_by_us, issuer_index, verify_ca_proof."""
+"""The CA port's certificate checks: CertInfo parsing, issued_by_us, issuer_index."""
 
 from __future__ import annotations
 
@@ -306,53 +306,6 @@ def test_no_leaf_has_no_issuer(port: ports.CertificateAuthority, acme: CertPair,
     assert port.issuer_index(chain, [_pem(acme)]) is None
 
 
-# --- verify_ca_proof ---------------------------------------------------------------------------
-
-
-def test_a_valid_proof(port: ports.CertificateAuthority, make_cert: CertFactory, acme: CertPair) -> None:
-    proof = make_cert(TOKEN, issuer=acme, is_ca=False)
-
-    port.verify_ca_proof(_pem(acme), _pem(proof), TOKEN)
-
-
-def test_an_expired_proof_is_accepted(
-    port: ports.CertificateAuthority, make_cert: CertFactory, acme: CertPair, now: datetime
-) -> None:
-    proof = make_cert(TOKEN, issuer=acme, is_ca=False, not_after=now - timedelta(hours=1))
-
-    port.verify_ca_proof(_pem(acme), _pem(proof), TOKEN)
-
-
-@pytest.mark.parametrize(
-    ("case", "reason"),
-    [
-        ("other-cn", "common name does not match the verification token"),
-        ("other-ca", "certificate is not signed by the CA"),
-        ("self-signed", "certificate is not signed by the CA"),
-        ("garbage", "could not parse PEM certificate"),
-    ],
-)
-def test_bad_proofs(
-    port: ports.CertificateAuthority, make_cert: CertFactory, acme: CertPair, case: str, reason: str
-) -> None:
-    proofs: dict[str, Callable[[], str]] = {
-        "other-cn": lambda: _pem(make_cert("someone", issuer=acme, is_ca=False)),
-        "other-ca": lambda: _pem(make_cert(TOKEN, issuer=make_cert("Acme Root CA"), is_ca=False)),
-        "self-signed": lambda: _pem(make_cert(TOKEN)),
-        "garbage": lambda: "garbage",
-    }
-
-    with pytest.raises(FieldError) as info:
-        port.verify_ca_proof(_pem(acme), proofs[case](), TOKEN, field="certificate")
-
-    assert (info.value.field, info.value.reason) == ("certificate", reason)
-
-
-def test_an_unparsable_ca_is_a_field_error(port: ports.CertificateAuthority) -> None:
-    with pytest.raises(FieldError):
-        port.verify_ca_proof("junk", "junk", TOKEN)
-
-
 # --- fuzzing: only FieldErrors, False or None ---------------------------------------------------
 
 
@@ -379,9 +332,5 @@ def test_corrupted_certificates_never_raise_library_errors(
     for check in (port.parse_certificate, port.parse_certificates, port.parse_ca_certificate):
         with contextlib.suppress(FieldError, CertificateIsNotCaError):
             check(pem, field="certPem")
-    with contextlib.suppress(FieldError):
-        port.verify_ca_proof(pem, pem, TOKEN)
-    with contextlib.suppress(FieldError):
-        port.verify_ca_proof(root, pem, TOKEN)
     assert port.issued_by_us([pem]) in (True, False)
     assert port.issuer_index([ca.server_cert_pem, pem], [pem, root]) in (None, 0, 1)
