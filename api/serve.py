@@ -9,9 +9,8 @@ the app, so clients that stall hold no thread (see api/worker.py and ``python -m
 
 from __future__ import annotations
 
-import os
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -21,30 +20,17 @@ from api.settings import Settings
 from api.worker import Limits
 from pki.authority import PkiPaths
 
-#: Environment variables read here for now (to move into Settings): name -> (Limits field, default).
-TIMEOUT_VARIABLES = {
-    "TRELLIS_TIMEOUT_HANDSHAKE_SECONDS": ("handshake_timeout", 10.0),
-    "TRELLIS_TIMEOUT_HEADER_SECONDS": ("header_timeout", 10.0),
-    "TRELLIS_TIMEOUT_BODY_SECONDS": ("body_timeout", 30.0),
-    "TRELLIS_TIMEOUT_WRITE_SECONDS": ("write_timeout", 30.0),
-    "TRELLIS_TIMEOUT_KEEPALIVE_SECONDS": ("keepalive_timeout", 5.0),
-}
 
-
-def serving_limits(settings: Settings, environ: Mapping[str, str] | None = None) -> Limits:
-    """The worker's time limits from ``TRELLIS_TIMEOUT_*_SECONDS``, the body cap from settings."""
-    env = os.environ if environ is None else environ
-    values: dict[str, Any] = {"max_body_bytes": settings.max_body_bytes}
-    for name, (key, default) in TIMEOUT_VARIABLES.items():
-        raw = env.get(name, "")
-        try:
-            seconds = float(raw) if raw.strip() else default
-        except ValueError:
-            raise SystemExit(f"{name} must be a number of seconds, not {raw!r}") from None
-        if seconds < 0 or (seconds == 0 and key != "keepalive_timeout"):
-            raise SystemExit(f"{name} must be more than 0 seconds")
-        values[key] = seconds
-    return Limits(**values)
+def serving_limits(settings: Settings) -> Limits:
+    """The worker's time limits and body cap, from settings."""
+    return Limits(
+        handshake_timeout=settings.handshake_timeout,
+        header_timeout=settings.header_timeout,
+        body_timeout=settings.body_timeout,
+        write_timeout=settings.write_timeout,
+        keepalive_timeout=settings.keepalive_timeout,
+        max_body_bytes=settings.max_body_bytes,
+    )
 
 
 def tls_context(paths: PkiPaths) -> ssl.SSLContext:
@@ -110,6 +96,8 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
             "graceful_timeout": 10,
             "timeout": 60,
             "preload_app": False,
+            # gunicorn 27's control socket is one per user (~/.gunicorn): two servers would clash.
+            "control_socket_disable": True,
         }
         for key, value in options.items():
             self.cfg.set(key, value)

@@ -11,12 +11,10 @@ An ``ott`` enrollment answers the certificate chain as JSON ``{"data": {"cert": 
 PEM (``application/x-pem-file``), as the client's ``Accept`` prefers, on every route (OpenZiti's
 legacy path answers only JSON and refuses ``Accept: application/x-pem-file`` with 415); other
 methods answer JSON. The answer's format is settled before the token is spent, so a client
-refused with 415 can try again. A password is never echoed in an error.
+refused with 415 can try again.
 """
 
 from __future__ import annotations
-
-from typing import TypeVar
 
 import falcon
 
@@ -34,8 +32,7 @@ from api.schemas.enroll import (
     GenericEnroll,
     RouterExtend,
 )
-from api.wire import WireModel
-from engine.errors import FieldError, UnsupportedMediaError
+from engine.errors import UnsupportedMediaError
 from engine.managers.enrollment import (
     CA,
     EDGE_ROUTER_OTT,
@@ -46,8 +43,6 @@ from engine.managers.enrollment import (
     RouterCertificates,
 )
 from engine.ports import IssuedCertificate
-
-M = TypeVar("M", bound=WireModel)
 
 #: Media types whose body is a PEM CSR (OpenZiti's legacy enrollment path).
 LEGACY_TYPES = ("application/pkcs7", "application/x-pem-file", "text/plain")
@@ -118,16 +113,6 @@ def _media_type(req: falcon.Request) -> str:
     return (req.content_type or "").split(";")[0].strip().lower()
 
 
-def _read(req: falcon.Request, model: type[M], *, allow_empty: bool = False) -> M:
-    """:func:`read_model`, but a refused password is never echoed back in ``cause.value``."""
-    try:
-        return read_model(req, model, allow_empty=allow_empty)
-    except FieldError as ex:
-        if ex.field == "password":
-            raise FieldError("password", ex.reason or "invalid password") from None
-        raise
-
-
 class EnrollResource:
     """``POST /enroll``: the method-dispatching enrollment SDKs and routers use."""
 
@@ -170,7 +155,7 @@ class EnrollResource:
             answer_router(resp, self.enroll.router(method, token, None, body))
 
     def _generic(self, req: falcon.Request, resp: falcon.Response, method: str, token: str | None) -> None:
-        model = _read(req, GenericEnroll, allow_empty=method == CA)
+        model = read_model(req, GenericEnroll, allow_empty=method == CA)
         chain = presented_chain(req, self.proxies)
         if method == OTT:
             fmt = certificate_format(req)
@@ -208,38 +193,38 @@ class TypedEnrollResource:
 
     def on_post_ott(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Enroll an identity with a one-time token and a CSR."""
-        model = _read(req, EnrollOtt)
+        model = read_model(req, EnrollOtt)
         fmt = certificate_format(req)
         answer_certificate(resp, self.enroll.ott(model.token, model.client_csr), fmt)
 
     def on_post_ottca(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Enroll an identity with a one-time token and a certificate from the enrollment's CA."""
-        model = _read(req, EnrollOttCa)
+        model = read_model(req, EnrollOttCa)
         self.enroll.ottca(model.token, presented_chain(req, self.proxies))
         empty(resp)
 
     def on_post_ca(self, req: falcon.Request, resp: falcon.Response) -> None:
         """CA auto-enrollment: a certificate from a verified CA creates its identity."""
-        model = _read(req, EnrollCa, allow_empty=True)
+        model = read_model(req, EnrollCa, allow_empty=True)
         self.enroll.ca(presented_chain(req, self.proxies), model.name)
         empty(resp)
 
     def on_post_updb(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Enroll an identity with a one-time token by setting its password."""
-        model = _read(req, EnrollUpdb)
+        model = read_model(req, EnrollUpdb)
         self.enroll.updb(req.get_param("token"), model.username, model.password)
         empty(resp)
 
     def on_post_erott(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Enroll an edge router with its one-time token and two CSRs."""
-        model = _read(req, EnrollErott)
+        model = read_model(req, EnrollErott)
         answer_router(
             resp, self.enroll.router(EDGE_ROUTER_OTT, model.token, model.server_csr, model.client_csr)
         )
 
     def on_post_extend_router(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Extend a router's certificates; made with its current client certificate."""
-        model = _read(req, RouterExtend)
+        model = read_model(req, RouterExtend)
         chain = presented_chain(req, self.proxies)
         answer_router(resp, self.enroll.extend_router(chain, model.server_cert_csr, model.cert_csr))
 
