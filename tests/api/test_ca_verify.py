@@ -3,47 +3,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import falcon.testing
 import jwt
 import pytest
 
-from tests.api.certs import ThirdPartyCa, admin_api, csr_pem, key_pem, new_key, tls, unique, verified_ca
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, Api
+from tests.api.certs import ThirdPartyCa, csr_pem, key_pem, new_key, tls, unique, verified_ca
+from tests.api.conftest import shared_admin_api
+from tests.conftest import CLIENT, Api
 
 ALGORITHMS = ["RS256", "ES256", "ES384", "ES512"]
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, pki_template: Path) -> Iterator[Api]:
-    """One app for the module (apps are slow to build): every test makes its own CAs with unique
-    names. The deletion tests, which look at every authenticator, use ``fresh``."""
-    shared = admin_api(tmp_path_factory.mktemp("ca-verify"), pki_template)
-    yield shared
-    shared.app.ctrl.env.store.close()
-
-
-@pytest.fixture
-def fresh(app: Any) -> Api:
-    """An app of the test's own."""
-    client = Api(app)
-    client.token = client.login(ADMIN_USER, ADMIN_PASSWORD)
-    return client
-
-
-@pytest.fixture
-def acme() -> ThirdPartyCa:
-    """A CA of the test's own (a CA certificate can be registered once per controller)."""
-    return ThirdPartyCa("Acme Root CA")
-
-
-@pytest.fixture
-def other() -> ThirdPartyCa:
-    return ThirdPartyCa("Other Root CA")
+api = shared_admin_api("ca-verify")
 
 
 def new_ca(api: Api, ca: ThirdPartyCa, name: str = "acme", **flags: Any) -> tuple[str, str]:

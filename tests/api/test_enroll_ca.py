@@ -3,16 +3,15 @@ creates its own identity (``POST /enroll/ca``, ``POST /enroll?method=ca``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import falcon.testing
 import pytest
 
-from tests.api.certs import ThirdPartyCa, admin_api, enroll_ott, sha1_fingerprint, tls, unique, verified_ca
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, Api
+from tests.api.certs import ThirdPartyCa, enroll_ott, sha1_fingerprint, tls, unique, verified_ca
+from tests.api.conftest import shared_admin_api
+from tests.conftest import CLIENT, Api
 
 SPIFFE_CLAIM = {
     "location": "SAN_URI",
@@ -24,33 +23,7 @@ SPIFFE_CLAIM = {
 }
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, pki_template: Path) -> Iterator[Api]:
-    """One app for the module (apps are slow to build): every test makes its own CAs with unique
-    names, so the identities they create have names of their own. Tests about the set of CAs as a
-    whole use ``fresh``."""
-    shared = admin_api(tmp_path_factory.mktemp("enroll-ca"), pki_template)
-    yield shared
-    shared.app.ctrl.env.store.close()
-
-
-@pytest.fixture
-def fresh(app: Any) -> Api:
-    """An app of the test's own, with no CA yet."""
-    client = Api(app)
-    client.token = client.login(ADMIN_USER, ADMIN_PASSWORD)
-    return client
-
-
-@pytest.fixture
-def acme() -> ThirdPartyCa:
-    """A CA of the test's own (a CA certificate can be registered once per controller)."""
-    return ThirdPartyCa("Acme Root CA")
-
-
-@pytest.fixture
-def other() -> ThirdPartyCa:
-    return ThirdPartyCa("Other Root CA")
+api = shared_admin_api("enroll-ca")
 
 
 def auto_ca(api: Api, ca: ThirdPartyCa, name: str = "acme", **flags: Any) -> str:

@@ -31,18 +31,13 @@ from tests.api.certs import (
     unique,
     verified_ca,
 )
+from tests.api.conftest import shared_admin_api
 from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, Api, open_app
 
 PEM = "application/x-pem-file"
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, pki_template: Path) -> Iterator[Api]:
-    """One app for the module (apps are slow to build): every test makes its own identities, with
-    unique names, and looks only at them."""
-    shared = admin_api(tmp_path_factory.mktemp("enroll-ott"), pki_template)
-    yield shared
-    shared.app.ctrl.env.store.close()
+api = shared_admin_api("enroll-ott")
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import falcon.testing
@@ -14,28 +12,11 @@ import pytest
 from api.settings import Settings
 from engine.managers.bootstrap import create_default_admin
 from engine.testing import FixedClock
-from tests.api.certs import ThirdPartyCa, admin_api, sha1_fingerprint, tls, unique, verified_ca
+from tests.api.certs import ThirdPartyCa, sha1_fingerprint, tls, unique, verified_ca
+from tests.api.conftest import shared_admin_api
 from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, Api, open_app
 
-
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, pki_template: Path) -> Iterator[Api]:
-    """One app for the module (apps are slow to build): every test makes its own CAs, identities
-    and usernames, with unique names, and looks only at them."""
-    shared = admin_api(tmp_path_factory.mktemp("enroll-ottca-updb"), pki_template)
-    yield shared
-    shared.app.ctrl.env.store.close()
-
-
-@pytest.fixture
-def acme() -> ThirdPartyCa:
-    """A CA of the test's own (a CA certificate can be registered once per controller)."""
-    return ThirdPartyCa("Acme Root CA")
-
-
-@pytest.fixture
-def other() -> ThirdPartyCa:
-    return ThirdPartyCa("Other Root CA")
+api = shared_admin_api("enroll-ottca-updb")
 
 
 def error(result: falcon.testing.Result) -> dict[str, Any]:

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import falcon.testing
@@ -20,7 +18,6 @@ from engine.testing import FixedClock
 from tests.api.certs import (
     Key,
     ThirdPartyCa,
-    admin_api,
     csr_pem,
     enroll_ott,
     load_chain,
@@ -31,19 +28,14 @@ from tests.api.certs import (
     tls,
     unique,
 )
+from tests.api.conftest import shared_admin_api
 from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, Api, open_app
 
 SANS = {"dns": ("er1.example.com", "localhost"), "ips": ("10.0.0.7", "127.0.0.1")}
 ALGORITHMS = ["RS256", "ES256", "ES384", "ES512"]
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, pki_template: Path) -> Iterator[Api]:
-    """One app for the module (apps are slow to build): every test makes its own routers, with
-    unique names, and looks only at them."""
-    shared = admin_api(tmp_path_factory.mktemp("enroll-routers"), pki_template)
-    yield shared
-    shared.app.ctrl.env.store.close()
+api = shared_admin_api("enroll-routers")
 
 
 @pytest.fixture(scope="module")
