@@ -120,6 +120,13 @@ class EntityManager(Generic[E]):
             self.after_delete(uow, old)
             self.env.commit(uow)
 
+    def save(self, entity: E) -> E:
+        """Commit one changed entity on its own (call under the write lock, after the checks)."""
+        uow = UnitOfWork(self.env.store)
+        uow.put(entity)
+        self.env.commit(uow)
+        return entity
+
     # -- hooks -------------------------------------------------------------------------------
     def validate(self, uow: UnitOfWork, new: E, old: E | None) -> None:
         """Raise a ControllerError if ``new`` may not be stored."""

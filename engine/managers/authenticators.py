@@ -222,10 +222,7 @@ class AuthenticatorManager(EntityManager[Authenticator]):
                 is_key_roll_requested=roll_keys,
                 extend_requested_at=now,
             )
-            uow = UnitOfWork(self.env.store)
-            uow.put(new)
-            self.env.commit(uow)
-            return new
+            return self.save(new)
 
     def extend(
         self,
@@ -268,9 +265,7 @@ class AuthenticatorManager(EntityManager[Authenticator]):
                 unverified_cert_pem=issued.pem,
                 unverified_fingerprint=issued.fingerprint,
             )
-            uow = UnitOfWork(self.env.store)
-            uow.put(new)
-            self.env.commit(uow)
+            self.save(new)
             return issued
 
     def extend_verify(self, identity_id: str, id: str, cert_pem: str) -> Authenticator:
@@ -302,10 +297,7 @@ class AuthenticatorManager(EntityManager[Authenticator]):
                 is_key_roll_requested=False,
                 last_extend_rolled_keys=key_changed,
             )
-            uow = UnitOfWork(self.env.store)
-            uow.put(new)
-            self.env.commit(uow)
-            return new
+            return self.save(new)
 
     def _require_cert_of(self, identity_id: str, id: str) -> Authenticator:
         """Cert authenticator ``id`` of ``identity_id``: 404 unknown, 409 not cert, 401 someone else's."""

@@ -91,10 +91,7 @@ class CaManager(EntityManager[Ca]):
                 raise CaAlreadyVerifiedError()
             self._check_proof(ca, proof_pem)
             verified = dataclasses.replace(ca, is_verified=True, updated_at=self.env.clock.now())
-            uow = UnitOfWork(self.env.store)
-            uow.put(verified)
-            self.env.commit(uow)
-            return verified
+            return self.save(verified)
 
     def _check_proof(self, ca: Ca, proof_pem: str) -> None:
         """OpenZiti's checks, in its order and with its codes (``routes/ca_router.go``)."""

@@ -152,10 +152,7 @@ class IdentityManager(EntityManager[Identity]):
             new = dataclasses.replace(
                 old, disabled=False, disabled_at=None, disabled_until=None, updated_at=self.env.clock.now()
             )
-            uow = UnitOfWork(self.env.store)
-            uow.put(new)
-            self.env.commit(uow)
-            return new
+            return self.save(new)
 
     def is_disabled(self, identity: Identity) -> bool:
         """Disabled now: locked and the lock has no end or has not ended yet."""
