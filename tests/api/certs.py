@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from api.peer import PEER_CHAIN_KEY
+from tests.unit.pki.conftest import ECDSA_WITH_SHA256, NETSCAPE_CERT_TYPE, SSL_CLIENT, der_tlv
 
 Key = ec.EllipticCurvePrivateKey
 
@@ -161,9 +162,10 @@ def enroll_ott(api: Any, name: str, *, key: Key | None = None) -> NetworkCert:
     return NetworkCert(identity_id=identity_id, chain=str(enrolled.json["data"]["cert"]), key=leaf_key)
 
 
-def verified_ca(api: Any, ca: ThirdPartyCa, name: str = "third-party", **flags: Any) -> str:
-    """``POST /cas`` (``isAuthEnabled`` unless ``flags`` say otherwise) and verify it; its id."""
-    body = {
+def ca_body(ca: ThirdPartyCa, name: str, **flags: Any) -> dict[str, Any]:
+    """The body of ``POST /cas`` for ``ca``: ``isAuthEnabled`` and nothing else unless ``flags``
+    say otherwise."""
+    return {
         "name": name,
         "certPem": ca.pem,
         "isAuthEnabled": True,
@@ -172,7 +174,11 @@ def verified_ca(api: Any, ca: ThirdPartyCa, name: str = "third-party", **flags: 
         "identityRoles": [],
         **flags,
     }
-    created = api.post("/cas", json=body)
+
+
+def verified_ca(api: Any, ca: ThirdPartyCa, name: str = "third-party", **flags: Any) -> str:
+    """``POST /cas`` (:func:`ca_body`) and verify it; its id."""
+    created = api.post("/cas", json=ca_body(ca, name, **flags))
     if created.status_code != 201:
         raise RuntimeError(created.text)
     ca_id = str(created.json["data"]["id"])
@@ -186,16 +192,13 @@ def verified_ca(api: Any, ca: ThirdPartyCa, name: str = "third-party", **flags: 
 
 
 # -- CSR variants (appended for the enrollment tests) ------------------------------------------------
-_ECDSA_WITH_SHA256 = bytes.fromhex("2a8648ce3d040302")  # OID content octets, 1.2.840.10045.4.3.2
-_NETSCAPE_CERT_TYPE = x509.ObjectIdentifier("2.16.840.1.113730.1.1")
-
-
-def _der_tlv(tag: int, value: bytes) -> bytes:
-    n = len(value)
-    if n < 0x80:
-        return bytes((tag, n)) + value
-    octets = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes((tag, 0x80 | len(octets))) + octets + value
+def _ecdsa_csr_pem(info: bytes, signature: bytes, *, null_parameter: bool = False) -> str:
+    """A PEM CSR of a CertificationRequestInfo and its ``ecdsa-with-SHA256`` signature; with
+    ``null_parameter`` the algorithm has an explicit NULL parameter (as mbedTLS writes it; DER
+    leaves it out)."""
+    oid = der_tlv(0x06, ECDSA_WITH_SHA256)
+    algorithm = der_tlv(0x30, (oid + b"\x05\x00") if null_parameter else oid)
+    return _csr_pem_of(der_tlv(0x30, info + algorithm + der_tlv(0x03, b"\x00" + signature)))
 
 
 def _csr_pem_of(der: bytes) -> str:
@@ -225,12 +228,10 @@ def mbedtls_csr_pem(key: Key | None = None, sub: str = "device", iss: str = "htt
         x509.CertificateSigningRequestBuilder()
         .subject_name(subject)
         .add_extension(usage, critical=False)
-        .add_extension(x509.UnrecognizedExtension(_NETSCAPE_CERT_TYPE, b"\x03\x02\x07\x80"), critical=False)
+        .add_extension(x509.UnrecognizedExtension(NETSCAPE_CERT_TYPE, SSL_CLIENT), critical=False)
         .sign(signer, hashes.SHA256())
     )
-    algorithm = _der_tlv(0x30, _der_tlv(0x06, _ECDSA_WITH_SHA256) + b"\x05\x00")
-    signature = _der_tlv(0x03, b"\x00" + csr.signature)
-    return _csr_pem_of(_der_tlv(0x30, csr.tbs_certrequest_bytes + algorithm + signature))
+    return _ecdsa_csr_pem(csr.tbs_certrequest_bytes, csr.signature, null_parameter=True)
 
 
 def san_csr_pem(
@@ -254,13 +255,7 @@ def tampered_csr_pem(key: Key | None = None, cn: str = "device") -> str:
     """A well-formed PEM CSR whose self-signature does not verify (its subject was changed)."""
     good = x509.load_pem_x509_csr(csr_pem(key, cn).encode())
     other = x509.load_pem_x509_csr(csr_pem(key, cn + "-x").encode())
-    der = _der_tlv(
-        0x30,
-        other.tbs_certrequest_bytes
-        + _der_tlv(0x30, _der_tlv(0x06, _ECDSA_WITH_SHA256))
-        + _der_tlv(0x03, b"\x00" + good.signature),
-    )
-    return _csr_pem_of(der)
+    return _ecdsa_csr_pem(other.tbs_certrequest_bytes, good.signature)
 
 
 def load_chain(text: str) -> list[x509.Certificate]:

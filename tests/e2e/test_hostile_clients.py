@@ -12,7 +12,6 @@ import datetime as dt
 import http.client
 import ipaddress
 import json
-import os
 import signal
 import socket
 import ssl
@@ -32,98 +31,25 @@ from cryptography.x509.oid import NameOID
 
 from api.worker import HttpError, Limits, parse_head
 from bench.serving import KINDS, StalledPool, open_stalled, raise_fd_limit
+from tests.e2e.server import HOST, ROOT, Server, end_process, free_port, running
 
 PASSWORD = "hostile-admin-password"
-TRELLIS = [sys.executable, "-m", "api.cli"]
-ROOT = Path(__file__).resolve().parents[2]
-HOST = "127.0.0.1"
 LOGIN = "/edge/management/v1/authenticate?method=password"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """``trellis init`` + ``trellis serve`` on a free port, with extra environment variables."""
-
-    def __init__(self, home: Path, **env: str) -> None:
-        self.home = home
-        self.port = _free_port()
-        self.env = dict(
-            os.environ,
-            TRELLIS_HOME=str(home),
-            TRELLIS_BIND=f"{HOST}:{self.port}",
-            TRELLIS_ADMIN_PASSWORD=PASSWORD,
-            **env,
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"https://{HOST}:{self.port}"
-
-    @property
-    def ca(self) -> str:
-        return str(self.home / "pki" / "ca-bundle.pem")
-
-    def session(self) -> requests.Session:
-        http = requests.Session()
-        http.trust_env = False  # these machines set REQUESTS_CA_BUNDLE (design.md §7)
-        http.verify = self.ca
-        return http
-
-    def start(self) -> Server:
-        subprocess.run([*TRELLIS, "init"], env=self.env, cwd=ROOT, capture_output=True, check=True)
-        log = self.home / "serve.log"
-        with log.open("ab") as sink:
-            self.proc = subprocess.Popen(
-                [*TRELLIS, "serve"], env=self.env, cwd=ROOT, stdout=sink, stderr=sink
-            )
-        deadline = time.monotonic() + 30
-        with self.session() as http:
-            while time.monotonic() < deadline:
-                try:
-                    if http.get(self.url + "/version", timeout=2).status_code == 200:
-                        return self
-                except requests.RequestException:
-                    time.sleep(0.2)
-                if self.proc.poll() is not None:
-                    raise RuntimeError(log.read_text())
-        raise RuntimeError("server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def tls(self, timeout: float = 5.0) -> ssl.SSLSocket:
-        ctx = ssl.create_default_context(cafile=self.ca)
-        raw = socket.create_connection((HOST, self.port), timeout=timeout)
-        return ctx.wrap_socket(raw, server_hostname=HOST)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # Long handshake/head limits: the stalled connections must still be held when checked, even on
     # a busy machine; the limits themselves are tested with short ones below.
-    srv = Server(
+    yield from running(
         tmp_path_factory.mktemp("hostile") / "home",
-        TRELLIS_TIMEOUT_HANDSHAKE_SECONDS="30",
-        TRELLIS_TIMEOUT_HEADER_SECONDS="30",
-        TRELLIS_TIMEOUT_BODY_SECONDS="30",
+        password=PASSWORD,
+        env={
+            "TRELLIS_TIMEOUT_HANDSHAKE_SECONDS": "30",
+            "TRELLIS_TIMEOUT_HEADER_SECONDS": "30",
+            "TRELLIS_TIMEOUT_BODY_SECONDS": "30",
+        },
     )
-    try:
-        yield srv.start()
-    finally:
-        srv.stop()
 
 
 def _timed(call: Any) -> tuple[float, requests.Response]:
@@ -185,14 +111,10 @@ def _closed_after(sock: socket.socket, opened: float, deadline: float) -> float 
 @pytest.mark.e2e
 def test_stalled_connections_are_closed_at_the_time_limits(tmp_path: Path) -> None:
     limit = 1.0
-    srv = Server(
-        tmp_path / "home",
-        TRELLIS_TIMEOUT_HANDSHAKE_SECONDS=str(limit),
-        TRELLIS_TIMEOUT_HEADER_SECONDS=str(limit),
-        TRELLIS_TIMEOUT_BODY_SECONDS=str(limit),
-        TRELLIS_TIMEOUT_KEEPALIVE_SECONDS=str(limit),
-    ).start()
-    try:
+    limits = ("HANDSHAKE", "HEADER", "BODY", "KEEPALIVE")
+    env = {f"TRELLIS_TIMEOUT_{name}_SECONDS": str(limit) for name in limits}
+    with Server(tmp_path / "home", password=PASSWORD, env=env) as srv:
+        srv.up()
         opened: list[tuple[str, socket.socket, float]] = []
         for kind in KINDS:
             for _ in range(2):
@@ -211,8 +133,6 @@ def test_stalled_connections_are_closed_at_the_time_limits(tmp_path: Path) -> No
             assert 0.5 * limit <= after <= 4 * limit, f"{kind}: closed after {after:.2f} s"
         with srv.session() as http:
             assert http.get(srv.url + "/version", timeout=5).status_code == 200
-    finally:
-        srv.stop()
 
 
 @pytest.mark.e2e
@@ -255,8 +175,7 @@ def test_expect_100_continue_then_the_body(server: Server) -> None:
 
 @pytest.mark.e2e
 def test_keep_alive_connection_close_and_one_server_header(server: Server) -> None:
-    ctx = ssl.create_default_context(cafile=server.ca)
-    conn = http.client.HTTPSConnection(HOST, server.port, context=ctx, timeout=5)
+    conn = http.client.HTTPSConnection(HOST, server.port, context=server.tls_context(), timeout=5)
     try:
         for _ in range(3):  # the same connection, kept alive
             conn.request("GET", "/version")
@@ -469,7 +388,7 @@ def test_worker_environ_peer_chain_and_a_tls_context_per_connection(tmp_path: Pa
     }
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
-    port = _free_port()
+    port = free_port()
     args = [str(tmp_path / n) for n in ("server.pem", "server.key", "root.pem")] + [str(port)]
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-c", CONTRACT_SERVER, *args], cwd=ROOT, stdout=log, stderr=log)
@@ -516,12 +435,7 @@ def test_worker_environ_peer_chain_and_a_tls_context_per_connection(tmp_path: Pa
         idle.getresponse().read()  # left open: kept alive for up to 30 s
     finally:
         stopping = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_process(proc, signal.SIGTERM, 15)
         stopped_in = time.monotonic() - stopping
         log.close()
     idle.close()

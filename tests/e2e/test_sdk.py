@@ -18,26 +18,23 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import jwt
 import pytest
-import requests
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from tests.e2e.sdk.sdk_venv import DRIVERS, ROOT, SKIP_ENV, SdkVenvError, clean_env, ensure_sdk_python
+from tests.e2e.sdk.sdk_venv import DRIVERS, SKIP_ENV, SdkVenvError, clean_env, ensure_sdk_python
+from tests.e2e.server import CLIENT, MGMT, Server, running, tail
 
 pytestmark = [
     pytest.mark.e2e,
@@ -48,9 +45,6 @@ pytestmark = [
 ]
 
 PASSWORD = "e2e-sdk-admin-password"
-TRELLIS = [sys.executable, "-m", "api.cli"]
-MGMT = "/edge/management/v1"
-CLIENT = "/edge/client/v1"
 IDENTITY_NAME = "sdk-client"
 
 ENROLL_TIMEOUT = 45.0  # a working enrollment takes well under a second
@@ -59,133 +53,6 @@ REENROLL_FAST = 10.0  # a controller-side rejection comes back at once
 LOAD_TIMEOUT = 20.0  # a working load returns in well under a second
 #: JOSE algorithms the C SDK accepts for the enrollment JWT (sdk-compat §2.1).
 JWT_ALGORITHMS = ["RS256", "ES256", "ES384", "ES512"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _tail(text: str, limit: int) -> str:
-    return text if len(text) <= limit else f"[... {len(text) - limit} chars cut ...]\n" + text[-limit:]
-
-
-class Server:
-    """``trellis init`` + ``trellis serve`` on 127.0.0.1:<free port>, logging beside ``home``."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.port = _free_port()
-        self.log = home.parent / "serve.log"
-        inherited = {
-            k: v for k, v in os.environ.items() if not k.startswith("TRELLIS_")
-        }  # no stray ADVERTISE
-        self.env = dict(
-            inherited,
-            TRELLIS_HOME=str(home),
-            TRELLIS_BIND=f"127.0.0.1:{self.port}",
-            TRELLIS_ADMIN_PASSWORD=PASSWORD,
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.http = requests.Session()
-        self.http.trust_env = False  # these machines set REQUESTS_CA_BUNDLE
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    @property
-    def ca_bundle(self) -> Path:
-        return self.home / "pki" / "ca-bundle.pem"
-
-    @property
-    def intermediate(self) -> Path:
-        return self.home / "pki" / "intermediate-ca.pem"
-
-    def log_tail(self, limit: int = 6000) -> str:
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError as exc:
-            text = f"(no server log: {exc})"
-        return f"--- server log {self.log}:\n{_tail(text, limit)}"
-
-    def start(self) -> None:
-        init = subprocess.run(
-            [*TRELLIS, "init"], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=120
-        )
-        if init.returncode != 0:
-            raise RuntimeError(
-                f"trellis init exited {init.returncode}\n{init.stdout}{_tail(init.stderr, 6000)}"
-            )
-        with self.log.open("ab") as sink:
-            self.proc = subprocess.Popen(
-                [*TRELLIS, "serve"],
-                env=self.env,
-                cwd=ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=sink,
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"trellis serve exited {self.proc.returncode}\n{self.log_tail()}")
-            try:
-                if self.http.get(self.url + "/version", verify=str(self.ca_bundle), timeout=2).ok:
-                    return
-            except requests.RequestException:
-                time.sleep(0.2)
-        raise RuntimeError(f"trellis serve did not answer within 30 s\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-        self.http.close()
-
-    def call(self, method: str, path: str, token: str | None = None, **kwargs: Any) -> requests.Response:
-        headers = {"zt-session": token} if token else {}
-        return self.http.request(
-            method, self.url + path, headers=headers, verify=str(self.ca_bundle), timeout=10, **kwargs
-        )
-
-    def expect(self, response: requests.Response, status: int, what: str) -> dict[str, Any]:
-        assert response.status_code == status, (
-            f"{what}: {response.request.method} {response.url} -> {response.status_code}, "
-            f"expected {status}\n{response.text[:2000]}\n{self.log_tail()}"
-        )
-        body: dict[str, Any] = response.json()
-        return body
-
-    def admin_login(self) -> str:
-        result = self.call(
-            "POST",
-            f"{MGMT}/authenticate",
-            params={"method": "password"},
-            json={"username": "admin", "password": PASSWORD},
-        )
-        self.expect(result, 200, "admin password login")
-        return str(result.headers["zt-session"])
-
-    def presented_leaf(self) -> x509.Certificate:
-        """The TLS leaf certificate as the SDK's first (unverified, TLS 1.2 only) connection sees it."""
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        context.maximum_version = ssl.TLSVersion.TLSv1_2  # 0.29.3 speaks TLS 1.2 only
-        with (
-            socket.create_connection(("127.0.0.1", self.port), timeout=5) as raw,
-            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
-        ):
-            der = tls.getpeercert(binary_form=True)
-        assert der, "the server presented no certificate"
-        return x509.load_der_x509_certificate(der)
 
 
 @dataclass
@@ -217,7 +84,7 @@ class DriverRun:
             status = f"exit {self.returncode} after {self.seconds:.1f} s"
         return (
             f"--- SDK driver {self.name}: {status}\n--- stdout:\n{self.stdout.strip()}\n"
-            f"--- stderr (ZITI_LOG=4):\n{_tail(self.stderr.strip(), limit)}"
+            f"--- stderr (ZITI_LOG=4):\n{tail(self.stderr.strip(), limit)}"
         )
 
 
@@ -293,11 +160,12 @@ def check_issued_identity(material: dict[str, str], server: Server) -> x509.Cert
     """
     leaf = x509.load_pem_x509_certificates(_pem(material["cert"]))[0]
     described = f"id.cert ({leaf.subject.rfc4514_string()}, issuer {leaf.issuer.rfc4514_string()})"
-    intermediate = x509.load_pem_x509_certificate(server.intermediate.read_bytes())
-    assert _issued_by(leaf, intermediate), f"{described} is not signed by {server.intermediate}"
-    bundle = x509.load_pem_x509_certificates(server.ca_bundle.read_bytes())
+    intermediate_file = server.pki / "intermediate-ca.pem"
+    intermediate = x509.load_pem_x509_certificate(intermediate_file.read_bytes())
+    assert _issued_by(leaf, intermediate), f"{described} is not signed by {intermediate_file}"
+    bundle = x509.load_pem_x509_certificates(Path(server.ca).read_bytes())
     chain = _chain_to_bundle_root(leaf, bundle)
-    assert chain, f"{described} does not chain to a root in {server.ca_bundle}"
+    assert chain, f"{described} does not chain to a root in {server.ca}"
     now = datetime.now(UTC)
     for cert in chain:
         assert cert.not_valid_before_utc <= now <= cert.not_valid_after_utc, (
@@ -320,6 +188,18 @@ def check_issued_identity(material: dict[str, str], server: Server) -> x509.Cert
     return leaf
 
 
+def presented_leaf(server: Server) -> x509.Certificate:
+    """The TLS leaf certificate as the SDK's first (unverified, TLS 1.2 only) connection sees it."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.maximum_version = ssl.TLSVersion.TLSv1_2  # 0.29.3 speaks TLS 1.2 only
+    with server.tls(timeout=5, context=context) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der, "the server presented no certificate"
+    return x509.load_der_x509_certificate(der)
+
+
 def jwt_problems(token: str, server: Server, identity_id: str) -> list[str]:
     """Why the C SDK would not accept this enrollment JWT (sdk-compat §2.1), checked offline.
 
@@ -329,7 +209,7 @@ def jwt_problems(token: str, server: Server, identity_id: str) -> list[str]:
     """
     problems: list[str] = []
     try:
-        leaf = server.presented_leaf()
+        leaf = presented_leaf(server)
     except (OSError, AssertionError) as exc:
         return [f"no TLS 1.2 handshake with the server (0.29.3 speaks TLS 1.2 only): {exc!r}"]
     try:
@@ -408,19 +288,15 @@ def sdk_python() -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("sdk-e2e") / "home")
-    try:
-        srv.start()
-        yield srv
-    finally:
-        srv.stop()
+    # none of our TRELLIS_* variables (no stray ADVERTISE); the log beside the home
+    yield from running(tmp_path_factory.mktemp("sdk-e2e") / "home", password=PASSWORD, unset=["TRELLIS_*"])
 
 
 @pytest.fixture(scope="module")
 def enrollment(sdk_python: Path, server: Server, tmp_path_factory: pytest.TempPathFactory) -> Enrollment:
     """Steps 3 and 4 of the issue: create the identity, read its JWT, run the SDK's enroll once."""
     workdir = tmp_path_factory.mktemp("sdk-enroll")
-    admin = server.admin_login()
+    admin = server.login()
     created = server.expect(
         server.call(
             "POST",
@@ -502,12 +378,10 @@ def test_real_sdk_enrolls_and_logs_in_with_its_certificate(enrollment: Enrollmen
     key_file.write_bytes(_pem(material["key"]))
     key_file.chmod(0o600)
     ca_file.write_bytes(_pem(material["ca"]))
-    with requests.Session() as client:
-        client.trust_env = False
+    with srv.session(cert=(str(cert_file), str(key_file))) as client:
         client.verify = str(
             ca_file
         )  # the bundle the SDK got from cacerts (our root + intermediate, checked above)
-        client.cert = (str(cert_file), str(key_file))
         login = client.post(f"{srv.url}{CLIENT}/authenticate", params={"method": "cert"}, json={}, timeout=10)
         session = srv.expect(login, 200, "certificate login to the client API")["data"]
         assert session.get("identityId") == identity_id, session

@@ -7,129 +7,52 @@ password in the environment of the server or its gunicorn worker.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import stat
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import requests
+
+from tests.e2e.server import Server
 
 pytestmark = pytest.mark.e2e
 
 PASSWORD = "e2e-secret-admin-password"
 PASSWORD_VARS = ("TRELLIS_ADMIN_PASSWORD", "TRELLIS_ADMIN_PASSWORD_FILE")
-TRELLIS = [sys.executable, "-m", "api.cli"]
-ROOT = Path(__file__).resolve().parents[2]
 #: A permissive umask for the processes started here: the CLI must tighten it itself.
 LOOSE_UMASK = 0o022
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
-class Controller:
+class Controller(Server):
+    """A server whose processes get neither password variable unless a call passes one, with the
+    admin password in a file beside the home, and its log outside the home (the home is what is
+    checked)."""
+
     def __init__(self, tmp: Path) -> None:
-        self.home = tmp / "home"
-        self.log = tmp / "serve.log"  # outside the home: the home is what is checked
+        super().__init__(
+            tmp / "home",
+            password=PASSWORD,
+            env=dict.fromkeys(PASSWORD_VARS),
+            log=tmp / "serve.log",
+            umask=LOOSE_UMASK,
+        )
         self.password_file = tmp / "admin-password"
         self.password_file.write_text(PASSWORD + "\n")
         self.password_file.chmod(0o600)
-        self.port = _free_port()
-        base = {k: v for k, v in os.environ.items() if k not in PASSWORD_VARS}
-        self.env = dict(base, TRELLIS_HOME=str(self.home), TRELLIS_BIND=f"127.0.0.1:{self.port}")
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.http = requests.Session()
-        self.http.trust_env = False  # these machines set REQUESTS_CA_BUNDLE (design.md §7)
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    @property
-    def ca(self) -> str:
-        return str(self.home / "pki" / "ca-bundle.pem")
 
     @property
     def db(self) -> Path:
         return self.home / "trellis.duckdb"
 
-    def init(self, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*TRELLIS, "init"],
-            env={**self.env, **env},
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            umask=LOOSE_UMASK,
-        )
-
-    def start(self, **env: str) -> int:
-        with self.log.open("ab") as sink:
-            self.proc = subprocess.Popen(
-                [*TRELLIS, "serve"],
-                env={**self.env, **env},
-                cwd=ROOT,
-                stdout=sink,
-                stderr=sink,
-                umask=LOOSE_UMASK,
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if self.http.get(self.url + "/version", verify=self.ca, timeout=2).status_code == 200:
-                    return self.proc.pid
-            except requests.RequestException:
-                time.sleep(0.2)
-            if self.proc.poll() is not None:
-                raise RuntimeError(self.log.read_text())
-        raise RuntimeError("server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def call(self, method: str, path: str, token: str | None = None, **kwargs: Any) -> requests.Response:
-        headers = {"zt-session": token} if token else {}
-        return self.http.request(
-            method, self.url + path, headers=headers, verify=self.ca, timeout=10, **kwargs
-        )
-
-    def login(self) -> str:
-        result = self.call(
-            "POST",
-            "/edge/management/v1/authenticate",
-            params={"method": "password"},
-            json={"username": "admin", "password": PASSWORD},
-        )
-        assert result.status_code == 200, result.text
-        return str(result.headers["zt-session"])
-
 
 @pytest.fixture
 def controller(tmp_path: Path) -> Iterator[Controller]:
-    ctl = Controller(tmp_path)
-    yield ctl
-    ctl.stop()
+    with Controller(tmp_path) as ctl:
+        yield ctl
 
 
 def _children(pid: int) -> list[int]:
@@ -179,7 +102,7 @@ def _files_containing(home: Path, secret: str) -> list[Path]:
 
 
 def test_secrets_at_rest_and_in_no_environment(controller: Controller) -> None:
-    done = controller.init(TRELLIS_ADMIN_PASSWORD_FILE=str(controller.password_file))
+    done = controller.init(check=False, TRELLIS_ADMIN_PASSWORD_FILE=str(controller.password_file))
     assert done.returncode == 0, done.stderr
     assert "created admin 'admin' with the password from TRELLIS_ADMIN_PASSWORD_FILE" in done.stdout
     _assert_private(controller.home)
@@ -187,7 +110,7 @@ def test_secrets_at_rest_and_in_no_environment(controller: Controller) -> None:
     # Started with the password variables set, as `make run` leaves them: serve must drop them.
     pid = controller.start(
         TRELLIS_ADMIN_PASSWORD=PASSWORD, TRELLIS_ADMIN_PASSWORD_FILE=str(controller.password_file)
-    )
+    ).pid
     token = controller.login()
     for path in ("/edge/management/v1/identities", "/edge/management/v1/api-sessions"):
         listed = controller.call("GET", path, token)
@@ -233,21 +156,21 @@ def test_secrets_at_rest_and_in_no_environment(controller: Controller) -> None:
 
 
 def test_init_tightens_an_existing_install(controller: Controller) -> None:
-    assert controller.init(TRELLIS_ADMIN_PASSWORD=PASSWORD).returncode == 0
+    assert controller.init(check=False, TRELLIS_ADMIN_PASSWORD=PASSWORD).returncode == 0
     controller.home.chmod(0o755)
     (controller.home / "pki").chmod(0o755)
     controller.db.chmod(0o644)
     for key in controller.home.glob("pki/*.key"):
         key.chmod(0o644)
 
-    again = controller.init()
+    again = controller.init(check=False)
     assert again.returncode == 0, again.stderr
     assert "already initialised" in again.stdout
     _assert_private(controller.home)
 
 
 def test_serve_tightens_an_existing_install(controller: Controller) -> None:
-    assert controller.init(TRELLIS_ADMIN_PASSWORD=PASSWORD).returncode == 0
+    assert controller.init(check=False, TRELLIS_ADMIN_PASSWORD=PASSWORD).returncode == 0
     controller.home.chmod(0o755)
     controller.db.chmod(0o644)
     controller.start()
@@ -259,21 +182,23 @@ def test_serve_tightens_an_existing_install(controller: Controller) -> None:
 
 def test_init_password_sources(controller: Controller, tmp_path: Path) -> None:
     both = controller.init(
-        TRELLIS_ADMIN_PASSWORD=PASSWORD, TRELLIS_ADMIN_PASSWORD_FILE=str(controller.password_file)
+        check=False,
+        TRELLIS_ADMIN_PASSWORD=PASSWORD,
+        TRELLIS_ADMIN_PASSWORD_FILE=str(controller.password_file),
     )
     assert both.returncode != 0
     assert "not both" in both.stderr
-    missing = controller.init(TRELLIS_ADMIN_PASSWORD_FILE=str(tmp_path / "missing"))
+    missing = controller.init(check=False, TRELLIS_ADMIN_PASSWORD_FILE=str(tmp_path / "missing"))
     assert missing.returncode != 0
     assert "cannot read" in missing.stderr
     short = tmp_path / "short"
     short.write_text("abc\n")
-    too_short = controller.init(TRELLIS_ADMIN_PASSWORD_FILE=str(short))
+    too_short = controller.init(check=False, TRELLIS_ADMIN_PASSWORD_FILE=str(short))
     assert too_short.returncode != 0
     assert "TRELLIS_ADMIN_PASSWORD_FILE must be 5 to 100 characters" in too_short.stderr
     assert not controller.home.exists()  # refused before anything was created
 
-    generated = controller.init()
+    generated = controller.init(check=False)
     assert generated.returncode == 0, generated.stderr
     assert "created admin 'admin' with password: " in generated.stdout
     _assert_private(controller.home)

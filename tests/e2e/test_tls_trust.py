@@ -18,13 +18,11 @@ from typing import Any
 import pytest
 import requests
 
-from tests.api.certs import ThirdPartyCa, csr_pem, key_pem, new_key
-from tests.e2e.test_serve import Server
+from tests.api.certs import ThirdPartyCa, ca_body, csr_pem, key_pem, new_key
+from tests.e2e.server import CLIENT, HOST, MGMT, SAN, Server, running
 
 pytestmark = pytest.mark.e2e
 
-CLIENT = "/edge/client/v1"
-MGMT = "/edge/management/v1"
 #: What a refused handshake looks like to requests: TLS 1.2 fails in the handshake (SSLError); in
 #: TLS 1.3 the client finishes first and meets the server's alert on its first read.
 REFUSED = (requests.exceptions.SSLError, requests.exceptions.ConnectionError)
@@ -32,11 +30,7 @@ REFUSED = (requests.exceptions.SSLError, requests.exceptions.ConnectionError)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("tls-trust") / "home")
-    srv.init()
-    srv.start()
-    yield srv
-    srv.stop()
+    yield from running(tmp_path_factory.mktemp("tls-trust") / "home", env=SAN)
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +48,9 @@ def write_pair(directory: Path, name: str, cert_pem: str, key: Any) -> tuple[str
 
 def cert_login(server: Server, pair: tuple[str, str]) -> requests.Response:
     """``method=cert`` on a new connection (a fresh session: no kept-alive connection is reused)."""
-    with requests.Session() as fresh:
-        fresh.trust_env = False  # these machines set REQUESTS_CA_BUNDLE (design.md §7)
+    with server.session(cert=pair) as fresh:
         return fresh.post(
-            f"{server.url}{CLIENT}/authenticate",
-            params={"method": "cert"},
-            json={},
-            cert=pair,
-            verify=server.ca,
-            timeout=10,
+            f"{server.url}{CLIENT}/authenticate", params={"method": "cert"}, json={}, timeout=10
         )
 
 
@@ -70,9 +58,9 @@ def tls12_handshake_refused(server: Server, pair: tuple[str, str]) -> bool:
     """Whether a TLS 1.2 handshake presenting ``pair`` fails (in TLS 1.2 the server's verdict on the
     client certificate is part of the handshake, so no HTTP is involved)."""
     ctx = tls12_context(server, pair)
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+    with socket.create_connection((HOST, server.port), timeout=10) as raw:
         try:
-            with ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
+            with ctx.wrap_socket(raw, server_hostname=HOST):
                 return False
         except (ssl.SSLError, ConnectionError):
             return True
@@ -89,13 +77,19 @@ def assert_refused(server: Server, pair: tuple[str, str]) -> None:
 def admin_call(
     server: Server, token: str, method: str, path: str, headers: dict[str, str] | None = None, **kwargs: Any
 ) -> requests.Response:
-    return server.http.request(
-        method,
-        server.url + MGMT + path,
-        headers={"zt-session": token, **(headers or {})},
-        verify=server.ca,
-        timeout=10,
-        **kwargs,
+    return server.call(method, MGMT + path, token, headers, **kwargs)
+
+
+def verify_ca(server: Server, admin: str, ca_id: str, acme: ThirdPartyCa) -> requests.Response:
+    """``POST /cas/{id}/verify`` with a certificate whose CN is the CA's verification token."""
+    token = admin_call(server, admin, "GET", f"/cas/{ca_id}").json()["data"]["verificationToken"]
+    return admin_call(
+        server,
+        admin,
+        "POST",
+        f"/cas/{ca_id}/verify",
+        data=acme.verification_cert(token),
+        headers={"content-type": "text/plain"},
     )
 
 
@@ -106,33 +100,12 @@ def test_third_party_ca_trust_follows_verify_and_delete(server: Server, admin: s
 
     assert_refused(server, pair)
 
-    created = admin_call(
-        server,
-        admin,
-        "POST",
-        "/cas",
-        json={
-            "name": "partner",
-            "certPem": acme.pem,
-            "isAuthEnabled": True,
-            "isAutoCaEnrollmentEnabled": False,
-            "isOttCaEnrollmentEnabled": False,
-            "identityRoles": [],
-        },
-    )
+    created = admin_call(server, admin, "POST", "/cas", json=ca_body(acme, "partner"))
     assert created.status_code == 201, created.text
     ca_id = created.json()["data"]["id"]
     assert_refused(server, pair)  # created, not yet verified: still not trusted
 
-    token = admin_call(server, admin, "GET", f"/cas/{ca_id}").json()["data"]["verificationToken"]
-    verified = admin_call(
-        server,
-        admin,
-        "POST",
-        f"/cas/{ca_id}/verify",
-        data=acme.verification_cert(token),
-        headers={"content-type": "text/plain"},
-    )
+    verified = verify_ca(server, admin, ca_id, acme)
     assert verified.status_code == 200, verified.text
     identity = admin_call(
         server, admin, "POST", "/identities", json={"name": "partner", "type": "User", "isAdmin": False}
@@ -161,30 +134,9 @@ def test_auth_disabled_ca_is_not_trusted_in_the_handshake(server: Server, admin:
     acme = ThirdPartyCa("E2E Disabled CA")
     leaf, key = acme.issue("quiet-device")
     pair = write_pair(tmp_path, "quiet", leaf, key)
-    created = admin_call(
-        server,
-        admin,
-        "POST",
-        "/cas",
-        json={
-            "name": "quiet",
-            "certPem": acme.pem,
-            "isAuthEnabled": False,
-            "isAutoCaEnrollmentEnabled": False,
-            "isOttCaEnrollmentEnabled": False,
-            "identityRoles": [],
-        },
-    )
+    created = admin_call(server, admin, "POST", "/cas", json=ca_body(acme, "quiet", isAuthEnabled=False))
     ca_id = created.json()["data"]["id"]
-    token = admin_call(server, admin, "GET", f"/cas/{ca_id}").json()["data"]["verificationToken"]
-    admin_call(
-        server,
-        admin,
-        "POST",
-        f"/cas/{ca_id}/verify",
-        data=acme.verification_cert(token),
-        headers={"content-type": "text/plain"},
-    )
+    verify_ca(server, admin, ca_id, acme)
     assert_refused(server, pair)
     assert (
         admin_call(server, admin, "PATCH", f"/cas/{ca_id}", json={"isAuthEnabled": True}).status_code == 200
@@ -219,19 +171,14 @@ def test_network_cert_logs_in_over_mutual_tls(server: Server, admin: str, tmp_pa
 
 
 def tls12_context(server: Server, pair: tuple[str, str] | None = None) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_verify_locations(server.ca)
-    if pair is not None:
-        ctx.load_cert_chain(*pair)
-    return ctx
+    return server.tls_context(pair, maximum_version=ssl.TLSVersion.TLSv1_2)
 
 
 def tls12_request(
     server: Server, ctx: ssl.SSLContext, method: str, path: str, body: Any = None
 ) -> tuple[int, Any, str]:
     """One request over a TLS 1.2 connection: (status, JSON body, negotiated version)."""
-    conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=ctx, timeout=10)
+    conn = http.client.HTTPSConnection(HOST, server.port, context=ctx, timeout=10)
     try:
         payload = None if body is None else json.dumps(body)
         headers = {} if body is None else {"content-type": "application/json"}
@@ -266,9 +213,7 @@ def test_tls12_only_clients_connect_with_and_without_a_certificate(
 def test_certificate_extension_over_mutual_tls(server: Server, admin: str, tmp_path: Path) -> None:
     """``extend`` reads the client certificate of the real handshake."""
     _, pair = enroll_over_tls(server, admin, "rolling-device", tmp_path)
-    with requests.Session() as device:
-        device.trust_env = False
-        device.verify, device.cert = server.ca, pair
+    with server.session(cert=pair) as device:
         login = device.post(
             f"{server.url}{CLIENT}/authenticate", params={"method": "cert"}, json={}, timeout=10
         )
