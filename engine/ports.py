@@ -259,6 +259,16 @@ class UnitOfWork:
                 out.append(extra)
         return out
 
+    def find_unique(self, kind: type[E], field: str, value: object) -> E | None:
+        """``Store.find_unique`` seen through the pending changes."""
+        for (entity_kind, _), pending in self._puts.items():
+            if entity_kind == kind.ENTITY and getattr(pending, field) == value:
+                assert isinstance(pending, kind)
+                return pending
+        stored = self.store.find_unique(kind, field, value)
+        current = self.get(kind, stored.id) if stored is not None else None
+        return current if current is not None and getattr(current, field) == value else None
+
     def find_by(self, kind: type[E], field: str, value: object) -> list[E]:
         """``Store.find_by`` seen through the pending changes."""
         out = [e for e in (self.get(kind, c.id) for c in self.store.find_by(kind, field, value)) if e]

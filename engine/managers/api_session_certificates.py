@@ -8,9 +8,9 @@ the session: it is listed, read and deleted through it, and goes away with it.
 from __future__ import annotations
 
 from engine.entities.identities import ApiSession, ApiSessionCertificate
-from engine.errors import CouldNotProcessCsrError, FieldError, NotFoundError
+from engine.errors import CouldNotProcessCsrError, NotFoundError
 from engine.managers._base import EntityManager, Env
-from engine.managers.enrollment._core import EnrollmentSettings
+from engine.managers.enrollment._core import EnrollmentSettings, sign_csr
 from engine.ports import IssuedCertificate, UnitOfWork
 
 
@@ -23,17 +23,15 @@ class ApiSessionCertificateManager(EntityManager[ApiSessionCertificate]):
 
     def issue(self, session: ApiSession, csr: str) -> tuple[ApiSessionCertificate, IssuedCertificate]:
         now = self.env.clock.now()
-        try:
-            issued = self.env.ca.sign_csr(
-                csr,
-                profile="client",
-                common_name=session.identity_id,
-                validity=self.settings.session_cert_validity,
-                now=now,
-                field="csr",
-            )
-        except FieldError as ex:  # OpenZiti: 400 COULD_NOT_PROCESS_CSR with the reason
-            raise CouldNotProcessCsrError(field=ex.field, reason=ex.reason) from None
+        issued = sign_csr(  # OpenZiti: 400 COULD_NOT_PROCESS_CSR, an empty CSR included
+            self.env,
+            csr,
+            profile="client",
+            common_name=session.identity_id,
+            validity=self.settings.session_cert_validity,
+            field="csr",
+            missing=CouldNotProcessCsrError,
+        )
         entity = ApiSessionCertificate(
             id=self.env.ids.new_id(),
             created_at=now,

@@ -26,10 +26,12 @@ from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, Identity
 from engine.entities.trust import AuthPolicy, ExternalJwtSigner
 from engine.errors import EntityCanNotBeDeletedError, FieldError, ReferencedEntityError
 from engine.managers._base import EntityManager
-from engine.ports import UnitOfWork
+from engine.ports import Store, UnitOfWork
 
 MIN_PASSWORD_LENGTH = 5
+MAX_PASSWORD_LENGTH = 100
 DEFAULT_MAX_ATTEMPTS = 5
+_SPECIAL = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ ")
 
 #: OpenZiti's stored defaults (``FillEntity``) for keys a request leaves out.
 DEFAULT_PRIMARY: dict[str, Any] = {
@@ -46,6 +48,30 @@ DEFAULT_PRIMARY: dict[str, Any] = {
     },
 }
 DEFAULT_SECONDARY: dict[str, Any] = {"requireTotp": False, "requireExtJwtSigner": None}
+
+
+def primary_rules(store: Store | UnitOfWork, identity: Identity, method: str) -> dict[str, Any]:
+    """The identity's auth policy's ``primary.<method>`` object (``updb``, ``cert``, ``extJwt``)."""
+    policy = store.get(AuthPolicy, identity.auth_policy_id)
+    return dict((policy.primary.get(method) if policy is not None else None) or {})
+
+
+def password_problem(rules: dict[str, Any], password: str) -> str | None:
+    """Why ``password`` breaks a policy's ``primary.updb`` rules, or None."""
+    minimum = max(int(rules.get("minPasswordLength") or MIN_PASSWORD_LENGTH), MIN_PASSWORD_LENGTH)
+    if len(password) < minimum:
+        return f"password must be at least {minimum} characters"
+    if len(password) > MAX_PASSWORD_LENGTH:
+        return f"password must be at most {MAX_PASSWORD_LENGTH} characters"
+    if rules.get("requireMixedCase") and not (
+        any(c.islower() for c in password) and any(c.isupper() for c in password)
+    ):
+        return "password must contain upper and lower case letters"
+    if rules.get("requireNumberChar") and not any(c.isdigit() for c in password):
+        return "password must contain a number"
+    if rules.get("requireSpecialChar") and not any(c in _SPECIAL or not c.isalnum() for c in password):
+        return "password must contain a special character"
+    return None
 
 
 def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from engine.managers.enrollment._core import (
     OTTCA,
     UPDB,
     EnrollmentSettings,
+    issuing_ca,
     new_identity_enrollment,
     sign_csr,
 )
@@ -201,11 +202,7 @@ class AuthenticatorManager(EntityManager[Authenticator]):
             return recorded
         if not authenticator.cert_pem:
             return None
-        cas = uow.all(Ca)
-        index = (
-            self.env.ca.issuer_index([authenticator.cert_pem], [ca.cert_pem for ca in cas]) if cas else None
-        )
-        return None if index is None else cas[index]
+        return issuing_ca(self.env, [authenticator.cert_pem], uow.all(Ca))
 
     # -- certificate extension -----------------------------------------------------------------
     def request_extend(self, id: str, *, roll_keys: bool) -> Authenticator:

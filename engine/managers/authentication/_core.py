@@ -14,10 +14,10 @@ from typing import Any
 
 from engine.entities.identities import ApiSession, Authenticator, Identity
 from engine.entities.services import ConfigType
-from engine.entities.trust import AuthPolicy
 from engine.errors import InvalidAuthError, UnauthorizedError
 from engine.managers._base import Env
 from engine.managers.api_sessions import ApiSessionManager
+from engine.managers.auth_policies import primary_rules
 from engine.ports import UnitOfWork
 
 
@@ -41,20 +41,8 @@ class Login:
     authenticator: Authenticator
 
 
-def policy_of(env: Env, identity: Identity) -> AuthPolicy | None:
-    return env.store.get(AuthPolicy, identity.auth_policy_id)
-
-
-def primary_rules(env: Env, identity: Identity, method: str) -> dict[str, Any]:
-    """The auth policy's ``primary.<method>`` object (``updb``, ``cert``, ``extJwt``)."""
-    policy = policy_of(env, identity)
-    if policy is None:
-        return {}
-    return dict(policy.primary.get(method) or {})
-
-
 def check_allowed(env: Env, identity: Identity, method: str) -> None:
-    if primary_rules(env, identity, method).get("allowed") is False:
+    if primary_rules(env.store, identity, method).get("allowed") is False:
         raise InvalidAuthError()
 
 

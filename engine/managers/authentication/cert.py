@@ -21,7 +21,8 @@ from engine.entities.identities import Authenticator, Identity
 from engine.entities.trust import Ca
 from engine.errors import ControllerError, InvalidAuthError
 from engine.managers._base import Env
-from engine.managers.authentication._core import primary_rules
+from engine.managers.auth_policies import primary_rules
+from engine.managers.enrollment._core import issuing_ca, usable_cas
 from engine.managers.enrollment.ca import external_id
 from engine.ports import CertInfo
 
@@ -53,19 +54,14 @@ class CertCheck:
             raise InvalidAuthError(reason="the client certificate could not be parsed") from None
         chain = list(chain)
         ours = self.env.ca.issued_by_us(chain)
-        ca = None if ours else self._issuing_ca(chain)
+        ca = None if ours else issuing_ca(self.env, chain, usable_cas(self.env.store, "is_auth_enabled"))
         if not ours and ca is None:
             raise InvalidAuthError(reason="the certificate is not issued by a trusted CA")
         identity, authenticator = self._resolve(leaf, ca)
         expired = not leaf.is_valid_at(self.env.clock.now())
-        if expired and not primary_rules(self.env, identity, "cert").get("allowExpiredCerts"):
+        if expired and not primary_rules(self.env.store, identity, "cert").get("allowExpiredCerts"):
             raise InvalidAuthError(reason="the client certificate is expired or not yet valid")
         return CertProof(identity=identity, authenticator=authenticator, leaf=leaf, ca=ca)
-
-    def _issuing_ca(self, chain: list[str]) -> Ca | None:
-        cas = [ca for ca in self.env.store.all(Ca) if ca.is_verified and ca.is_auth_enabled]
-        index = self.env.ca.issuer_index(chain, [ca.cert_pem for ca in cas]) if cas else None
-        return None if index is None else cas[index]
 
     def _resolve(self, leaf: CertInfo, ca: Ca | None) -> tuple[Identity, Authenticator]:
         store = self.env.store

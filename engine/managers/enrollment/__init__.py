@@ -48,7 +48,6 @@ __all__ = [
     "EnrollManager",
     "EnrollmentSettings",
     "RouterCertificates",
-    "check_method",
 ]
 
 
@@ -99,7 +98,3 @@ class EnrollManager:
                 field="method", value=asked, reason=f"the token is for method {method}"
             )
         return method
-
-    def ca_bundle(self) -> str:
-        """Our CA certificates, PEM (enrollment answers' ``ca``)."""
-        return self.env.ca.ca_bundle_pem()

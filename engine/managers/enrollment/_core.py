@@ -12,6 +12,7 @@ concurrent one, finds no enrollment and gets ``INVALID_ENROLLMENT_TOKEN``.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,7 +31,7 @@ from engine.errors import (
     MissingOrInvalidCsrError,
 )
 from engine.managers._base import Env
-from engine.ports import CertInfo, CertProfile, IssuedCertificate, UnitOfWork
+from engine.ports import CertInfo, CertProfile, IssuedCertificate, Store, UnitOfWork
 
 #: Identity enrollment methods (``em`` claims) and router ones.
 OTT, OTTCA, UPDB, CA = "ott", "ottca", "updb", "ca"
@@ -156,10 +157,7 @@ def claim(uow: UnitOfWork, env: Env, token: str | None, method: str) -> Enrollme
     ``INVALID_ENROLL_METHOD`` (OpenZiti's answer to, say, an ott token at ``/enroll/ottca``), an
     expired one ``ENROLLMENT_EXPIRED``. The caller deletes the enrollment in its commit.
     """
-    value = check_token_format(token)
-    enrollment = uow.store.find_unique(Enrollment, "token", value)
-    if enrollment is not None:
-        enrollment = uow.get(Enrollment, enrollment.id)
+    enrollment = uow.find_unique(Enrollment, "token", check_token_format(token))
     if enrollment is None:
         raise InvalidEnrollmentTokenError()
     if enrollment.method != method:
@@ -210,8 +208,7 @@ def cert_authenticator(
 
 def check_cert_unused(uow: UnitOfWork, fingerprint: str) -> None:
     """A certificate authenticates one identity only."""
-    existing = uow.store.find_unique(Authenticator, "fingerprint", fingerprint)
-    if existing is not None and uow.get(Authenticator, existing.id) is not None:
+    if uow.find_unique(Authenticator, "fingerprint", fingerprint) is not None:
         raise CertInUseError()
 
 
@@ -243,9 +240,16 @@ def leaf_of(
     return leaf
 
 
-def usable_cas(uow: UnitOfWork, flag: str) -> list[Ca]:
+def usable_cas(source: Store | UnitOfWork, flag: str) -> list[Ca]:
     """Verified third-party CAs with the boolean ``flag`` set (e.g. ``is_auth_enabled``)."""
-    return [ca for ca in uow.all(Ca) if ca.is_verified and getattr(ca, flag)]
+    return [ca for ca in source.all(Ca) if ca.is_verified and getattr(ca, flag)]
+
+
+def issuing_ca(env: Env, chain: Sequence[str], cas: Sequence[Ca]) -> Ca | None:
+    """Which of ``cas`` issued the leaf of ``chain`` (directly, or through intermediates the chain
+    carries); None when none did."""
+    index = env.ca.issuer_index(list(chain), [ca.cert_pem for ca in cas]) if cas else None
+    return None if index is None else cas[index]
 
 
 def sign_csr(
@@ -256,11 +260,12 @@ def sign_csr(
     common_name: str,
     validity: timedelta,
     field: str,
+    missing: type[ControllerError] = MissingOrInvalidCsrError,
 ) -> IssuedCertificate:
-    """Our CA's certificate for ``csr``: ``MISSING_OR_INVALID_CSR`` when there is none,
-    ``COULD_NOT_PROCESS_CSR`` (with the reason) when it cannot be signed."""
+    """Our CA's certificate for ``csr``: ``missing`` (``MISSING_OR_INVALID_CSR``) when there is
+    none, ``COULD_NOT_PROCESS_CSR`` (with the reason) when it cannot be signed."""
     if not isinstance(csr, str) or not csr.strip():
-        raise MissingOrInvalidCsrError(field=field, reason=f"{field} is required")
+        raise missing(field=field, reason=f"{field} is required")
     try:
         return env.ca.sign_csr(
             csr, profile=profile, common_name=common_name, validity=validity, now=env.clock.now(), field=field

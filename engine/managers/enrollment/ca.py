@@ -25,7 +25,13 @@ from engine.errors import (
     MissingCertClaimError,
 )
 from engine.managers._base import Env
-from engine.managers.enrollment._core import cert_authenticator, check_cert_unused, leaf_of, usable_cas
+from engine.managers.enrollment._core import (
+    cert_authenticator,
+    check_cert_unused,
+    issuing_ca,
+    leaf_of,
+    usable_cas,
+)
 from engine.ports import CertInfo, UnitOfWork
 
 DEFAULT_NAME_FORMAT = "[caName]-[commonName]"
@@ -88,8 +94,7 @@ def external_id(ca: Ca, leaf: CertInfo) -> str | None:
 
 def _unique_name(uow: UnitOfWork, name: str) -> str:
     def taken(candidate: str) -> bool:
-        found = uow.store.find_unique(Identity, "name", candidate)
-        return found is not None and uow.get(Identity, found.id) is not None
+        return uow.find_unique(Identity, "name", candidate) is not None
 
     if not taken(name):
         return name
@@ -108,20 +113,18 @@ def enroll(env: Env, chain: Sequence[str], requested_name: str | None) -> Identi
         if not cas:
             raise EnrollmentNoValidCasError()
         leaf = leaf_of(env, list(chain))
-        index = env.ca.issuer_index(list(chain), [ca.cert_pem for ca in cas])
-        if index is None:
+        ca = issuing_ca(env, chain, cas)
+        if ca is None:
             raise CertFailedValidationError(
                 reason="the certificate was not issued by a CA that allows auto enrollment"
             )
-        ca = cas[index]
         identity_id = env.ids.new_id()
         name = format_name(
             ca.identity_name_format, ca=ca, leaf=leaf, requested=requested_name or "", identity_id=identity_id
         )
         ext_id = external_id(ca, leaf)
         if ext_id is not None:
-            other = uow.store.find_unique(Identity, "external_id", ext_id)
-            if other is not None and uow.get(Identity, other.id) is not None:
+            if uow.find_unique(Identity, "external_id", ext_id) is not None:
                 raise CertInUseError(reason="the certificate's external id belongs to another identity")
         else:
             check_cert_unused(uow, leaf.fingerprint)

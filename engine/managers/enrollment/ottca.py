@@ -26,6 +26,7 @@ from engine.managers.enrollment._core import (
     claim,
     claim_identity,
     has_cert_authenticator,
+    issuing_ca,
     leaf_of,
 )
 from engine.ports import UnitOfWork
@@ -49,7 +50,7 @@ def enroll(env: Env, token: str | None, chain: Sequence[str]) -> Authenticator:
             )
         presented = list(chain)
         leaf = leaf_of(env, presented, error=CertificateFailedValidationError)
-        if env.ca.issuer_index(presented, [ca.cert_pem]) != 0:
+        if issuing_ca(env, presented, [ca]) is None:
             raise CertificateFailedValidationError(
                 reason="the certificate was not issued by the enrollment's CA"
             )

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from engine.entities.routers import EdgeRouter, Router, RouterBase
 from engine.errors import (
-    CertFailedValidationError,
     EnrollmentExpiredError,
     InvalidEnrollmentTokenError,
     MissingOrInvalidCsrError,
@@ -27,6 +26,7 @@ from engine.managers._base import Env
 from engine.managers.enrollment._core import (
     EDGE_ROUTER_OTT,
     NO_ROUTER_ENROLLMENT,
+    TRANSIT_ROUTER_OTT,
     EnrollmentSettings,
     check_token_format,
     leaf_of,
@@ -34,7 +34,7 @@ from engine.managers.enrollment._core import (
 )
 from engine.ports import UnitOfWork
 
-KINDS: dict[str, type[RouterBase]] = {EDGE_ROUTER_OTT: EdgeRouter, "trott": Router}
+KINDS: dict[str, type[RouterBase]] = {EDGE_ROUTER_OTT: EdgeRouter, TRANSIT_ROUTER_OTT: Router}
 
 
 @dataclass(frozen=True)
@@ -96,10 +96,8 @@ def enroll(
     kind = KINDS[method]
     with env.store.write_lock():
         uow = UnitOfWork(env.store)
-        value = check_token_format(token)
-        found = uow.store.find_unique(kind, "enrollment_token", value)
-        router = uow.get(kind, found.id) if found is not None else None
-        if router is None or router.enrollment_token != value:
+        router = uow.find_unique(kind, "enrollment_token", check_token_format(token))
+        if router is None:
             raise InvalidEnrollmentTokenError()
         if router.enrollment_expires_at is None or router.enrollment_expires_at <= env.clock.now():
             raise EnrollmentExpiredError()
@@ -110,10 +108,10 @@ def enroll(
 
 
 def router_by_certificate(uow: UnitOfWork, fingerprint: str) -> RouterBase | None:
-    for kind in (EdgeRouter, Router):
-        found = uow.store.find_unique(kind, "fingerprint", fingerprint)
-        if found is not None:
-            return uow.get(kind, found.id)
+    for kind in KINDS.values():
+        router = uow.find_unique(kind, "fingerprint", fingerprint)
+        if router is not None:
+            return router
     return None
 
 
@@ -126,12 +124,7 @@ def extend(
 ) -> RouterCertificates:
     with env.store.write_lock():
         uow = UnitOfWork(env.store)
-        if not chain:
-            raise UnauthorizedError(reason="the router's client certificate is required")
-        try:
-            leaf = leaf_of(env, list(chain))
-        except CertFailedValidationError:
-            raise UnauthorizedError(reason="the router's client certificate is not valid") from None
+        leaf = leaf_of(env, list(chain), error=UnauthorizedError)
         router = router_by_certificate(uow, leaf.fingerprint)
         if router is None or not router.is_verified or not env.ca.issued_by_us(list(chain)):
             raise UnauthorizedError(reason="the certificate does not identify an enrolled router")

@@ -7,35 +7,12 @@ mixed case, a digit, a special character) and is never echoed in an error.
 
 from __future__ import annotations
 
-from typing import Any
-
 from engine.entities.identities import Authenticator
-from engine.entities.trust import AuthPolicy
-from engine.errors import AlreadyEnrolledError, FieldError
+from engine.errors import AlreadyEnrolledError, FieldError, NameConflictError
 from engine.managers._base import Env
+from engine.managers.auth_policies import password_problem, primary_rules
 from engine.managers.enrollment._core import UPDB, claim, claim_identity
 from engine.ports import UnitOfWork
-
-PASSWORD_MAX = 100
-_SPECIAL = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ ")
-
-
-def password_problem(rules: dict[str, Any], password: str) -> str | None:
-    """Why ``password`` breaks an auth policy's ``primary.updb`` rules, or None."""
-    minimum = max(int(rules.get("minPasswordLength") or 5), 5)
-    if len(password) < minimum:
-        return f"password must be at least {minimum} characters"
-    if len(password) > PASSWORD_MAX:
-        return f"password must be at most {PASSWORD_MAX} characters"
-    if rules.get("requireMixedCase") and not (
-        any(c.islower() for c in password) and any(c.isupper() for c in password)
-    ):
-        return "password must contain upper and lower case letters"
-    if rules.get("requireNumberChar") and not any(c.isdigit() for c in password):
-        return "password must contain a number"
-    if rules.get("requireSpecialChar") and not any(c in _SPECIAL or not c.isalnum() for c in password):
-        return "password must contain a special character"
-    return None
 
 
 def enroll(env: Env, token: str | None, username: str | None, password: str | None) -> Authenticator:
@@ -50,15 +27,11 @@ def enroll(env: Env, token: str | None, username: str | None, password: str | No
             raise FieldError("username", "username is required")
         if not password:
             raise FieldError("password", "password is required")
-        policy = uow.get(AuthPolicy, identity.auth_policy_id)
-        problem = password_problem(dict((policy.primary if policy else {}).get("updb") or {}), password)
+        problem = password_problem(primary_rules(uow, identity, "updb"), password)
         if problem is not None:
             raise FieldError("password", problem)
-        other = uow.store.find_unique(Authenticator, "username", name)
-        if other is not None and uow.get(Authenticator, other.id) is not None:
-            raise FieldError(
-                "username", f"duplicate value '{name}' in unique index on authenticators store", name
-            )
+        if uow.find_unique(Authenticator, "username", name) is not None:
+            raise NameConflictError("username", name, Authenticator.ENTITY)
         now = env.clock.now()
         authenticator = Authenticator(
             id=env.ids.new_id(),
