@@ -7,7 +7,7 @@ import falcon
 from api.controller import Controller
 from api.http import empty, ok, read_model
 from api.middleware import ADMIN, NONE, PARTIAL, SESSION
-from api.peer import parse_networks, presented_chain
+from api.peer import presented_chain
 from api.resources import Family, FamilyCollection, FamilyItem
 from api.routing import Routes
 from api.schemas.api_sessions import Authenticate, info_dict, render_api_session
@@ -32,7 +32,6 @@ class AuthenticateResource:
 
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl
-        self.proxies = parse_networks(ctrl.settings.cert_proxies)
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         method = req.get_param("method")
@@ -55,7 +54,7 @@ class AuthenticateResource:
                 raise InvalidAuthError()
             login = auth.password(model.username, model.password, info)
         elif method == "cert":
-            login = auth.cert(presented_chain(req, self.proxies), info)
+            login = auth.cert(presented_chain(req), info)
         else:
             raise InvalidAuthError()
         req.context.session = login.session

@@ -22,17 +22,12 @@ from pathlib import Path
 from typing import TextIO
 
 from api.settings import Settings
+from storage.files import restrict_umask, tighten
 
 PASSWORD_VAR = "TRELLIS_ADMIN_PASSWORD"
 PASSWORD_FILE_VAR = "TRELLIS_ADMIN_PASSWORD_FILE"
 #: Never kept in the environment of ``serve`` (nor of the worker it forks).
 PASSWORD_VARS = (PASSWORD_VAR, PASSWORD_FILE_VAR)
-
-
-def restrict_umask() -> None:
-    """Mask group and other permissions on everything created from now on (only tightens)."""
-    previous = os.umask(0o077)
-    os.umask(previous | 0o077)
 
 
 def admin_password(environ: MutableMapping[str, str]) -> tuple[str, str]:
@@ -71,7 +66,6 @@ def forget_password(environ: MutableMapping[str, str]) -> None:
 def secure_home(settings: Settings) -> None:
     """Tighten an existing home, PKI directory and key files to owner-only access."""
     from pki.authority import PkiPaths
-    from storage.duckdb.store import tighten
 
     paths = PkiPaths.in_directory(settings.pki_dir)
     for path in (settings.home, settings.pki_dir, *paths.key_files()):

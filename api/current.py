@@ -17,7 +17,7 @@ import falcon
 from api.controller import Controller
 from api.http import empty, list_response, ok, read_model
 from api.middleware import SESSION
-from api.peer import parse_networks, presented_chain
+from api.peer import presented_chain
 from api.routing import Routes
 from api.schemas.authenticators import ExtendCert, ExtendVerify, authenticator_symbols, render_authenticator
 from api.wire import WireModel, base, ts
@@ -37,7 +37,6 @@ class CurrentAuthenticators:
         self.ctrl = ctrl
         self.manager = ctrl.managers.authenticators
         self.symbols = authenticator_symbols()
-        self.proxies = parse_networks(ctrl.settings.cert_proxies)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         """The authenticators of the current identity."""
@@ -55,7 +54,7 @@ class CurrentAuthenticators:
             req.context.identity.id,
             id,
             model.client_cert_csr,
-            presented_chain(req, self.proxies),
+            presented_chain(req),
             self.ctrl.managers.enrollment_settings,
         )
         ok(resp, {"ca": self.ctrl.env.ca.ca_bundle_pem(), "clientCert": issued.chain_pem})

@@ -7,6 +7,7 @@ from typing import Any
 import falcon
 
 from api.controller import CLIENT_BASE, Controller
+from api.peer import parse_networks
 from api.wire import ts
 from engine.entities.identities import Identity
 from engine.errors import UnauthorizedError
@@ -31,10 +32,12 @@ _CORS = {
 class RequestMiddleware:
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl
+        self.cert_proxies = parse_networks(ctrl.settings.cert_proxies)
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         req.context.request_id = self.ctrl.env.ids.new_id()
         req.context.max_body_bytes = self.ctrl.settings.max_body_bytes
+        req.context.cert_proxies = self.cert_proxies
         req.context.session = None
         req.context.identity = None
         req.context.token_state = "missing"

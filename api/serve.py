@@ -17,6 +17,7 @@ from gunicorn.app.base import BaseApplication
 
 from api.info import ZITI_COMPAT_VERSION
 from api.settings import Settings
+from api.tls import build_context
 from api.worker import Limits
 from pki.authority import PkiPaths
 
@@ -34,15 +35,8 @@ def serving_limits(settings: Settings) -> Limits:
 
 
 def tls_context(paths: PkiPaths) -> ssl.SSLContext:
-    """TLS 1.2-1.3, client certificates requested but optional, our CA bundle trusted."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.maximum_version = ssl.TLSVersion.TLSv1_3
-    ctx.load_cert_chain(str(paths.server_cert), str(paths.server_key))
-    ctx.verify_mode = ssl.CERT_OPTIONAL
-    ctx.load_verify_locations(cafile=str(paths.ca_bundle))
-    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-    return ctx
+    """The fallback context (before the app's live one exists): our own CA chain trusted only."""
+    return build_context(paths, [paths.ca_bundle.read_text()])
 
 
 class TrellisServer(BaseApplication):  # type: ignore[misc]

@@ -56,10 +56,8 @@ from urllib.parse import unquote_to_bytes
 import orjson
 from gunicorn.workers.base import Worker
 
+from api.errors import envelope
 from engine import errors as e
-
-#: Every error envelope's ``meta`` (as ``api.errors.ERROR_META``).
-ERROR_META = {"apiEnrollmentVersion": "0.0.1", "apiVersion": "0.0.1"}
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
@@ -141,10 +139,8 @@ def head_too_large(reason: str) -> HttpError:
 
 def error_document(status: int, phrase: str, code: str, message: str, reason: str | None) -> bytes:
     """A complete ``Connection: close`` response carrying OpenZiti's error envelope."""
-    error: dict[str, Any] = {"code": code, "message": message, "requestId": secrets.token_hex(5)}
-    if reason:
-        error["cause"] = {"reason": reason}
-    body = orjson.dumps({"error": error, "meta": ERROR_META})
+    cause = {"reason": reason} if reason else None
+    body = orjson.dumps(envelope(code, message, secrets.token_hex(5), cause))
     head = (
         f"HTTP/1.1 {status} {phrase}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nDate: {http_date()}\r\nConnection: close\r\n\r\n"

@@ -19,11 +19,11 @@ from pki.certs import (
     certificate_pem,
     common_name,
     fingerprint,
-    issued_by,
     parse_ca_certificate,
     parse_certificate,
     parse_certificates,
     pkcs7_certs_only_b64,
+    proxied_certificates,
     verify_ca_verification_cert,
 )
 from pki.csr import load_csr
@@ -44,12 +44,12 @@ __all__ = [
     "fingerprint",
     "generate_password",
     "init_pki",
-    "issued_by",
     "jws_algorithm",
     "load_csr",
     "parse_ca_certificate",
     "parse_certificate",
     "parse_certificates",
     "pkcs7_certs_only_b64",
+    "proxied_certificates",
     "verify_ca_verification_cert",
 ]

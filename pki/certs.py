@@ -12,10 +12,12 @@ characters, no separators (``common/cert/fingerprint.go`` ``FromRaw``:
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import warnings
 from collections.abc import Sequence
 from datetime import datetime
+from urllib.parse import unquote
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -25,6 +27,7 @@ from cryptography.x509.oid import NameOID
 
 from engine.errors import CertificateIsNotCaError, FieldError
 from engine.ports import CertInfo
+from pki import _der
 from pki._x509 import LIBRARY_ERRORS, as_utc
 
 __all__ = [
@@ -34,12 +37,12 @@ __all__ = [
     "directly_issued",
     "fingerprint",
     "is_ca",
-    "issued_by",
     "issuer_index",
     "parse_ca_certificate",
     "parse_certificate",
     "parse_certificates",
     "pkcs7_certs_only_b64",
+    "proxied_certificates",
     "verify_ca_verification_cert",
 ]
 
@@ -227,14 +230,55 @@ def directly_issued(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
     return True
 
 
-def issued_by(ca_pem: str, cert_pem: str) -> bool:
-    """Whether ``cert_pem``'s first certificate names the CA as issuer and its signature verifies."""
+#: More than a client chain ever needs: a proxy header carrying more is refused.
+MAX_PROXIED_CERTS = 8
+_PEM_BEGIN = "-----BEGIN CERTIFICATE-----"
+_PEM_END = "-----END CERTIFICATE-----"
+
+
+def proxied_certificates(value: str, *, field: str) -> list[str]:
+    """The client chain a TLS-terminating proxy forwards in a header, as PEM, leaf first.
+
+    OpenZiti's edge routers send standard base64 of the DER certificates back to back; proxies
+    such as nginx send (URL-encoded) PEM, whose newlines may be lost on the way. Anything that
+    does not decode to 1 to :data:`MAX_PROXIED_CERTS` certificates raises ``FieldError(field)``.
+    """
+    text = unquote(value).strip() if "%" in value else value.strip()
+    if _PEM_BEGIN in text:
+        ders = [_b64decode(part.split(_PEM_END, 1)[0], field) for part in text.split(_PEM_BEGIN)[1:]]
+    else:
+        ders = _split_der(_b64decode(text, field), field)
+    if not ders:
+        raise FieldError(field, "the proxied certificate is empty")
+    out: list[str] = []
+    for der in ders:
+        try:
+            out.append(certificate_pem(x509.load_der_x509_certificate(der)))
+        except LIBRARY_ERRORS:
+            raise FieldError(field, "could not parse the proxied certificate") from None
+    return out
+
+
+def _b64decode(text: str, field: str) -> bytes:
     try:
-        ca = parse_certificate(ca_pem)
-        cert = parse_certificate(cert_pem)
-    except FieldError:
-        return False
-    return directly_issued(cert, ca)
+        return base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise FieldError(field, "could not decode the proxied certificate") from None
+
+
+def _split_der(data: bytes, field: str) -> list[bytes]:
+    """DER certificates back to back (each a SEQUENCE), as OpenZiti's ``x509.ParseCertificates``."""
+    out: list[bytes] = []
+    offset = 0
+    try:
+        while offset < len(data):
+            tlv, offset = _der.read(data, offset)
+            if tlv.tag != _der.SEQUENCE or len(out) == MAX_PROXIED_CERTS:
+                raise _der.DerError("not a certificate")
+            out.append(tlv.raw)
+    except _der.DerError:
+        raise FieldError(field, "could not parse the proxied certificate") from None
+    return out
 
 
 def _may_issue(issuer: x509.Certificate, below: int) -> bool:

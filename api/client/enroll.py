@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import falcon
 
-from api.controller import Controller
 from api.http import empty, ok, read_body, read_model
 from api.middleware import NONE
-from api.peer import parse_networks, presented_chain
+from api.peer import presented_chain
 from api.routing import Routes
 from api.schemas.enroll import (
     EnrollCa,
@@ -119,10 +118,8 @@ class EnrollResource:
     auth = NONE
     body_models = {"post": GenericEnroll}
 
-    def __init__(self, ctrl: Controller, enroll: EnrollManager) -> None:
-        self.ctrl = ctrl
+    def __init__(self, enroll: EnrollManager) -> None:
         self.enroll = enroll
-        self.proxies = parse_networks(ctrl.settings.cert_proxies)
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         token = req.get_param("token")
@@ -139,7 +136,7 @@ class EnrollResource:
         if method != OTT:
             require_json_accepted(req)
         body = read_body(req, req.context.max_body_bytes).decode("utf-8", "replace")
-        chain = presented_chain(req, self.proxies)
+        chain = presented_chain(req)
         if method == OTT:
             answer_certificate(resp, self.enroll.ott(token, body), fmt)
         elif method == OTTCA:
@@ -156,7 +153,7 @@ class EnrollResource:
 
     def _generic(self, req: falcon.Request, resp: falcon.Response, method: str, token: str | None) -> None:
         model = read_model(req, GenericEnroll, allow_empty=method == CA)
-        chain = presented_chain(req, self.proxies)
+        chain = presented_chain(req)
         if method == OTT:
             fmt = certificate_format(req)
             answer_certificate(resp, self.enroll.ott(token, model.client_csr), fmt)
@@ -187,9 +184,8 @@ class TypedEnrollResource:
         "post_extend_router": RouterExtend,
     }
 
-    def __init__(self, ctrl: Controller, enroll: EnrollManager) -> None:
+    def __init__(self, enroll: EnrollManager) -> None:
         self.enroll = enroll
-        self.proxies = parse_networks(ctrl.settings.cert_proxies)
 
     def on_post_ott(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Enroll an identity with a one-time token and a CSR."""
@@ -200,13 +196,13 @@ class TypedEnrollResource:
     def on_post_ottca(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Enroll an identity with a one-time token and a certificate from the enrollment's CA."""
         model = read_model(req, EnrollOttCa)
-        self.enroll.ottca(model.token, presented_chain(req, self.proxies))
+        self.enroll.ottca(model.token, presented_chain(req))
         empty(resp)
 
     def on_post_ca(self, req: falcon.Request, resp: falcon.Response) -> None:
         """CA auto-enrollment: a certificate from a verified CA creates its identity."""
         model = read_model(req, EnrollCa, allow_empty=True)
-        self.enroll.ca(presented_chain(req, self.proxies), model.name)
+        self.enroll.ca(presented_chain(req), model.name)
         empty(resp)
 
     def on_post_updb(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -225,14 +221,14 @@ class TypedEnrollResource:
     def on_post_extend_router(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Extend a router's certificates; made with its current client certificate."""
         model = read_model(req, RouterExtend)
-        chain = presented_chain(req, self.proxies)
+        chain = presented_chain(req)
         answer_router(resp, self.enroll.extend_router(chain, model.server_cert_csr, model.cert_csr))
 
 
 def register(routes: Routes) -> None:
     enroll = routes.managers.enroll
-    routes.client("/enroll", EnrollResource(routes.ctrl, enroll))
-    typed = TypedEnrollResource(routes.ctrl, enroll)
+    routes.client("/enroll", EnrollResource(enroll))
+    typed = TypedEnrollResource(enroll)
     for name in ("ott", "ottca", "ca", "updb", "erott"):
         routes.client(f"/enroll/{name}", typed, suffix=f"{name}")
     routes.client("/enroll/extend/router", typed, suffix="extend_router")

@@ -50,7 +50,7 @@ def render_api_session(ctrl: Controller, session: ApiSession, *, token: str | No
     """
     identity = ctrl.env.store.get(Identity, session.identity_id)
     authenticator = ctrl.env.store.get(Authenticator, session.authenticator_id)
-    is_cert = authenticator is not None and authenticator.method == "cert"
+    cert = authenticator if authenticator is not None and authenticator.method == "cert" else None
     last = ctrl.sessions.last_activity(session)
     out = base(session)
     out.update(
@@ -63,9 +63,9 @@ def render_api_session(ctrl: Controller, session: ApiSession, *, token: str | No
             "identityId": session.identity_id,
             "improperClientCertChain": False,
             "ipAddress": session.ip_address,
-            "isCertExtendRequested": bool(is_cert and authenticator and authenticator.is_extend_requested),
-            "isCertExtendable": bool(is_cert and authenticator and authenticator.is_issued_by_network),
-            "isCertKeyRollRequested": bool(is_cert and authenticator and authenticator.is_key_roll_requested),
+            "isCertExtendRequested": cert is not None and cert.is_extend_requested,
+            "isCertExtendable": cert is not None and cert.is_issued_by_network,
+            "isCertKeyRollRequested": cert is not None and cert.is_key_roll_requested,
             "isMfaComplete": session.is_mfa_complete,
             "isMfaRequired": session.is_mfa_required,
             "lastActivityAt": ts(last),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ from engine.entities import ALL_KINDS
 from engine.ports import Change, Delete, Put
 from storage.codec import decode, encode
 from storage.duckdb.migrations import COMPACT_TASK, MAINTENANCE_TABLE, migrate, pending_tasks, table_name
+from storage.files import restrict_umask, tighten
 from storage.memory import MemoryStore
 
 _CONFIG = {
@@ -37,8 +37,6 @@ _CONFIG = {
 
 _CHUNK_ROWS = 500
 
-#: Permission bits for group and other: none of them on anything the store creates.
-_SHARED_BITS = 0o077
 _COMPACT_ALIAS = "trellis_compact"
 
 log = logging.getLogger(__name__)
@@ -48,37 +46,9 @@ def _chunks(values: list[object], size: int) -> list[list[object]]:
     return [values[i : i + size] for i in range(0, len(values), size)]
 
 
-def restrict_umask() -> None:
-    """Make everything this process creates from now on private to its user (umask ``077``).
-
-    Only tightens (bits already masked stay masked). DuckDB creates the WAL lazily, on the first
-    write after each checkpoint (which deletes it), with the process umask: only the umask keeps
-    it from ever being readable by others, even briefly.
-    """
-    previous = os.umask(_SHARED_BITS)
-    os.umask(previous | _SHARED_BITS)
-
-
 def wal_path(path: Path) -> Path:
     """DuckDB's write-ahead log of the database at ``path``."""
     return path.with_name(path.name + ".wal")
-
-
-def tighten(path: Path) -> None:
-    """Remove group and other permissions from ``path`` if it has any.
-
-    Leaves alone what does not exist, a symlink, what someone else owns and a shared (sticky,
-    ``/tmp``-like) directory.
-    """
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
-        return
-    mode = stat.S_IMODE(st.st_mode)
-    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid() or mode & stat.S_ISVTX:
-        return
-    if mode & _SHARED_BITS:
-        path.chmod(mode & ~_SHARED_BITS)
 
 
 def _fsync(path: Path, *, directory: bool = False) -> None:
