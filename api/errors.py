@@ -44,6 +44,12 @@ STATUS: dict[type[e.ControllerError], int] = {
     e.InvalidClientCertError: 400,
     e.CaAlreadyVerifiedError: 409,
     e.UnsupportedMediaError: 415,
+    # The seeds answer a bad MFA code with 401 and a missing enrollment with 404 (OpenZiti: 400/409).
+    e.MfaExistsError: 409,
+    e.MfaInvalidTokenError: 401,
+    e.MfaNotEnrolledError: 404,
+    e.InvalidPostureError: 409,
+    e.NoEdgeRoutersAvailableError: 400,
     authenticator_errors.AuthenticatorMethodMaxError: 409,
     authenticator_errors.AuthenticatorCanNotBeUpdatedError: 409,
 }

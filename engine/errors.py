@@ -38,7 +38,12 @@ The tree (HTTP statuses live only in ``api/errors.py``)::
     ├── InvalidCertPemError                 INVALID_CERT_PEM
     ├── UnsupportedMediaError               UNSUPPORTED_MEDIA
     ├── NameConflictError                   COULD_NOT_VALIDATE (duplicate unique field)
-    └── RequestEntityTooLargeError          REQUEST_ENTITY_TOO_LARGE
+    ├── RequestEntityTooLargeError          REQUEST_ENTITY_TOO_LARGE
+    ├── MfaExistsError                      MFA_EXISTS
+    ├── MfaInvalidTokenError                MFA_INVALID_TOKEN
+    ├── MfaNotEnrolledError                 MFA_NOT_ENROLLED
+    ├── InvalidPostureError                 INVALID_POSTURE (cause: failed policies)
+    └── NoEdgeRoutersAvailableError         NO_EDGE_ROUTERS_AVAILABLE
 """
 
 from __future__ import annotations
@@ -280,3 +285,28 @@ class CaAlreadyVerifiedError(ControllerError):
 class UnsupportedMediaError(ControllerError):
     code = "UNSUPPORTED_MEDIA"
     default_message = "The request media type is not supported"
+
+
+class MfaExistsError(ControllerError):
+    code = "MFA_EXISTS"
+    default_message = "An MFA record already exists, try removing it"
+
+
+class MfaInvalidTokenError(ControllerError):
+    code = "MFA_INVALID_TOKEN"
+    default_message = "An invalid token/code was provided"
+
+
+class MfaNotEnrolledError(ControllerError):
+    code = "MFA_NOT_ENROLLED"
+    default_message = "The current identity is not enrolled in MFA"
+
+
+class InvalidPostureError(ControllerError):
+    code = "INVALID_POSTURE"
+    default_message = "Posture response data is missing or wrong"
+
+
+class NoEdgeRoutersAvailableError(ControllerError):
+    code = "NO_EDGE_ROUTERS_AVAILABLE"
+    default_message = "No edge routers are assigned and online to handle the requested connection"

@@ -117,3 +117,18 @@ class ApiSessionCertificate(Entity):
     fingerprint: str
     valid_from: datetime
     valid_to: datetime
+
+
+@register
+@dataclass(kw_only=True)
+class Mfa(Entity):
+    """An identity's TOTP enrollment: unverified until a first valid code is sent, then enforced."""
+
+    ENTITY = "mfas"
+    UNIQUE = ("identity_id",)
+
+    identity_id: str
+    is_verified: bool = False
+    #: The base32 TOTP secret (it must be readable to check codes and to show the provisioning URL).
+    secret: str
+    recovery_codes: list[str] = field(default_factory=list)

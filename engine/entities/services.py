@@ -44,3 +44,25 @@ class Config(Entity):
     name: str
     config_type_id: str
     data: dict[str, Any] = field(default_factory=dict)
+
+
+@register
+@dataclass(kw_only=True)
+class Terminator(Entity):
+    """Where a service's traffic leaves the overlay: a router, a binding and an address on it."""
+
+    ENTITY = "terminators"
+    INDEXED = ("service_id", "router_id")
+
+    service_id: str
+    router_id: str
+    binding: str
+    address: str
+    instance_id: str = ""
+    instance_secret: str | None = None
+    cost: int = 0
+    precedence: str = "default"
+    #: The hosting identity's id, for SDK-hosted terminators ("" when an administrator made it).
+    identity: str = ""
+    host_id: str = ""
+    saved_precedence: str | None = None

@@ -26,11 +26,15 @@ from engine.managers.enrollment import EnrollManager, EnrollmentSettings
 from engine.managers.enrollments import EnrollmentManager
 from engine.managers.external_jwt_signers import ExternalJwtSignerManager
 from engine.managers.identities import IdentityManager
+from engine.managers.mfa import MfaManager
+from engine.managers.posture import PostureManager
 from engine.managers.posture_checks import PostureCheckManager
 from engine.managers.routers import RouterManager
 from engine.managers.service_edge_router_policies import ServiceEdgeRouterPolicyManager
 from engine.managers.service_policies import ServicePolicyManager
 from engine.managers.services import ServiceManager
+from engine.managers.sessions import SessionManager
+from engine.managers.terminators import TerminatorManager
 
 
 @dataclass(frozen=True)
@@ -52,11 +56,15 @@ class Managers:
     enrollments: EnrollmentManager
     external_jwt_signers: ExternalJwtSignerManager
     identities: IdentityManager
+    mfa: MfaManager
+    posture: PostureManager
     posture_checks: PostureCheckManager
     routers: RouterManager
     service_edge_router_policies: ServiceEdgeRouterPolicyManager
     service_policies: ServicePolicyManager
     services: ServiceManager
+    sessions: SessionManager
+    terminators: TerminatorManager
 
 
 def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout: timedelta) -> Managers:
@@ -66,6 +74,7 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
     access = AccessManager(env.store)  # the policy graph, resolved from the store in bulk
     env.listeners.append(access.on_commit)
     sessions = ApiSessionManager(env, session_timeout)
+    posture = PostureManager(env, access)
     return Managers(
         env=env,
         enrollment_settings=enrollment,
@@ -84,9 +93,13 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
         enrollments=EnrollmentManager(env, enrollment),
         external_jwt_signers=ExternalJwtSignerManager(env),
         identities=IdentityManager(env),
+        mfa=MfaManager(env, sessions),
+        posture=posture,
         posture_checks=PostureCheckManager(env),
         routers=RouterManager(env, enrollment),
         service_edge_router_policies=ServiceEdgeRouterPolicyManager(env),
         service_policies=ServicePolicyManager(env),
         services=ServiceManager(env),
+        sessions=SessionManager(env, access, posture),
+        terminators=TerminatorManager(env),
     )

@@ -73,7 +73,13 @@ def _v2(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DELETE FROM api_sessions WHERE doc->>'token_hash' IS NULL")
 
 
-MIGRATIONS = [(1, _v1), (2, _v2)]
+def _v3(con: duckdb.DuckDBPyConnection) -> None:
+    """Dial/Bind sessions, service terminators and identities' MFA enrollments."""
+    for table in ("sessions", "terminators", "mfas"):
+        con.execute(f"CREATE TABLE {table} (id VARCHAR PRIMARY KEY, doc JSON NOT NULL)")
+
+
+MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3)]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:
