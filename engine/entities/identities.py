@@ -97,6 +97,9 @@ class ApiSession(Entity):
     last_activity_at: datetime
     is_mfa_required: bool = False
     is_mfa_complete: bool = False
+    #: When this session last passed MFA (login's second factor, or a later MFA check); MFA
+    #: posture checks time out from here.
+    mfa_completed_at: datetime | None = None
     #: The third-party CA whose certificate opened the session (it ends when the CA goes).
     ca_id: str | None = None
 
