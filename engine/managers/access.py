@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from engine.entities import Entity
 from engine.entities.identities import Identity
@@ -126,6 +126,14 @@ def apply_changes(graph: PolicyGraph, changes: Sequence[Change]) -> None:
             graph.remove_entity(ENTITY_KINDS[name][0], change.id)
 
 
+class GraphObserver(Protocol):
+    """Sees each committed batch with the graph's state before and after it is applied."""
+
+    def before(self, graph: PolicyGraph, changes: Sequence[Change]) -> Any: ...
+
+    def after(self, graph: PolicyGraph, changes: Sequence[Change], before: Any) -> None: ...
+
+
 @dataclass(frozen=True)
 class AdviceResult:
     """Policy advice materialised while the graph was locked (plain values, safe to keep)."""
@@ -149,15 +157,31 @@ class AccessManager:
         self.store = store
         self._lock = threading.RLock()
         self._graph = graph if graph is not None else build_graph(store)
+        self._observers: list[GraphObserver] = []
+
+    def observe(self, observer: GraphObserver) -> None:
+        """Show ``observer`` the graph before and after every committed batch (under the lock)."""
+        self._observers.append(observer)
 
     def on_commit(self, changes: list[Change]) -> None:
         """Apply a committed batch; should that ever fail, rebuild from storage (the truth)."""
         with self._lock:
+            seen: list[tuple[GraphObserver, Any]] = []
+            for observer in self._observers:
+                try:
+                    seen.append((observer, observer.before(self._graph, changes)))
+                except Exception:
+                    log.exception("graph observer failed before a batch")
             try:
                 apply_changes(self._graph, changes)
             except Exception:
                 log.exception("policy graph update failed; rebuilding it from storage")
                 self._graph = build_graph(self.store)
+            for observer, state in seen:
+                try:
+                    observer.after(self._graph, changes, state)
+                except Exception:
+                    log.exception("graph observer failed after a batch")
 
     @contextmanager
     def _query(self) -> Iterator[None]:

@@ -32,6 +32,7 @@ from engine.managers.posture_checks import PostureCheckManager
 from engine.managers.routers import RouterManager
 from engine.managers.service_edge_router_policies import ServiceEdgeRouterPolicyManager
 from engine.managers.service_policies import ServicePolicyManager
+from engine.managers.service_updates import ServiceUpdates
 from engine.managers.services import ServiceManager
 from engine.managers.sessions import SessionManager
 from engine.managers.terminators import TerminatorManager
@@ -62,6 +63,7 @@ class Managers:
     routers: RouterManager
     service_edge_router_policies: ServiceEdgeRouterPolicyManager
     service_policies: ServicePolicyManager
+    service_updates: ServiceUpdates
     services: ServiceManager
     sessions: SessionManager
     terminators: TerminatorManager
@@ -73,6 +75,8 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
     ensure_builtin_config_types(env)
     access = AccessManager(env.store)  # the policy graph, resolved from the store in bulk
     env.listeners.append(access.on_commit)
+    service_updates = ServiceUpdates(env.store, env.clock)
+    access.observe(service_updates)
     sessions = ApiSessionManager(env, session_timeout)
     posture = PostureManager(env, access)
     return Managers(
@@ -99,6 +103,7 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
         routers=RouterManager(env, enrollment),
         service_edge_router_policies=ServiceEdgeRouterPolicyManager(env),
         service_policies=ServicePolicyManager(env),
+        service_updates=service_updates,
         services=ServiceManager(env),
         sessions=SessionManager(env, access, posture),
         terminators=TerminatorManager(env),

@@ -1,0 +1,239 @@
+"""When each identity's service list last changed: ``GET /current-api-session/service-updates``.
+
+SDKs poll ``lastChangeAt`` and list their services again when it moves, so it must move exactly
+when what the identity would list changes (OpenZiti's ``IdentityRefreshMap``, fed by its service
+events, policy-semantics §3.3):
+
+- a service appears in or leaves the identity's list, or its ``permissions`` change (Dial or Bind
+  gained or lost: a pair's last linking policy of a type goes, or its first comes);
+- a service in the list is created, updated or deleted, or a config it uses is updated or
+  deleted, or a posture check its policies use changes;
+- the identity's own service-config overrides change.
+
+Edge router policies and service edge router policies change no service list (OpenZiti emits no
+service event for them), nor do other identities' changes.
+
+The tracker observes every committed batch on the policy graph (:meth:`AccessManager.observe`):
+``before`` notes what the batch may change while the graph still holds the old state, ``after``
+compares. A service policy change is checked pair by pair (identity, service, type): the pair's
+access changed iff the policy was its only link of that type. When a change would need more pair
+checks than :data:`PAIR_BUDGET` (an ``#all`` policy over a large population), every identity the
+policy selects, before or after, is marked instead: a few spare refreshes, never a missed one.
+
+Times live in memory, as OpenZiti's do: after a restart every session falls back to the
+controller's start time, so clients refresh once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from engine.entities.identities import ApiSession, Identity
+from engine.entities.policies import ServicePolicy
+from engine.entities.posture import PostureCheck
+from engine.entities.services import Config, Service
+from engine.policy import IDENTITY, POSTURE_CHECK, SERVICE, SERVICE_POLICY, PolicyGraph
+from engine.ports import Change, Clock, Delete, Put, Store
+
+#: Pair checks one service policy change may cost before its identities are simply all marked.
+PAIR_BUDGET = 50_000
+TYPES = ("Dial", "Bind")
+
+
+@dataclass
+class _PolicyState:
+    type: str
+    identities: frozenset[str]
+    services: frozenset[str]
+
+
+@dataclass
+class _Before:
+    policies: dict[str, _PolicyState | None] = field(default_factory=dict)
+    identity_services: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
+    service_identities: dict[str, frozenset[str]] = field(default_factory=dict)
+    posture_identities: set[str] = field(default_factory=set)
+
+
+def _override_signature(identity: Identity) -> Any:
+    overrides = getattr(identity, "service_configs", None)
+    if not overrides:
+        return None
+    return repr(sorted(overrides.items()) if isinstance(overrides, dict) else overrides)
+
+
+class ServiceUpdates:
+    """The per-identity ``lastChangeAt`` marks, kept by observing the policy graph's batches."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+        self.started_at = clock.now()
+        self._changed: dict[str, datetime] = {}
+        self._lock = threading.Lock()
+        self._overrides: dict[str, Any] = {}
+        for identity in store.all(Identity):
+            signature = _override_signature(identity)
+            if signature is not None:
+                self._overrides[identity.id] = signature
+
+    # -- queries -----------------------------------------------------------------------------------
+    def last_change_at(self, session: ApiSession) -> datetime:
+        """The identity's last mark; else when the session began, but never before our start."""
+        with self._lock:
+            marked = self._changed.get(session.identity_id)
+        if marked is not None:
+            return marked
+        return max(session.created_at, self.started_at)
+
+    def mark(self, identity_ids: Iterable[str]) -> None:
+        now = self.clock.now()
+        with self._lock:
+            for identity_id in identity_ids:
+                self._changed[identity_id] = now
+
+    # -- graph observer ----------------------------------------------------------------------------
+    def before(self, graph: PolicyGraph, changes: Sequence[Change]) -> _Before:
+        state = _Before()
+        for change in changes:
+            entity_kind = change.entity.ENTITY if isinstance(change, Put) else change.kind.ENTITY
+            entity_id = change.entity.id if isinstance(change, Put) else change.id
+            if entity_kind == ServicePolicy.ENTITY:
+                state.policies[entity_id] = _policy_state(graph, entity_id)
+            elif entity_kind == Identity.ENTITY and isinstance(change, Put):
+                if graph.has_entity(IDENTITY, entity_id):
+                    state.identity_services[entity_id] = {
+                        t: frozenset(graph.services_for_identity(entity_id, t)) for t in TYPES
+                    }
+            elif entity_kind == Service.ENTITY:
+                if graph.has_entity(SERVICE, entity_id):
+                    state.service_identities[entity_id] = frozenset(graph.identities_for_service(entity_id))
+            elif entity_kind == PostureCheck.ENTITY:
+                state.posture_identities |= _posture_identities(graph, entity_id)
+        return state
+
+    def after(self, graph: PolicyGraph, changes: Sequence[Change], before: _Before) -> None:
+        marked: set[str] = set(before.posture_identities)
+        for change in changes:
+            if isinstance(change, Put):
+                self._after_put(graph, change.entity, before, marked)
+            else:
+                self._after_delete(graph, change, before, marked)
+        for policy_id, old in before.policies.items():
+            marked |= _policy_marks(graph, policy_id, old, _policy_state(graph, policy_id))
+        if marked:
+            self.mark(marked)
+
+    def _after_put(self, graph: PolicyGraph, entity: Any, before: _Before, marked: set[str]) -> None:
+        kind = entity.ENTITY
+        if kind == Identity.ENTITY:
+            old = before.identity_services.get(entity.id)
+            if graph.has_entity(IDENTITY, entity.id):
+                new = {t: frozenset(graph.services_for_identity(entity.id, t)) for t in TYPES}
+                if new != (old or {t: frozenset() for t in TYPES}):
+                    marked.add(entity.id)
+            signature = _override_signature(entity)
+            if signature != self._overrides.get(entity.id):
+                marked.add(entity.id)
+                if signature is None:
+                    self._overrides.pop(entity.id, None)
+                else:
+                    self._overrides[entity.id] = signature
+        elif kind == Service.ENTITY:
+            marked |= before.service_identities.get(entity.id, frozenset())
+            if graph.has_entity(SERVICE, entity.id):
+                marked.update(graph.identities_for_service(entity.id))
+        elif kind == Config.ENTITY:
+            marked |= self._config_identities(graph, entity.id)
+        elif kind == PostureCheck.ENTITY:
+            marked |= _posture_identities(graph, entity.id)
+
+    def _after_delete(self, graph: PolicyGraph, change: Delete, before: _Before, marked: set[str]) -> None:
+        kind = change.kind.ENTITY
+        if kind == Service.ENTITY:
+            marked |= before.service_identities.get(change.id, frozenset())
+        elif kind == Config.ENTITY:
+            marked |= self._config_identities(graph, change.id)
+        elif kind == Identity.ENTITY:
+            self._overrides.pop(change.id, None)
+            with self._lock:
+                self._changed.pop(change.id, None)
+
+    def _config_identities(self, graph: PolicyGraph, config_id: str) -> set[str]:
+        """Identities that see a service using the config, or override a service's config with it."""
+        out: set[str] = set()
+        for service in self.store.all(Service):
+            if config_id in service.configs and graph.has_entity(SERVICE, service.id):
+                out.update(graph.identities_for_service(service.id))
+        for identity_id in self._overrides:
+            identity = self.store.get(Identity, identity_id)
+            if identity is not None and config_id in repr(getattr(identity, "service_configs", "")):
+                out.add(identity_id)
+        return out
+
+
+def _policy_state(graph: PolicyGraph, policy_id: str) -> _PolicyState | None:
+    if not graph.has_policy(SERVICE_POLICY, policy_id):
+        return None
+    record = graph.policy(SERVICE_POLICY, policy_id)
+    return _PolicyState(
+        type=str(record.type or "Dial"),
+        identities=frozenset(graph.policy_members(SERVICE_POLICY, policy_id, IDENTITY)),
+        services=frozenset(graph.policy_members(SERVICE_POLICY, policy_id, SERVICE)),
+    )
+
+
+def _policy_marks(
+    graph: PolicyGraph, policy_id: str, old: _PolicyState | None, new: _PolicyState | None
+) -> set[str]:
+    """Identities whose access changed because one service policy went from ``old`` to ``new``."""
+    marked: set[str] = set()
+    for policy_type in TYPES:
+        old_i, old_s = _product(old, policy_type)
+        new_i, new_s = _product(new, policy_type)
+        at_risk: list[tuple[str, frozenset[str]]] = []
+        cost = 0
+        for identity_id in old_i | new_i:
+            risky = (old_s if identity_id in old_i else frozenset()) ^ (
+                new_s if identity_id in new_i else frozenset()
+            )
+            if risky:
+                at_risk.append((identity_id, risky))
+                cost += len(risky)
+        if cost > PAIR_BUDGET:
+            marked.update(identity_id for identity_id, _ in at_risk)
+            continue
+        for identity_id, risky in at_risk:
+            if not graph.has_entity(IDENTITY, identity_id):
+                continue
+            for service_id in risky:
+                if not graph.has_entity(SERVICE, service_id):
+                    continue
+                others = [
+                    p for p in graph.link_policies(identity_id, service_id, policy_type) if p != policy_id
+                ]
+                if not others:
+                    marked.add(identity_id)
+                    break
+    return marked
+
+
+def _product(state: _PolicyState | None, policy_type: str) -> tuple[frozenset[str], frozenset[str]]:
+    if state is None or state.type != policy_type:
+        return frozenset(), frozenset()
+    return state.identities, state.services
+
+
+def _posture_identities(graph: PolicyGraph, check_id: str) -> set[str]:
+    """Identities of the service policies whose posture side selects the check."""
+    if not graph.has_entity(POSTURE_CHECK, check_id):
+        return set()
+    out: set[str] = set()
+    for policy_id in graph.policies_for_entity(POSTURE_CHECK, check_id, SERVICE_POLICY):
+        if graph.policy_members(SERVICE_POLICY, policy_id, SERVICE):
+            out.update(graph.policy_members(SERVICE_POLICY, policy_id, IDENTITY))
+    return out
