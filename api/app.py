@@ -29,8 +29,8 @@ from engine.entities import all as _all_kinds  # noqa: F401  (registers every en
 from engine.managers._base import Env
 from engine.managers.enrollment import EnrollmentSettings
 from engine.managers.registry import build_managers
-from engine.ports import Clock, IdGenerator, PasswordHasher, Store
-from pki import CertificateAuthority, JwtSigner, PkiPaths, ScryptPasswordHasher
+from engine.ports import Clock, ExternalJwtVerifier, IdGenerator, PasswordHasher, Store, TotpService
+from pki import CertificateAuthority, JwksVerifier, JwtSigner, PkiPaths, PyotpTotp, ScryptPasswordHasher
 
 log = logging.getLogger("trellis")
 
@@ -66,6 +66,8 @@ def build_controller(
     ids: IdGenerator | None = None,
     hasher: PasswordHasher | None = None,
     ca: CertificateAuthority | None = None,
+    totp: TotpService | None = None,
+    jwt_verifier: ExternalJwtVerifier | None = None,
 ) -> Controller:
     """The controller's state: ports (given or built from ``settings``) and one set of managers."""
     authority = ca if ca is not None else load_pki(settings)
@@ -79,6 +81,8 @@ def build_controller(
         schemas=JsonSchemaChecker(),
         ca=authority,
         tokens=JwtSigner.for_authority(authority),
+        totp=totp if totp is not None else PyotpTotp(),
+        jwt_verifier=jwt_verifier if jwt_verifier is not None else JwksVerifier(),
     )
     managers = build_managers(env, enrollment_settings(settings), session_timeout=settings.session_timeout)
     instance_id = store.get_setting("instance_id")
@@ -115,10 +119,21 @@ def create_app(
     ids: IdGenerator | None = None,
     hasher: PasswordHasher | None = None,
     ca: CertificateAuthority | None = None,
+    totp: TotpService | None = None,
+    jwt_verifier: ExternalJwtVerifier | None = None,
 ) -> TrellisApp:
     """The WSGI app serving both APIs; collaborators not given are built from ``settings``."""
     settings = settings or Settings.from_env()
-    ctrl = build_controller(settings, store=store, clock=clock, ids=ids, hasher=hasher, ca=ca)
+    ctrl = build_controller(
+        settings,
+        store=store,
+        clock=clock,
+        ids=ids,
+        hasher=hasher,
+        ca=ca,
+        totp=totp,
+        jwt_verifier=jwt_verifier,
+    )
     app = TrellisApp(middleware=[RequestMiddleware(ctrl)], cors_enable=False)
     app.ctrl = ctrl
     app.trust = TlsTrust(PkiPaths.in_directory(settings.pki_dir), ctrl.managers)

@@ -6,7 +6,7 @@ import falcon
 
 from api.controller import Controller
 from api.http import empty, ok, read_model
-from api.middleware import ADMIN, NONE, PARTIAL, SESSION
+from api.middleware import ADMIN, NONE, PARTIAL, SESSION, bearer_tokens
 from api.peer import presented_chain
 from api.resources import Family, FamilyCollection, FamilyItem
 from api.routing import Routes
@@ -25,7 +25,11 @@ def _client_ip(req: falcon.Request) -> str:
 
 
 class AuthenticateResource:
-    """Authenticate by password or by client certificate (external JWTs come with issue #7)."""
+    """Authenticate by password, client certificate or external JWT (``Authorization: Bearer``).
+
+    The new session's ``authQueries`` list the secondary factors it still owes (TOTP, a secondary
+    external JWT); until they are met only ``PARTIAL`` resources answer it.
+    """
 
     auth = NONE
     body_models = {"post": Authenticate}
@@ -56,12 +60,16 @@ class AuthenticateResource:
         elif method == "cert":
             login = auth.cert(presented_chain(req), info)
         else:
-            raise InvalidAuthError()
+            login = auth.ext_jwt(bearer_tokens(req), info)
         req.context.session = login.session
         resp.set_header("zt-session", login.token)
         if login.authenticator.is_extend_requested:
             resp.set_header("ziti-authenticator-extend-requested", "true")
-        ok(resp, render_api_session(self.ctrl, login.session, token=login.token))
+        pending = auth.pending(login.session, login.identity, bearer_tokens(req))
+        ok(
+            resp,
+            render_api_session(self.ctrl, login.session, token=login.token, auth_queries=pending.queries),
+        )
 
 
 class CurrentApiSessionResource:
@@ -71,7 +79,12 @@ class CurrentApiSessionResource:
         self.ctrl = ctrl
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        ok(resp, render_api_session(self.ctrl, req.context.session, token=req.context.token))
+        pending = req.context.pending
+        queries = pending.queries if pending is not None else ()
+        ok(
+            resp,
+            render_api_session(self.ctrl, req.context.session, token=req.context.token, auth_queries=queries),
+        )
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
         self.ctrl.sessions.delete(req.context.session.id)

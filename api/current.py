@@ -2,6 +2,9 @@
 ephemeral certificates of its API session.
 
 - ``GET /current-identity/authenticators[/{id}]``;
+- ``PUT``/``PATCH /current-identity/authenticators/{id}``: the identity's own ``updb`` username and
+  password, proven with ``currentPassword`` (200 ``{}``; 401 wrong current password, 404 not its
+  own, 409 not a ``updb`` authenticator); a new password ends its other API sessions;
 - ``POST /current-identity/authenticators/{id}/extend``: over mutual TLS with the current
   certificate, a CSR in, ``{clientCert, ca}`` out; the old certificate keeps working until
 - ``POST /current-identity/authenticators/{id}/extend-verify`` confirms the new one;
@@ -12,6 +15,8 @@ Only the caller's own authenticators and its own session's certificates are reac
 
 from __future__ import annotations
 
+from typing import Any
+
 import falcon
 
 from api.controller import Controller
@@ -19,7 +24,14 @@ from api.http import empty, list_response, ok, read_model
 from api.middleware import SESSION
 from api.peer import presented_chain
 from api.routing import Routes
-from api.schemas.authenticators import ExtendCert, ExtendVerify, authenticator_symbols, render_authenticator
+from api.schemas.authenticators import (
+    CurrentAuthenticatorPatch,
+    CurrentAuthenticatorUpdate,
+    ExtendCert,
+    ExtendVerify,
+    authenticator_symbols,
+    render_authenticator,
+)
 from api.wire import WireModel, base, ts
 from engine.entities.identities import ApiSessionCertificate
 from engine.query import Symbol, SymbolTable, SymbolType
@@ -31,7 +43,12 @@ class CreateSessionCertificate(WireModel):
 
 class CurrentAuthenticators:
     auth = SESSION
-    body_models: dict[str, type[WireModel]] = {"post_extend": ExtendCert, "post_extend_verify": ExtendVerify}
+    body_models: dict[str, type[WireModel]] = {
+        "put_item": CurrentAuthenticatorUpdate,
+        "patch_item": CurrentAuthenticatorPatch,
+        "post_extend": ExtendCert,
+        "post_extend_verify": ExtendVerify,
+    }
 
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl
@@ -46,6 +63,29 @@ class CurrentAuthenticators:
     def on_get_item(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
         """One authenticator of the current identity."""
         ok(resp, render_authenticator(self.ctrl, self.manager.require_own(req.context.identity.id, id)))
+
+    def on_put_item(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        """Replace the username and password of the current identity's own updb authenticator."""
+        model = read_model(req, CurrentAuthenticatorUpdate)
+        fields: dict[str, Any] = {
+            "username": model.username,
+            "password": model.password,
+            "tags": model.tags or {},
+        }
+        self._update_own(req, id, model.current_password, fields)
+        empty(resp)
+
+    def on_patch_item(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        """Change the username and/or password of the current identity's own updb authenticator."""
+        model = read_model(req, CurrentAuthenticatorPatch)
+        fields = {k: v for k, v in model.fields_set().items() if k != "current_password" and v is not None}
+        self._update_own(req, id, model.current_password, fields)
+        empty(resp)
+
+    def _update_own(self, req: falcon.Request, id: str, current: str, fields: dict[str, Any]) -> None:
+        self.manager.update_own(
+            req.context.identity.id, id, current, fields, keep_session=req.context.session.id
+        )
 
     def on_post_extend(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
         """Extend a certificate authenticator: a new certificate from a CSR, unverified until extend-verify."""

@@ -1,4 +1,10 @@
-"""Per-request plumbing: request ids, path aliases, the API session, auth levels, headers."""
+"""Per-request plumbing: request ids, path aliases, the API session, auth levels, headers.
+
+A resource's ``auth`` attribute says who may call it (``auth_by_method`` may override it for one
+HTTP method): ``NONE`` anyone, ``SESSION`` a fully authenticated API session, ``PARTIAL`` also a
+session that still owes a secondary factor (MFA, a secondary external JWT), ``ADMIN`` an admin's
+full session. What a session owes is worked out on every request (``req.context.pending``).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,6 @@ import falcon
 from api.controller import CLIENT_BASE, Controller
 from api.peer import parse_networks
 from api.wire import ts
-from engine.entities.identities import Identity
 from engine.errors import UnauthorizedError
 
 #: Resource attribute ``auth``: who may call it.
@@ -29,6 +34,26 @@ _CORS = {
 }
 
 
+#: Bearer tokens read from one request's ``Authorization`` headers.
+MAX_BEARER_TOKENS = 4
+
+
+def bearer_tokens(req: falcon.Request) -> tuple[str, ...]:
+    """The ``Authorization: Bearer`` tokens of a request (several headers arrive comma-joined)."""
+    header = req.get_header("Authorization") or ""
+    out: list[str] = []
+    for part in header.split(","):
+        part = part.strip()
+        if part[:7].lower() == "bearer " and part[7:].strip():
+            out.append(part[7:].strip())
+    return tuple(out[:MAX_BEARER_TOKENS])
+
+
+def auth_level(resource: Any, method: str) -> str:
+    by_method = getattr(resource, "auth_by_method", None) or {}
+    return str(by_method.get(method, getattr(resource, "auth", ADMIN)))
+
+
 class RequestMiddleware:
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl
@@ -42,6 +67,7 @@ class RequestMiddleware:
         req.context.identity = None
         req.context.token_state = "missing"
         req.context.token = None
+        req.context.pending = None
         path = req.path
         if path.startswith("/edge/v1/"):
             req.path = CLIENT_BASE + path[len("/edge/v1") :]
@@ -53,7 +79,7 @@ class RequestMiddleware:
             if session is None:
                 req.context.token_state = "invalid"
                 return
-            identity = self.ctrl.env.store.get(Identity, session.identity_id)
+            identity = self.ctrl.managers.identities.get(session.identity_id)
             if identity is None:
                 req.context.token_state = "invalid"
                 return
@@ -67,15 +93,19 @@ class RequestMiddleware:
     ) -> None:
         if resource is None or req.method == "OPTIONS":
             return
-        level = getattr(resource, "auth", ADMIN)
+        level = auth_level(resource, req.method)
         if level == NONE:
             return
         if req.context.token_state != "valid":
             challenge = MISSING_CHALLENGE if req.context.token_state == "missing" else INVALID_CHALLENGE
             raise UnauthorizedError(headers={"WWW-Authenticate": challenge})
-        session = req.context.session
-        if level != PARTIAL and session.is_mfa_required and not session.is_mfa_complete:
-            raise UnauthorizedError()
+        pending = self.ctrl.auth.pending(req.context.session, req.context.identity, bearer_tokens(req))
+        req.context.pending = pending
+        if level != PARTIAL and pending.partial:
+            headers = {"WWW-Authenticate": pending.challenge} if pending.challenge else None
+            raise UnauthorizedError(
+                reason="the API session must complete its secondary authentication", headers=headers
+            )
         if level == ADMIN and not req.context.identity.is_admin:
             raise UnauthorizedError()
 
@@ -88,7 +118,7 @@ class RequestMiddleware:
         for name, value in _CORS.items():
             resp.set_header(name, value)
         session = getattr(req.context, "session", None)
-        if session is not None and self.ctrl.env.store.get(type(session), session.id) is not None:
+        if session is not None and self.ctrl.sessions.get(session.id) is not None:
             expires = self.ctrl.sessions.expires_at(session)
             seconds = int((expires - self.ctrl.env.clock.now()).total_seconds())
             resp.set_header("expiration-seconds", str(max(seconds, 0)))

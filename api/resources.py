@@ -16,6 +16,7 @@ import falcon
 from api.http import created, empty, list_response, ok, read_model
 from api.middleware import ADMIN
 from api.routing import Routes
+from api.views import View
 from api.wire import WireModel
 from engine.entities import Entity
 from engine.managers._base import EntityManager
@@ -68,6 +69,8 @@ class Family(Generic[E]):
     to_fields: Callable[[WireModel, Mode], dict[str, Any]] | None = None
     #: Items for the list before filtering (e.g. applying ``roleFilter``); defaults to all.
     list_items: Callable[[falcon.Request], Iterable[E]] | None = None
+    #: A renderer chosen per request (a view's ``renderer``); defaults to ``render``.
+    renderer: Callable[[falcon.Request], Callable[[E], dict[str, Any]]] | None = None
     auth: str = ADMIN
     deletable: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
@@ -76,6 +79,9 @@ class Family(Generic[E]):
         if self.to_fields is not None:
             return self.to_fields(model, mode)
         return model_fields(model, mode, self.manager.kind)
+
+    def render_for(self, req: falcon.Request) -> Callable[[E], dict[str, Any]]:
+        return self.renderer(req) if self.renderer is not None else self.render
 
 
 def _drop_responder(resource: object, name: str) -> None:
@@ -97,7 +103,7 @@ class FamilyCollection(Generic[E]):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         fam = self.family
         items = fam.list_items(req) if fam.list_items else fam.manager.list()
-        list_response(req, resp, items, fam.symbols, fam.render)
+        list_response(req, resp, items, fam.symbols, fam.render_for(req))
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         fam = self.family
@@ -119,7 +125,7 @@ class FamilyItem(Generic[E]):
             _drop_responder(self, "on_delete")
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
-        ok(resp, self.family.render(self.family.manager.require(id)))
+        ok(resp, self.family.render_for(req)(self.family.manager.require(id)))
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
         self._update(req, resp, id, self.family.update_model, "update")
@@ -143,6 +149,20 @@ class FamilyItem(Generic[E]):
         model = read_model(req, model_type)
         self.family.manager.update(id, self.family.fields(model, mode))
         empty(resp)
+
+
+def view_family(
+    view: View[E], manager: EntityManager[E], *, entity: str | None = None, **options: Any
+) -> Family[E]:
+    """A family rendered and filtered by ``view`` (its path is the view kind's entity name)."""
+    return Family(
+        entity=entity or view.kind.ENTITY,
+        manager=manager,
+        render=view.render,
+        symbols=view.symbols,
+        renderer=view.renderer,
+        **options,
+    )
 
 
 def mount(routes: Routes, family: Family[Any], *, api: str = "management") -> None:

@@ -28,7 +28,7 @@ X509_V_FLAG_NO_CHECK_TIME = 0x200000
 def trusted_ca_pems(managers: Managers) -> list[str]:
     """Our CA bundle, then every verified third-party CA some flow accepts."""
     pems = [managers.env.ca.ca_bundle_pem()]
-    for ca in managers.env.store.all(Ca):
+    for ca in managers.cas.list():
         if ca.is_verified and (
             ca.is_auth_enabled or ca.is_ott_ca_enrollment_enabled or ca.is_auto_ca_enrollment_enabled
         ):

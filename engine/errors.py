@@ -82,9 +82,14 @@ class ControllerError(Exception):
             out["field"] = self.field
         if self.reason is not None:
             out["reason"] = self.reason
-        if self.value is not None:
+        if self.value is not None and not _is_secret(self.field):
             out["value"] = _stringify(self.value)
         return out
+
+
+def _is_secret(field: str | None) -> bool:
+    """A field whose value is never echoed in a cause (``password``, ``currentPassword``, ...)."""
+    return field is not None and "password" in field.lower()
 
 
 def _stringify(value: Any) -> str:
@@ -303,8 +308,27 @@ class MfaNotEnrolledError(ControllerError):
 
 
 class InvalidPostureError(ControllerError):
+    """Session creation refused for posture; the cause names the failing policies and checks.
+
+    ``data`` maps each failing policy id to its failing checks as the client sees them
+    (``{id, typeId, isPassing: false}``), OpenZiti's ``GenericCauseError`` data map.
+    """
+
     code = "INVALID_POSTURE"
     default_message = "Posture response data is missing or wrong"
+
+    def __init__(
+        self, policy_ids: list[str] | None = None, data: dict[str, list[dict[str, Any]]] | None = None
+    ) -> None:
+        super().__init__()
+        self.policy_ids = list(policy_ids or [])
+        self.data = dict(data or {})
+
+    def cause(self) -> dict[str, Any] | None:
+        return {
+            "message": "Failed to pass posture checks for service policies: " + _stringify(self.policy_ids),
+            "data": self.data,
+        }
 
 
 class NoEdgeRoutersAvailableError(ControllerError):

@@ -1,7 +1,8 @@
 """Ports: the interfaces the engine needs from the outside world.
 
 ``storage`` implements :class:`Store`; ``pki`` implements :class:`PasswordHasher`,
-:class:`CertificateAuthority` and :class:`TokenSigner`; the composition root (``api/app.py``)
+:class:`CertificateAuthority`, :class:`TokenSigner`, :class:`TotpService` and
+:class:`ExternalJwtVerifier`; the composition root (``api/app.py``)
 supplies a :class:`Clock` and an :class:`IdGenerator`. ``engine.testing`` ships cheap fakes of
 the clock, the ids and the hasher for tests.
 
@@ -150,6 +151,107 @@ class TokenSigner(Protocol):
     def sign(self, claims: Mapping[str, Any]) -> str:
         """A compact JWS of ``claims`` (``alg`` from the key, ``kid`` = SHA-1 of the certificate)."""
         ...
+
+    def public_jwks(self) -> list[dict[str, Any]]:
+        """The public JSON Web Keys (RFC 7517) of the keys that sign, each with its ``kid``."""
+        ...
+
+    def sign_detached(self, payload: bytes, kid: str) -> tuple[str, str] | None:
+        """``(alg, signature)``: the JWS signature (base64url) of ``payload`` by the key ``kid``,
+        or None when no signing key has that ``kid``."""
+        ...
+
+
+class TotpService(Protocol):
+    """Time-based one-time passwords (RFC 6238, 6 digits, 30 s steps) and MFA recovery codes."""
+
+    def new_secret(self) -> str:
+        """A new base32 TOTP secret (OpenZiti issues 10 random bytes: 16 characters)."""
+        ...
+
+    def new_recovery_codes(self) -> list[str]:
+        """A fresh set of single-use recovery codes (OpenZiti: 20 codes of 6 base32 characters)."""
+        ...
+
+    def verify(self, secret: str, code: str, at: datetime) -> bool:
+        """Whether ``code`` is the TOTP of ``secret`` at ``at``, give or take the accepted window."""
+        ...
+
+    def provisioning_url(self, secret: str, account: str) -> str:
+        """The ``otpauth://totp/...`` URL an authenticator app enrolls from."""
+        ...
+
+
+@dataclass(frozen=True)
+class JwtKeySource:
+    """Where an external JWT signer's public keys come from: one certificate or a JWKS endpoint."""
+
+    cert_pem: str | None = None
+    jwks_endpoint: str | None = None
+    #: The ``kid`` a certificate signer's tokens carry (its fingerprint when not configured).
+    kid: str | None = None
+
+
+@dataclass(frozen=True)
+class UnverifiedJwt:
+    """A compact JWS's header and claims, read without checking anything."""
+
+    header: dict[str, Any]
+    claims: dict[str, Any]
+
+    @property
+    def kid(self) -> str | None:
+        value = self.header.get("kid")
+        return value if isinstance(value, str) and value else None
+
+
+class ExternalJwtVerifier(Protocol):
+    """Signature checks of JWTs issued by external identity providers (implemented in ``pki``).
+
+    Only the cryptography lives behind this port: which signer, issuer, audience, expiry and
+    identity a token stands for are the engine's decisions.
+    """
+
+    def peek(self, token: str) -> UnverifiedJwt | None:
+        """The token's header and claims unverified, or None when it is not a JWS."""
+        ...
+
+    def verify(self, token: str, source: JwtKeySource) -> dict[str, Any] | None:
+        """The claims when the token's signature verifies with ``source``'s key for its ``kid``.
+
+        A JWKS is fetched with a timeout and cached; an unknown ``kid`` refetches it (at most
+        once a second per endpoint). None when no key verifies the signature. Claims are not
+        checked (``exp``, ``aud``... are the caller's).
+        """
+        ...
+
+
+class UnconfiguredTotp:
+    """The :class:`TotpService` of an environment built without one: every use fails."""
+
+    _MESSAGE = "no TOTP service is configured"
+
+    def new_secret(self) -> str:
+        raise RuntimeError(self._MESSAGE)
+
+    def new_recovery_codes(self) -> list[str]:
+        raise RuntimeError(self._MESSAGE)
+
+    def verify(self, secret: str, code: str, at: datetime) -> bool:
+        raise RuntimeError(self._MESSAGE)
+
+    def provisioning_url(self, secret: str, account: str) -> str:
+        raise RuntimeError(self._MESSAGE)
+
+
+class UnconfiguredJwtVerifier:
+    """The :class:`ExternalJwtVerifier` of an environment built without one: nothing verifies."""
+
+    def peek(self, token: str) -> UnverifiedJwt | None:
+        return None
+
+    def verify(self, token: str, source: JwtKeySource) -> dict[str, Any] | None:
+        return None
 
 
 @dataclass(frozen=True)

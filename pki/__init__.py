@@ -10,6 +10,9 @@ Imports only ``engine`` and the crypto libraries. Time is always passed in (``no
 - :mod:`pki.tokens`: :class:`JwtSigner` (``engine.ports.TokenSigner``), enrollment JWTs signed
   with the TLS server key.
 - :mod:`pki.passwords`: scrypt password hashing and random passwords.
+- :mod:`pki.totp`: :class:`PyotpTotp` (``engine.ports.TotpService``), TOTP codes and recovery codes.
+- :mod:`pki.jwks`: :class:`JwksVerifier` (``engine.ports.ExternalJwtVerifier``), external JWT
+  signatures checked against a certificate or a cached JWKS.
 """
 
 from pki._x509 import PrivateKey
@@ -27,16 +30,20 @@ from pki.certs import (
     verify_ca_verification_cert,
 )
 from pki.csr import load_csr
+from pki.jwks import JwksVerifier
 from pki.passwords import ScryptPasswordHasher, generate_password
 from pki.tokens import JwtSigner, jws_algorithm
+from pki.totp import PyotpTotp
 
 __all__ = [
     "BACKDATE",
     "PROFILES",
     "CertificateAuthority",
+    "JwksVerifier",
     "JwtSigner",
     "PkiPaths",
     "PrivateKey",
+    "PyotpTotp",
     "ScryptPasswordHasher",
     "cert_info",
     "certificate_pem",

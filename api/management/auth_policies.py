@@ -2,39 +2,24 @@
 
 from __future__ import annotations
 
-from api.resources import Family, mount
+from api.resources import mount, view_family
 from api.routing import Routes
 from api.schemas.trust import (
     AuthPolicyCreate,
     AuthPolicyPatch,
     AuthPolicyUpdate,
     auth_policy_fields,
-    render_auth_policy,
 )
-from engine.query import Symbol, SymbolTable, SymbolType
-
-SYMBOLS = SymbolTable(
-    {
-        "id": Symbol(SymbolType.STRING, lambda e: e.id),
-        "name": Symbol(SymbolType.STRING, lambda e: e.name),
-        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
-        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
-    },
-    tags_getter=lambda e: e.tags,
-)
+from api.views import Views
 
 
 def register(routes: Routes) -> None:
-    mount(
-        routes,
-        Family(
-            entity="auth-policies",
-            manager=routes.managers.auth_policies,
-            render=render_auth_policy,
-            symbols=SYMBOLS,
-            create_model=AuthPolicyCreate,
-            update_model=AuthPolicyUpdate,
-            patch_model=AuthPolicyPatch,
-            to_fields=auth_policy_fields,
-        ),
+    family = view_family(
+        Views(routes.ctrl).auth_policies,
+        routes.managers.auth_policies,
+        create_model=AuthPolicyCreate,
+        update_model=AuthPolicyUpdate,
+        patch_model=AuthPolicyPatch,
+        to_fields=auth_policy_fields,
     )
+    mount(routes, family)

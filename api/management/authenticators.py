@@ -8,7 +8,7 @@ import falcon
 
 from api.controller import Controller
 from api.http import created, empty, read_model
-from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields
+from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields, view_family
 from api.routing import Routes
 from api.schemas.authenticators import (
     AuthenticatorCreate,
@@ -16,9 +16,8 @@ from api.schemas.authenticators import (
     AuthenticatorUpdate,
     ReEnroll,
     RequestExtend,
-    authenticator_symbols,
-    render_authenticator,
 )
+from api.views import Views
 from api.wire import WireModel
 from engine.entities.identities import Authenticator
 from engine.managers.authenticators import AuthenticatorManager
@@ -62,11 +61,9 @@ class AuthenticatorItem(FamilyItem[Authenticator]):
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
     manager = routes.managers.authenticators
-    family = Family(
-        entity="authenticators",
-        manager=manager,
-        render=lambda a: render_authenticator(ctrl, a),
-        symbols=authenticator_symbols(),
+    family = view_family(
+        Views(ctrl).authenticators,
+        manager,
         create_model=AuthenticatorCreate,
         update_model=AuthenticatorUpdate,
         patch_model=AuthenticatorPatch,

@@ -13,32 +13,13 @@ from typing import Any
 import falcon
 
 from api.http import empty, read_body
-from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields
+from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields, view_family
 from api.routing import Routes
-from api.schemas.trust import CaCreate, CaPatch, CaUpdate, external_id_claim, render_ca
+from api.schemas.trust import CaCreate, CaPatch, CaUpdate, external_id_claim
+from api.views import Views
 from api.wire import WireModel
 from engine.entities.trust import Ca
 from engine.managers.cas import CaManager
-from engine.query import Symbol, SymbolTable, SymbolType
-
-SYMBOLS = SymbolTable(
-    {
-        "id": Symbol(SymbolType.STRING, lambda e: e.id),
-        "name": Symbol(SymbolType.STRING, lambda e: e.name),
-        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
-        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
-        "fingerprint": Symbol(SymbolType.STRING, lambda e: e.fingerprint),
-        "certPem": Symbol(SymbolType.STRING, lambda e: e.cert_pem),
-        "isVerified": Symbol(SymbolType.BOOL, lambda e: e.is_verified),
-        "isAuthEnabled": Symbol(SymbolType.BOOL, lambda e: e.is_auth_enabled),
-        "isAutoCaEnrollmentEnabled": Symbol(SymbolType.BOOL, lambda e: e.is_auto_ca_enrollment_enabled),
-        "isOttCaEnrollmentEnabled": Symbol(SymbolType.BOOL, lambda e: e.is_ott_ca_enrollment_enabled),
-        "identityNameFormat": Symbol(SymbolType.STRING, lambda e: e.identity_name_format),
-        "identityRoles": Symbol(SymbolType.STRING, lambda e: e.identity_roles, is_set=True),
-        "verificationToken": Symbol(SymbolType.STRING, lambda e: e.verification_token),
-    },
-    tags_getter=lambda e: e.tags,
-)
 
 
 def ca_fields(model: WireModel, mode: Mode) -> dict[str, Any]:
@@ -73,11 +54,9 @@ class CaItem(FamilyItem[Ca]):
 
 def register(routes: Routes) -> None:
     manager = routes.managers.cas
-    family = Family(
-        entity="cas",
-        manager=manager,
-        render=render_ca,
-        symbols=SYMBOLS,
+    family = view_family(
+        Views(routes.ctrl).cas,
+        manager,
         create_model=CaCreate,
         update_model=CaUpdate,
         patch_model=CaPatch,

@@ -4,33 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import falcon
-
-from api.http import list_response
-from api.management.configs import config_symbols
-from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields
+from api.resources import FamilyCollection, FamilyItem, Mode, model_fields, view_family
 from api.routing import Routes
-from api.schemas.configs import (
-    ConfigTypeCreate,
-    ConfigTypePatch,
-    ConfigTypeUpdate,
-    render_config,
-    render_config_type,
-)
+from api.schemas.configs import ConfigTypeCreate, ConfigTypePatch, ConfigTypeUpdate
+from api.views import Views
 from api.wire import WireModel
-from engine.entities.services import Config, ConfigType
-from engine.query import Symbol, SymbolTable, SymbolType
-
-CONFIG_TYPE_SYMBOLS = SymbolTable(
-    {
-        "id": Symbol(SymbolType.STRING, lambda t: t.id),
-        "name": Symbol(SymbolType.STRING, lambda t: t.name),
-        "target": Symbol(SymbolType.STRING, lambda t: t.target),
-        "createdAt": Symbol(SymbolType.DATETIME, lambda t: t.created_at),
-        "updatedAt": Symbol(SymbolType.DATETIME, lambda t: t.updated_at),
-    },
-    tags_getter=lambda t: t.tags,
-)
+from engine.entities.services import ConfigType
 
 
 def config_type_fields(model: WireModel, mode: Mode) -> dict[str, Any]:
@@ -44,30 +23,16 @@ def config_type_fields(model: WireModel, mode: Mode) -> dict[str, Any]:
     return values
 
 
-class ConfigTypeItem(FamilyItem[ConfigType]):
-    def on_get_configs(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
-        config_type = self.family.manager.require(id)
-        ctrl = self.family.extra["ctrl"]
-        configs = ctrl.env.store.find_by(Config, "config_type_id", config_type.id)
-        list_response(
-            req, resp, configs, config_symbols(ctrl.env.store), lambda config: render_config(ctrl, config)
-        )
-
-
 def register(routes: Routes) -> None:
-    ctrl = routes.ctrl
-    family: Family[ConfigType] = Family(
-        entity="config-types",
-        manager=routes.managers.config_types,
-        render=render_config_type,
-        symbols=CONFIG_TYPE_SYMBOLS,
+    views = Views(routes.ctrl)
+    family = view_family(
+        views.config_types,
+        routes.managers.config_types,
         create_model=ConfigTypeCreate,
         update_model=ConfigTypeUpdate,
         patch_model=ConfigTypePatch,
         to_fields=config_type_fields,
-        extra={"ctrl": ctrl},
     )
-    item = ConfigTypeItem(family)
     routes.management("/config-types", FamilyCollection(family))
-    routes.management("/config-types/{id}", item)
-    routes.management("/config-types/{id}/configs", item, suffix="configs")
+    routes.management("/config-types/{id}", FamilyItem(family))
+    views.mount_sublists(routes, views.config_types)

@@ -20,7 +20,6 @@ from api.routing import Routes
 from api.wire import base, ts
 from engine.entities import Entity
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID
-from engine.entities.trust import AuthPolicy
 from engine.query import Symbol, SymbolTable, SymbolType
 from pki import fingerprint
 
@@ -81,7 +80,7 @@ class ControllerCollection:
 
     def info(self, client: bool) -> ControllerInfo:
         ctrl = self.ctrl
-        default = ctrl.env.store.get(AuthPolicy, DEFAULT_AUTH_POLICY_ID)
+        default = ctrl.managers.auth_policies.get(DEFAULT_AUTH_POLICY_ID)
         created_at = default.created_at if default is not None else self.started_at
         addresses = {"edge-client": [{"url": ctrl.base_url + CLIENT_BASE, "version": "v1"}]}
         if not client:

@@ -4,31 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.resources import Family, Mode, model_fields, mount
+from api.resources import FamilyCollection, FamilyItem, Mode, model_fields, view_family
 from api.routing import Routes
 from api.schemas.policies import (
     EdgeRouterPolicyCreate,
     EdgeRouterPolicyPatch,
     EdgeRouterPolicyUpdate,
-    render_edge_router_policy,
 )
+from api.views import Views
 from api.wire import WireModel
 from engine.entities.policies import EdgeRouterPolicy
-from engine.query import Symbol, SymbolTable, SymbolType
-
-SYMBOLS = SymbolTable(
-    {
-        "id": Symbol(SymbolType.STRING, lambda p: p.id),
-        "name": Symbol(SymbolType.STRING, lambda p: p.name),
-        "semantic": Symbol(SymbolType.STRING, lambda p: p.semantic),
-        "identityRoles": Symbol(SymbolType.STRING, lambda p: p.identity_roles, is_set=True),
-        "edgeRouterRoles": Symbol(SymbolType.STRING, lambda p: p.edge_router_roles, is_set=True),
-        "isSystem": Symbol(SymbolType.BOOL, lambda p: p.is_system),
-        "createdAt": Symbol(SymbolType.DATETIME, lambda p: p.created_at),
-        "updatedAt": Symbol(SymbolType.DATETIME, lambda p: p.updated_at),
-    },
-    tags_getter=lambda p: p.tags,
-)
 
 
 def _fields(model: WireModel, mode: Mode) -> dict[str, Any]:
@@ -39,17 +24,15 @@ def _fields(model: WireModel, mode: Mode) -> dict[str, Any]:
 
 
 def register(routes: Routes) -> None:
-    ctrl = routes.ctrl
-    mount(
-        routes,
-        Family(
-            entity="edge-router-policies",
-            manager=routes.managers.edge_router_policies,
-            render=lambda p: render_edge_router_policy(ctrl, p),
-            symbols=SYMBOLS,
-            create_model=EdgeRouterPolicyCreate,
-            update_model=EdgeRouterPolicyUpdate,
-            patch_model=EdgeRouterPolicyPatch,
-            to_fields=_fields,
-        ),
+    views = Views(routes.ctrl)
+    family = view_family(
+        views.edge_router_policies,
+        routes.managers.edge_router_policies,
+        create_model=EdgeRouterPolicyCreate,
+        update_model=EdgeRouterPolicyUpdate,
+        patch_model=EdgeRouterPolicyPatch,
+        to_fields=_fields,
     )
+    routes.management("/edge-router-policies", FamilyCollection(family))
+    routes.management("/edge-router-policies/{id}", FamilyItem(family))
+    views.mount_sublists(routes, views.edge_router_policies)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import falcon
 
-from api.controller import Controller
 from api.http import ok, read_model
-from api.resources import Family, FamilyCollection, FamilyItem
+from api.resources import Family, FamilyCollection, FamilyItem, view_family
 from api.routing import Routes
-from api.schemas.enrollments import EnrollmentCreate, EnrollmentRefresh, enrollment_symbols, render_enrollment
+from api.schemas.enrollments import EnrollmentCreate, EnrollmentRefresh
+from api.views import Views
 from engine.entities.identities import Enrollment
 from engine.managers.enrollments import EnrollmentManager
 
@@ -26,19 +26,9 @@ class EnrollmentItem(FamilyItem[Enrollment]):
         ok(resp, {"_links": {"self": {"href": f"./enrollments/{enrollment.id}"}}, "id": enrollment.id})
 
 
-def enrollment_family(ctrl: Controller, manager: EnrollmentManager) -> Family[Enrollment]:
-    return Family(
-        entity="enrollments",
-        manager=manager,
-        render=lambda e: render_enrollment(ctrl, e),
-        symbols=enrollment_symbols(),
-        create_model=EnrollmentCreate,
-    )
-
-
 def register(routes: Routes) -> None:
     manager = routes.managers.enrollments
-    family = enrollment_family(routes.ctrl, manager)
+    family = view_family(Views(routes.ctrl).enrollments, manager, create_model=EnrollmentCreate)
     item = EnrollmentItem(family, manager)
     routes.management("/enrollments", FamilyCollection(family))
     routes.management("/enrollments/{id}", item)

@@ -4,43 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.resources import Family, Mode, model_fields, mount
+from api.resources import Mode, model_fields, mount, view_family
 from api.routing import Routes
 from api.schemas.trust import (
     SIGNER_NULLABLE,
     ExternalJwtSignerCreate,
     ExternalJwtSignerPatch,
     ExternalJwtSignerUpdate,
-    render_external_jwt_signer,
 )
+from api.views import Views
 from api.wire import WireModel
 from engine.entities.trust import ExternalJwtSigner
 from engine.errors import FieldError, InvalidCertPemError
-from engine.query import Symbol, SymbolTable, SymbolType
 from pki import common_name, fingerprint, parse_certificates
-
-SYMBOLS = SymbolTable(
-    {
-        "id": Symbol(SymbolType.STRING, lambda e: e.id),
-        "name": Symbol(SymbolType.STRING, lambda e: e.name),
-        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
-        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
-        "issuer": Symbol(SymbolType.STRING, lambda e: e.issuer),
-        "audience": Symbol(SymbolType.STRING, lambda e: e.audience),
-        "kid": Symbol(SymbolType.STRING, lambda e: e.kid),
-        "fingerprint": Symbol(SymbolType.STRING, lambda e: e.fingerprint),
-        "commonName": Symbol(SymbolType.STRING, lambda e: e.common_name),
-        "certPem": Symbol(SymbolType.STRING, lambda e: e.cert_pem),
-        "enabled": Symbol(SymbolType.BOOL, lambda e: e.enabled),
-        "claimsProperty": Symbol(SymbolType.STRING, lambda e: e.claims_property),
-        "useExternalId": Symbol(SymbolType.BOOL, lambda e: e.use_external_id),
-        "clientId": Symbol(SymbolType.STRING, lambda e: e.client_id),
-        "targetToken": Symbol(SymbolType.STRING, lambda e: e.target_token),
-        "notAfter": Symbol(SymbolType.DATETIME, lambda e: e.not_after),
-        "notBefore": Symbol(SymbolType.DATETIME, lambda e: e.not_before),
-    },
-    tags_getter=lambda e: e.tags,
-)
 
 
 def certificate_fields(cert_pem: str | None) -> dict[str, Any]:
@@ -82,16 +58,12 @@ def signer_fields(model: WireModel, mode: Mode) -> dict[str, Any]:
 
 
 def register(routes: Routes) -> None:
-    mount(
-        routes,
-        Family(
-            entity="external-jwt-signers",
-            manager=routes.managers.external_jwt_signers,
-            render=render_external_jwt_signer,
-            symbols=SYMBOLS,
-            create_model=ExternalJwtSignerCreate,
-            update_model=ExternalJwtSignerUpdate,
-            patch_model=ExternalJwtSignerPatch,
-            to_fields=signer_fields,
-        ),
+    family = view_family(
+        Views(routes.ctrl).external_jwt_signers,
+        routes.managers.external_jwt_signers,
+        create_model=ExternalJwtSignerCreate,
+        update_model=ExternalJwtSignerUpdate,
+        patch_model=ExternalJwtSignerPatch,
+        to_fields=signer_fields,
     )
+    mount(routes, family)

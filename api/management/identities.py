@@ -1,35 +1,39 @@
-"""``/identities`` (CRUD, sub-lists, disable/enable), ``/identity-types``, ``/identity-role-attributes``."""
+"""``/identities`` (CRUD, sub-lists, disable/enable, service configs, policy advice), ``/identity-types``,
+``/identity-role-attributes``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import falcon
+from pydantic import ValidationError
 
 from api.controller import Controller
-from api.http import created, empty, list_response, ok, read_model
-from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields
+from api.errors import field_error_from_validation
+from api.http import created, empty, list_response, ok, read_body, read_model
+from api.middleware import ADMIN
+from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields, view_family
 from api.role_filter import RoleAttributes, role_filtered
 from api.routing import Routes
-from api.schemas.authenticators import authenticator_symbols, render_authenticator
-from api.schemas.enrollments import enrollment_symbols, render_enrollment
 from api.schemas.identities import (
+    SERVICE_CONFIG_LIST,
     DisableParams,
     IdentityCreate,
     IdentityPatch,
     IdentityUpdate,
     enrollment_request,
-    identity_symbols,
     identity_type_symbols,
     identity_types,
-    render_identity,
     render_identity_type,
+    render_service_config,
     type_id_of,
 )
-from api.wire import WireModel
+from api.views import Views
+from api.wire import WireModel, ref
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, Identity
-from engine.errors import NotFoundError
+from engine.errors import CouldNotParseBodyError, NotFoundError
 from engine.managers.identities import IdentityManager
+from engine.managers.registry import Managers
 
 #: Fields a PUT resets to an empty value when the body leaves them out or sends null.
 _EMPTY_MAPS = ("app_data", "tags", "service_hosting_costs", "service_hosting_precedences")
@@ -68,26 +72,9 @@ class IdentityCollection(FamilyCollection[Identity]):
 
 
 class IdentityItem(FamilyItem[Identity]):
-    def __init__(self, family: Family[Identity], ctrl: Controller, manager: IdentityManager) -> None:
+    def __init__(self, family: Family[Identity], manager: IdentityManager) -> None:
         super().__init__(family)
-        self.ctrl = ctrl
         self.manager = manager
-        self.authenticators = ctrl.managers.authenticators
-        self.enrollments = ctrl.managers.enrollments
-        self._authenticator_symbols = authenticator_symbols()
-        self._enrollment_symbols = enrollment_symbols()
-
-    def on_get_authenticators(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
-        self.manager.require(id)
-        items = self.authenticators.for_identity(id)
-        list_response(
-            req, resp, items, self._authenticator_symbols, lambda a: render_authenticator(self.ctrl, a)
-        )
-
-    def on_get_enrollments(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
-        self.manager.require(id)
-        items = self.enrollments.for_identity(id)
-        list_response(req, resp, items, self._enrollment_symbols, lambda e: render_enrollment(self.ctrl, e))
 
     def on_post_disable(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
         self.manager.require(id)
@@ -98,6 +85,85 @@ class IdentityItem(FamilyItem[Identity]):
     def on_post_enable(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
         self.manager.enable(id)
         empty(resp)
+
+
+class IdentityServiceConfigs:
+    """``/identities/{id}/service-configs``: the identity's service-config overrides.
+
+    OpenZiti (``routes/identity_router.go``): the list is every pair, unpaged (``limit`` is the
+    count); POST assigns and DELETE removes pairs (an empty DELETE removes nothing), both 200.
+    """
+
+    auth = ADMIN
+
+    def __init__(self, manager: IdentityManager) -> None:
+        self.manager = manager
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        rows = [render_service_config(s, c) for s, c in self.manager.service_configs(id)]
+        count = len(rows)
+        ok(
+            resp,
+            rows,
+            {"filterableFields": [], "pagination": {"limit": count, "offset": 0, "totalCount": count}},
+        )
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        self.manager.require(id)
+        self.manager.assign_service_configs(id, _service_config_pairs(req, required=True))
+        empty(resp)
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        self.manager.require(id)
+        self.manager.remove_service_configs(id, _service_config_pairs(req, required=False))
+        empty(resp)
+
+
+def _service_config_pairs(req: falcon.Request, *, required: bool) -> list[tuple[str, str]]:
+    """The ``serviceConfigsAssignList`` body as (service id, config id) pairs."""
+    data = read_body(req, req.context.max_body_bytes)
+    if not data.strip():
+        if required:
+            raise CouldNotParseBodyError(reason="a request body is required")
+        return []
+    try:
+        items = SERVICE_CONFIG_LIST.validate_json(data)
+    except ValidationError as ex:
+        raise field_error_from_validation(ex) from None
+    return [(item.service_id, item.config_id) for item in items]
+
+
+class PolicyAdvice:
+    """Analyse whether an identity can reach a service and through which edge routers."""
+
+    auth = ADMIN
+
+    def __init__(self, managers: Managers) -> None:
+        self.access = managers.access
+        self.edge_routers = managers.edge_routers
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, id: str, service_id: str) -> None:
+        identity, service, advice = self.access.advice(id, service_id)
+        common = [
+            {**(ref(router) or {}), "isOnline": False}
+            for router in self.edge_routers.get_many(advice.common_router_ids)
+        ]
+        data: dict[str, Any] = {
+            "commonRouters": common or None,
+            "identity": ref(identity),
+            "identityId": identity.id,
+            "service": ref(service),
+            "serviceId": service.id,
+        }
+        # OpenZiti's PolicyAdvice marks these omitempty: false and 0 are left out.
+        optional = {
+            "isDialAllowed": advice.is_dial_allowed,
+            "isBindAllowed": advice.is_bind_allowed,
+            "identityRouterCount": advice.identity_router_count,
+            "serviceRouterCount": advice.service_router_count,
+        }
+        data.update({k: v for k, v in optional.items() if v})
+        ok(resp, data)
 
 
 class IdentityTypeCollection:
@@ -119,23 +185,26 @@ class IdentityTypeItem:
 
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
+    views = Views(ctrl)
     manager = routes.managers.identities
-    family = Family(
-        entity="identities",
-        manager=manager,
-        render=lambda i: render_identity(ctrl, i),
-        symbols=identity_symbols(ctrl),
+    access = routes.managers.access
+    family = view_family(
+        views.identities,
+        manager,
         create_model=IdentityCreate,
         update_model=IdentityUpdate,
         patch_model=IdentityPatch,
         to_fields=identity_fields,
-        list_items=lambda req: role_filtered(req, manager.list(), ctrl.access, Identity),
+        list_items=lambda req: role_filtered(req, manager.list(), access, Identity),
     )
-    item = IdentityItem(family, ctrl, manager)
+    item = IdentityItem(family, manager)
     routes.management("/identities", IdentityCollection(family, ctrl, manager))
     routes.management("/identities/{id}", item)
-    for suffix in ("authenticators", "enrollments", "disable", "enable"):
+    for suffix in ("disable", "enable"):
         routes.management(f"/identities/{{id}}/{suffix}", item, suffix=suffix)
+    views.mount_sublists(routes, views.identities)
+    routes.management("/identities/{id}/service-configs", IdentityServiceConfigs(manager))
+    routes.management("/identities/{id}/policy-advice/{service_id}", PolicyAdvice(routes.managers))
     routes.management("/identity-types", IdentityTypeCollection())
     routes.management("/identity-types/{id}", IdentityTypeItem())
-    routes.management("/identity-role-attributes", RoleAttributes(ctrl.access, Identity))
+    routes.management("/identity-role-attributes", RoleAttributes(access, Identity))

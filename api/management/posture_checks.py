@@ -19,16 +19,17 @@ from api.role_filter import RoleAttributes, role_filtered
 from api.routing import Routes
 from api.schemas.posture_checks import (
     MODELS,
-    render_posture_check,
+    POSTURE_CHECK_TYPE_SYMBOLS,
     render_posture_check_type,
     type_details,
 )
+from api.views import View, Views
 from api.wire import WireModel
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID
 from engine.entities.posture import PostureCheck
-from engine.entities.trust import AuthPolicy
 from engine.errors import CouldNotParseBodyError, FieldError, NotFoundError
 from engine.managers.access import AccessManager
+from engine.managers.auth_policies import AuthPolicyManager
 from engine.managers.posture_checks import (
     BUILTIN_TYPES,
     DETAILS_PATCH,
@@ -36,29 +37,7 @@ from engine.managers.posture_checks import (
     PostureCheckType,
     check_type_id,
 )
-from engine.query import Symbol, SymbolTable, SymbolType
-
-SYMBOLS = SymbolTable(
-    {
-        "id": Symbol(SymbolType.STRING, lambda e: e.id),
-        "name": Symbol(SymbolType.STRING, lambda e: e.name),
-        "typeId": Symbol(SymbolType.STRING, lambda e: e.type_id),
-        "roleAttributes": Symbol(SymbolType.STRING, lambda e: e.role_attributes, is_set=True),
-        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
-        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
-    },
-    tags_getter=lambda e: e.tags,
-)
-
-TYPE_SYMBOLS = SymbolTable(
-    {
-        "id": Symbol(SymbolType.STRING, lambda e: e.id),
-        "name": Symbol(SymbolType.STRING, lambda e: e.name),
-        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
-        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
-    },
-    tags_getter=lambda e: e.tags,
-)
+from engine.ports import Clock
 
 
 def _read_json(req: falcon.Request) -> tuple[bytes, dict[str, Any]]:
@@ -100,14 +79,14 @@ def _header(model: WireModel, names: tuple[str, ...], *, only_set: bool) -> dict
 
 
 class PostureCheckCollection:
-    def __init__(self, manager: PostureCheckManager, access: AccessManager, render: Any) -> None:
+    def __init__(self, manager: PostureCheckManager, access: AccessManager, view: View[PostureCheck]) -> None:
         self.manager = manager
         self.access = access
-        self.render = render
+        self.view = view
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         items = role_filtered(req, self.manager.list(), self.access, PostureCheck)
-        list_response(req, resp, items, SYMBOLS, self.render)
+        list_response(req, resp, items, self.view.symbols, self.view.renderer(req))
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         data, doc = _read_json(req)
@@ -126,12 +105,12 @@ class PostureCheckCollection:
 
 
 class PostureCheckItem:
-    def __init__(self, manager: PostureCheckManager, render: Any) -> None:
+    def __init__(self, manager: PostureCheckManager, view: View[PostureCheck]) -> None:
         self.manager = manager
-        self.render = render
+        self.view = view
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
-        ok(resp, self.render(self.manager.require(id)))
+        ok(resp, self.view.renderer(req)(self.manager.require(id)))
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
         data, doc = _read_json(req)
@@ -169,19 +148,20 @@ class PostureCheckItem:
 class PostureCheckTypes:
     """The built-in types; their timestamps are those of the controller's first start."""
 
-    def __init__(self, routes: Routes) -> None:
-        self.env = routes.ctrl.env
+    def __init__(self, auth_policies: AuthPolicyManager, clock: Clock) -> None:
+        self.auth_policies = auth_policies
+        self.clock = clock
 
     def types(self) -> list[PostureCheckType]:
-        default = self.env.store.get(AuthPolicy, DEFAULT_AUTH_POLICY_ID)
-        when = default.created_at if default is not None else self.env.clock.now()
+        default = self.auth_policies.get(DEFAULT_AUTH_POLICY_ID)
+        when = default.created_at if default is not None else self.clock.now()
         return [
             PostureCheckType(id=type_id, created_at=when, updated_at=when, name=name, operating_systems=oses)
             for type_id, name, oses in BUILTIN_TYPES
         ]
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        list_response(req, resp, self.types(), TYPE_SYMBOLS, render_posture_check_type)
+        list_response(req, resp, self.types(), POSTURE_CHECK_TYPE_SYMBOLS, render_posture_check_type)
 
     def on_get_item(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
         for check_type in self.types():
@@ -192,15 +172,12 @@ class PostureCheckTypes:
 
 
 def register(routes: Routes) -> None:
-    ctrl = routes.ctrl
-    manager = routes.managers.posture_checks
-
-    def render(check: PostureCheck) -> dict[str, Any]:
-        return render_posture_check(ctrl, check)
-
-    routes.management("/posture-checks", PostureCheckCollection(manager, ctrl.access, render))
-    routes.management("/posture-checks/{id}", PostureCheckItem(manager, render))
-    types = PostureCheckTypes(routes)
+    managers = routes.managers
+    manager = managers.posture_checks
+    view = Views(routes.ctrl).posture_checks
+    routes.management("/posture-checks", PostureCheckCollection(manager, managers.access, view))
+    routes.management("/posture-checks/{id}", PostureCheckItem(manager, view))
+    types = PostureCheckTypes(managers.auth_policies, managers.env.clock)
     routes.management("/posture-check-types", types)
     routes.management("/posture-check-types/{id}", types, suffix="item")
-    routes.management("/posture-check-role-attributes", RoleAttributes(ctrl.access, PostureCheck))
+    routes.management("/posture-check-role-attributes", RoleAttributes(managers.access, PostureCheck))

@@ -4,28 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields, mount
+from api.resources import FamilyCollection, FamilyItem, Mode, model_fields, mount, view_family
 from api.routing import Routes
-from api.schemas.routers import RouterCreate, RouterPatch, RouterUpdate, render_router
+from api.schemas.routers import RouterCreate, RouterPatch, RouterUpdate
+from api.views import Views
 from api.wire import WireModel, require_field
 from engine.entities.routers import Router
-from engine.query import Symbol, SymbolTable, SymbolType
-
-SYMBOLS = SymbolTable(
-    {
-        "id": Symbol(SymbolType.STRING, lambda r: r.id),
-        "name": Symbol(SymbolType.STRING, lambda r: r.name),
-        "fingerprint": Symbol(SymbolType.STRING, lambda r: r.fingerprint),
-        "isOnline": Symbol(SymbolType.BOOL, lambda r: False),
-        "isVerified": Symbol(SymbolType.BOOL, lambda r: r.is_verified),
-        "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
-        "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
-        "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),
-        "createdAt": Symbol(SymbolType.DATETIME, lambda r: r.created_at),
-        "updatedAt": Symbol(SymbolType.DATETIME, lambda r: r.updated_at),
-    },
-    tags_getter=lambda r: r.tags,
-)
 
 
 def _fields(model: WireModel, mode: Mode) -> dict[str, Any]:
@@ -36,12 +20,11 @@ def _fields(model: WireModel, mode: Mode) -> dict[str, Any]:
 
 
 def register(routes: Routes) -> None:
-    ctrl = routes.ctrl
-    family = Family(
+    views = Views(routes.ctrl)
+    family = view_family(
+        views.routers,
+        routes.managers.routers,
         entity="transit-routers",
-        manager=routes.managers.routers,
-        render=lambda r: render_router(ctrl, r),
-        symbols=SYMBOLS,
         create_model=RouterCreate,
         update_model=RouterUpdate,
         patch_model=RouterPatch,

@@ -1,10 +1,5 @@
-"""``GET /summary``: entity counts keyed as OpenZiti's ``Stores.GetEntityCounts`` keys them.
-
-OpenZiti counts every store: edge child stores appear as ``<parent>.edge`` (``routers.edge``,
-``services.edge``) and transit routers are not counted separately (they are ``routers``). Kinds
-this controller does not keep (API session certificates, eventual events, ...) count 0; kinds
-other modules may add later (sessions, terminators, revocations) are found by entity name.
-"""
+"""``GET /summary``: entity counts keyed as OpenZiti's ``Stores.GetEntityCounts`` keys them
+(:func:`engine.managers.summary.entity_counts`)."""
 
 from __future__ import annotations
 
@@ -12,73 +7,17 @@ import falcon
 
 from api.http import ok
 from api.routing import Routes
-from engine.entities import ALL_KINDS, Entity
-from engine.entities.identities import ApiSession, Authenticator, Enrollment, Identity
-from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy, ServicePolicy
-from engine.entities.posture import PostureCheck
-from engine.entities.routers import EdgeRouter, Router
-from engine.entities.services import Config, ConfigType, Service
-from engine.entities.trust import AuthPolicy, Ca, ExternalJwtSigner
-from engine.managers.posture_checks import BUILTIN_TYPES
-from engine.ports import Store
-
-#: OpenZiti key -> our entity kind.
-KINDS: dict[str, type[Entity]] = {
-    "apiSessions": ApiSession,
-    "authPolicies": AuthPolicy,
-    "authenticators": Authenticator,
-    "cas": Ca,
-    "configTypes": ConfigType,
-    "configs": Config,
-    "edgeRouterPolicies": EdgeRouterPolicy,
-    "enrollments": Enrollment,
-    "externalJwtSigners": ExternalJwtSigner,
-    "identities": Identity,
-    "postureChecks": PostureCheck,
-    "routers.edge": EdgeRouter,
-    "serviceEdgeRouterPolicies": ServiceEdgeRouterPolicy,
-    "servicePolicies": ServicePolicy,
-    "services": Service,
-    "services.edge": Service,
-}
-
-#: OpenZiti key -> the ``ENTITY`` name of a kind another module may define.
-OPTIONAL_KINDS = {
-    "apiSessionCertificates": "api-session-certificates",
-    "eventualEvents": "eventual-events",
-    "revocations": "revocations",
-    "sessions": "sessions",
-    "terminators": "terminators",
-}
-
-IDENTITY_TYPE_COUNT = 2  # Default and Router
-
-
-def _count_named(store: Store, entity: str) -> int:
-    for kind in ALL_KINDS:
-        if entity == kind.ENTITY:
-            return store.count(kind)
-    return 0
-
-
-def entity_counts(store: Store) -> dict[str, int]:
-    counts = {key: store.count(kind) for key, kind in KINDS.items()}
-    counts.update({key: _count_named(store, name) for key, name in OPTIONAL_KINDS.items()})
-    counts["routers"] = store.count(EdgeRouter) + store.count(Router)
-    counts["controllers"] = 1
-    counts["identityTypes"] = IDENTITY_TYPE_COUNT
-    counts["postureCheckTypes"] = len(BUILTIN_TYPES)
-    counts["mfas"] = sum(1 for i in store.all(Identity) if i.is_mfa_enabled)
-    return dict(sorted(counts.items()))
+from engine.managers._base import Env
+from engine.managers.summary import entity_counts
 
 
 class Summary:
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, env: Env) -> None:
+        self.env = env
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        ok(resp, entity_counts(self.store))
+        ok(resp, entity_counts(self.env))
 
 
 def register(routes: Routes) -> None:
-    routes.management("/summary", Summary(routes.ctrl.env.store))
+    routes.management("/summary", Summary(routes.managers.env))

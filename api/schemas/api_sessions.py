@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import Field
 
 from api.controller import Controller
 from api.wire import WireModel, base, ref, ts
-from engine.entities.identities import ApiSession, Authenticator, Identity
+from engine.entities.identities import ApiSession
+from engine.managers.authentication import AuthQuery
 
 
 class EnvInfo(WireModel):
@@ -43,19 +45,51 @@ def info_dict(model: WireModel | None) -> dict[str, Any]:
     return model.model_dump(by_alias=True, exclude_none=True)
 
 
-def render_api_session(ctrl: Controller, session: ApiSession, *, token: str | None = None) -> dict[str, Any]:
+class MfaCode(WireModel):
+    """``mfaCode``: a TOTP code or a recovery code."""
+
+    code: str
+
+
+def render_auth_query(query: AuthQuery) -> dict[str, Any]:
+    """``authQueryDetail``: only the fields the factor has."""
+    out: dict[str, Any] = {"typeId": query.type_id, "provider": query.provider}
+    optional = {
+        "httpMethod": query.http_method,
+        "httpUrl": query.http_url,
+        "format": query.format,
+        "minLength": query.min_length,
+        "maxLength": query.max_length,
+        "id": query.id,
+        "clientId": query.client_id,
+    }
+    out.update({k: v for k, v in optional.items() if v is not None})
+    if query.scopes:
+        out["scopes"] = list(query.scopes)
+    return out
+
+
+def render_api_session(
+    ctrl: Controller,
+    session: ApiSession,
+    *,
+    token: str | None = None,
+    auth_queries: Sequence[AuthQuery] = (),
+) -> dict[str, Any]:
     """``apiSessionDetail``; with ``token`` (the caller's own session) ``currentApiSessionDetail``.
 
     The store keeps only a hash of the token, so only its owner, who sent it, sees it again.
+    ``auth_queries`` are the factors the session still owes on the current request (only the
+    caller's own session is rendered in a request context; OpenZiti lists none for others).
     """
-    identity = ctrl.env.store.get(Identity, session.identity_id)
-    authenticator = ctrl.env.store.get(Authenticator, session.authenticator_id)
+    identity = ctrl.managers.identities.get(session.identity_id)
+    authenticator = ctrl.managers.authenticators.get(session.authenticator_id)
     cert = authenticator if authenticator is not None and authenticator.method == "cert" else None
     last = ctrl.sessions.last_activity(session)
     out = base(session)
     out.update(
         {
-            "authQueries": [],
+            "authQueries": [render_auth_query(q) for q in auth_queries],
             "authenticatorId": session.authenticator_id,
             "cachedLastActivityAt": ts(last),
             "configTypes": session.config_types,

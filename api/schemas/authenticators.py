@@ -9,7 +9,7 @@ from pydantic import Field
 from api.controller import Controller
 from api.schemas.enrollments import DateTime
 from api.wire import Tags, WireModel, base, ref, ts
-from engine.entities.identities import Authenticator, Identity
+from engine.entities.identities import Authenticator
 from engine.query import Symbol, SymbolTable, SymbolType
 
 Username = Annotated[str, Field(min_length=4, max_length=100)]
@@ -53,9 +53,27 @@ class AuthenticatorPatch(WireModel):
     tags: Tags = None
 
 
+class CurrentAuthenticatorUpdate(WireModel):
+    """``authenticatorUpdateWithCurrent``: the identity's own new credentials, proven by the old password."""
+
+    username: Username
+    password: Password
+    current_password: Password
+    tags: Tags = None
+
+
+class CurrentAuthenticatorPatch(WireModel):
+    """``authenticatorPatchWithCurrent``: the fields to change, proven by the current password."""
+
+    username: Username | None = None
+    password: Password | None = None
+    current_password: Password
+    tags: Tags = None
+
+
 def render_authenticator(ctrl: Controller, authenticator: Authenticator) -> dict[str, Any]:
     """``authenticatorDetail``: never the password hash."""
-    identity = ctrl.env.store.get(Identity, authenticator.identity_id)
+    identity = ctrl.managers.identities.get(authenticator.identity_id)
     out = base(authenticator)
     out["_links"]["identities"] = {"href": f"./identities/{authenticator.identity_id}"}
     out.update(

@@ -10,7 +10,6 @@ from pydantic import AfterValidator
 from api.controller import Controller
 from api.wire import WireModel, base, ref, ts
 from engine.entities.identities import Enrollment, Identity
-from engine.entities.trust import Ca
 from engine.managers.enrollment import IDENTITY_METHODS
 from engine.query import Symbol, SymbolTable, SymbolType
 
@@ -54,9 +53,8 @@ def identity_summary(identity: Identity | None, identity_id: str) -> dict[str, A
 
 def render_enrollment(ctrl: Controller, enrollment: Enrollment) -> dict[str, Any]:
     """``enrollmentDetail``."""
-    store = ctrl.env.store
-    identity = store.get(Identity, enrollment.identity_id)
-    ca = store.get(Ca, enrollment.ca_id) if enrollment.ca_id else None
+    identity = ctrl.managers.identities.get(enrollment.identity_id)
+    ca = ctrl.managers.cas.get(enrollment.ca_id) if enrollment.ca_id else None
     out = base(enrollment)
     out.update(
         {

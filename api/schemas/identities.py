@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, TypeAdapter
 
 from api.controller import Controller
 from api.wire import Attributes, Cost, Tags, WireModel, base, ref, ts
-from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, ApiSession, Authenticator, Enrollment, Identity
-from engine.entities.trust import AuthPolicy, Ca
+from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, Enrollment, Identity
+from engine.entities.services import Config, Service
 from engine.managers.identities import DEFAULT_TYPE, ROUTER_TYPE, EnrollmentRequest
 from engine.query import Symbol, SymbolTable, SymbolType
 
@@ -173,28 +173,24 @@ def identity_type_symbols() -> SymbolTable:
 # -- identity detail ------------------------------------------------------------------------------
 def is_disabled(ctrl: Controller, identity: Identity) -> bool:
     """Disabled now: locked, and the lock has no end or has not ended yet (as OpenZiti computes it)."""
-    if not identity.disabled:
-        return False
-    until = identity.disabled_until
-    return until is None or until > ctrl.env.clock.now()
+    return ctrl.managers.identities.is_disabled(identity)
 
 
 def render_identity(ctrl: Controller, identity: Identity) -> dict[str, Any]:
-    store = ctrl.env.store
+    managers = ctrl.managers
     authenticators: dict[str, Any] = {}
-    for auth in store.find_by(Authenticator, "identity_id", identity.id):
+    for auth in managers.authenticators.for_identity(identity.id):
         if auth.method == "updb":
             authenticators["updb"] = {"id": auth.id, "username": auth.username}
         elif auth.method == "cert":
             authenticators["cert"] = {"id": auth.id, "fingerprint": auth.fingerprint}
     enrollment: dict[str, Any] = {}
-    for enr in store.find_by(Enrollment, "identity_id", identity.id):
+    for enr in managers.enrollments.for_identity(identity.id):
         enrollment[enr.method] = render_enrollment_summary(ctrl, enr)
     policy_id = identity.auth_policy_id or DEFAULT_AUTH_POLICY_ID
-    policy = store.get(AuthPolicy, policy_id)
-    has_session = any(
-        not ctrl.sessions.is_expired(s) for s in store.find_by(ApiSession, "identity_id", identity.id)
-    )
+    policy = managers.auth_policies.get(policy_id)
+    sessions = managers.api_sessions
+    has_session = any(not sessions.is_expired(s) for s in sessions.find_by("identity_id", identity.id))
     disabled = is_disabled(ctrl, identity)
     out = base(
         identity,
@@ -251,5 +247,22 @@ def render_enrollment_summary(ctrl: Controller, enrollment: Enrollment) -> dict[
     }
     if enrollment.method == "ottca" and enrollment.ca_id:
         out["caId"] = enrollment.ca_id
-        out["ca"] = ref(ctrl.env.store.get(Ca, enrollment.ca_id))
+        out["ca"] = ref(ctrl.managers.cas.get(enrollment.ca_id))
     return out
+
+
+# -- service-config overrides ---------------------------------------------------------------------
+class ServiceConfigAssign(WireModel):
+    """``serviceConfigAssign``: a service and the config that overrides its config of that type."""
+
+    service_id: str
+    config_id: str
+
+
+#: ``serviceConfigsAssignList``: the body of POST and DELETE ``/identities/{id}/service-configs``.
+SERVICE_CONFIG_LIST = TypeAdapter(list[ServiceConfigAssign])
+
+
+def render_service_config(service: Service, config: Config) -> dict[str, Any]:
+    """``serviceConfigDetail``."""
+    return {"config": ref(config), "configId": config.id, "service": ref(service), "serviceId": service.id}

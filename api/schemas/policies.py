@@ -18,6 +18,8 @@ from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy, 
 from engine.entities.posture import PostureCheck
 from engine.entities.routers import EdgeRouter
 from engine.entities.services import Service
+from engine.managers._base import EntityManager
+from engine.query import Symbol, SymbolTable, SymbolType
 from engine.roles import named_roles
 
 #: The REST ``dialBind`` enum: ``Invalid`` passes here and is refused by the manager.
@@ -104,12 +106,63 @@ class ServiceEdgeRouterPolicyPatch(_PolicyBody):
     tags: Tags = None
 
 
+# -- filterable fields ----------------------------------------------------------------------------
+SERVICE_POLICY_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda p: p.id),
+        "name": Symbol(SymbolType.STRING, lambda p: p.name),
+        "semantic": Symbol(SymbolType.STRING, lambda p: p.semantic),
+        "type": Symbol(SymbolType.STRING, lambda p: p.type),
+        "identityRoles": Symbol(SymbolType.STRING, lambda p: p.identity_roles, is_set=True),
+        "serviceRoles": Symbol(SymbolType.STRING, lambda p: p.service_roles, is_set=True),
+        "postureCheckRoles": Symbol(SymbolType.STRING, lambda p: p.posture_check_roles, is_set=True),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda p: p.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda p: p.updated_at),
+    },
+    tags_getter=lambda p: p.tags,
+)
+
+EDGE_ROUTER_POLICY_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda p: p.id),
+        "name": Symbol(SymbolType.STRING, lambda p: p.name),
+        "semantic": Symbol(SymbolType.STRING, lambda p: p.semantic),
+        "identityRoles": Symbol(SymbolType.STRING, lambda p: p.identity_roles, is_set=True),
+        "edgeRouterRoles": Symbol(SymbolType.STRING, lambda p: p.edge_router_roles, is_set=True),
+        "isSystem": Symbol(SymbolType.BOOL, lambda p: p.is_system),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda p: p.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda p: p.updated_at),
+    },
+    tags_getter=lambda p: p.tags,
+)
+
+SERVICE_EDGE_ROUTER_POLICY_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda p: p.id),
+        "name": Symbol(SymbolType.STRING, lambda p: p.name),
+        "semantic": Symbol(SymbolType.STRING, lambda p: p.semantic),
+        "serviceRoles": Symbol(SymbolType.STRING, lambda p: p.service_roles, is_set=True),
+        "edgeRouterRoles": Symbol(SymbolType.STRING, lambda p: p.edge_router_roles, is_set=True),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda p: p.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda p: p.updated_at),
+    },
+    tags_getter=lambda p: p.tags,
+)
+
+
 # -- rendering ------------------------------------------------------------------------------------
 def _display(ctrl: Controller, kind: type[Entity], roles: list[str]) -> list[dict[str, str]]:
-    store = ctrl.env.store
+    managers = ctrl.managers
+    by_kind: dict[type[Entity], EntityManager[Any]] = {
+        Identity: managers.identities,
+        Service: managers.services,
+        EdgeRouter: managers.edge_routers,
+        PostureCheck: managers.posture_checks,
+    }
+    manager = by_kind[kind]
 
     def name_of(id: str) -> str | None:
-        entity = store.get(kind, id)
+        entity = manager.get(id)
         return None if entity is None else str(getattr(entity, "name", ""))
 
     return named_roles(roles, name_of)

@@ -24,6 +24,7 @@ from engine.managers.posture_checks import (
     PROCESS_MULTI,
     PostureCheckType,
 )
+from engine.query import Symbol, SymbolTable, SymbolType
 
 OsType = Literal["Windows", "WindowsServer", "Android", "iOS", "Linux", "macOS"]
 
@@ -240,3 +241,27 @@ def render_posture_check_type(check_type: PostureCheckType) -> dict[str, Any]:
         }
     )
     return out
+
+
+POSTURE_CHECK_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda e: e.id),
+        "name": Symbol(SymbolType.STRING, lambda e: e.name),
+        "typeId": Symbol(SymbolType.STRING, lambda e: e.type_id),
+        "roleAttributes": Symbol(SymbolType.STRING, lambda e: e.role_attributes, is_set=True),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
+    },
+    tags_getter=lambda e: e.tags,
+)
+
+
+POSTURE_CHECK_TYPE_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda e: e.id),
+        "name": Symbol(SymbolType.STRING, lambda e: e.name),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
+    },
+    tags_getter=lambda e: e.tags,
+)

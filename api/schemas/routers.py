@@ -10,6 +10,7 @@ from pydantic_core import PydanticCustomError
 from api.controller import Controller
 from api.wire import Tags, WireModel, base, ts
 from engine.entities.routers import EdgeRouter, Router, RouterBase
+from engine.query import Symbol, SymbolTable, SymbolType
 
 EDGE_ROUTER_ENROLLMENT = "erott"
 TRANSIT_ROUTER_ENROLLMENT = "trott"
@@ -30,9 +31,14 @@ def _cost(value: int) -> int:
 RouterCost = Annotated[int, AfterValidator(_cost)]
 
 
+#: ``ctrlChanListeners``: control-channel listener address -> the groups it serves.
+CtrlChanListeners = dict[str, list[str]] | None
+
+
 class RouterCreate(WireModel):
     name: str | None
     cost: RouterCost | None = None
+    ctrl_chan_listeners: CtrlChanListeners = None
     disabled: bool | None = None
     no_traversal: bool | None = None
     tags: Tags = None
@@ -85,7 +91,7 @@ def render_edge_router(ctrl: Controller, router: EdgeRouter) -> dict[str, Any]:
             "certPem": router.cert_pem,
             "configs": [],
             "cost": router.cost,
-            "ctrlChanListeners": {},
+            "ctrlChanListeners": router.ctrl_chan_listeners,
             "disabled": router.disabled,
             "fingerprint": router.fingerprint,
             "hostname": router.hostname,
@@ -113,7 +119,7 @@ def render_router(ctrl: Controller, router: Router) -> dict[str, Any]:
         {
             "configs": [],
             "cost": router.cost,
-            "ctrlChanListeners": {},
+            "ctrlChanListeners": router.ctrl_chan_listeners,
             "disabled": router.disabled,
             "fingerprint": router.fingerprint,
             "isOnline": False,
@@ -126,3 +132,39 @@ def render_router(ctrl: Controller, router: Router) -> dict[str, Any]:
     )
     out.update(_enrollment(router))
     return out
+
+
+EDGE_ROUTER_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda r: r.id),
+        "name": Symbol(SymbolType.STRING, lambda r: r.name),
+        "roleAttributes": Symbol(SymbolType.STRING, lambda r: r.role_attributes, is_set=True),
+        "isOnline": Symbol(SymbolType.BOOL, lambda r: False),
+        "isVerified": Symbol(SymbolType.BOOL, lambda r: r.is_verified),
+        "isTunnelerEnabled": Symbol(SymbolType.BOOL, lambda r: r.is_tunneler_enabled),
+        "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
+        "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
+        "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),
+        "fingerprint": Symbol(SymbolType.STRING, lambda r: r.fingerprint),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda r: r.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda r: r.updated_at),
+    },
+    tags_getter=lambda r: r.tags,
+)
+
+
+ROUTER_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda r: r.id),
+        "name": Symbol(SymbolType.STRING, lambda r: r.name),
+        "fingerprint": Symbol(SymbolType.STRING, lambda r: r.fingerprint),
+        "isOnline": Symbol(SymbolType.BOOL, lambda r: False),
+        "isVerified": Symbol(SymbolType.BOOL, lambda r: r.is_verified),
+        "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
+        "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
+        "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda r: r.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda r: r.updated_at),
+    },
+    tags_getter=lambda r: r.tags,
+)

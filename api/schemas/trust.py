@@ -1,4 +1,5 @@
-"""Wire shapes of the trust anchors: auth policies, external JWT signers and CAs."""
+"""Wire shapes of the trust anchors: auth policies, external JWT signers and CAs (request models,
+filterable fields and the detail renderers)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any, Literal
 from api.wire import Tags, WireModel, base, ts
 from engine.entities.trust import AuthPolicy, Ca, ExternalJwtSigner
 from engine.managers.auth_policies import DEFAULT_PRIMARY, DEFAULT_SECONDARY, merge
+from engine.query import Symbol, SymbolTable, SymbolType
 
 # -- auth policies ----------------------------------------------------------------------------
 #: Nested keys a patch may set to null (the spec marks them x-nullable and OpenZiti stores nil).
@@ -285,3 +287,58 @@ def render_ca(ca: Ca) -> dict[str, Any]:
         }
     )
     return out
+
+
+AUTH_POLICY_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda e: e.id),
+        "name": Symbol(SymbolType.STRING, lambda e: e.name),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
+    },
+    tags_getter=lambda e: e.tags,
+)
+
+
+EXTERNAL_JWT_SIGNER_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda e: e.id),
+        "name": Symbol(SymbolType.STRING, lambda e: e.name),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
+        "issuer": Symbol(SymbolType.STRING, lambda e: e.issuer),
+        "audience": Symbol(SymbolType.STRING, lambda e: e.audience),
+        "kid": Symbol(SymbolType.STRING, lambda e: e.kid),
+        "fingerprint": Symbol(SymbolType.STRING, lambda e: e.fingerprint),
+        "commonName": Symbol(SymbolType.STRING, lambda e: e.common_name),
+        "certPem": Symbol(SymbolType.STRING, lambda e: e.cert_pem),
+        "enabled": Symbol(SymbolType.BOOL, lambda e: e.enabled),
+        "claimsProperty": Symbol(SymbolType.STRING, lambda e: e.claims_property),
+        "useExternalId": Symbol(SymbolType.BOOL, lambda e: e.use_external_id),
+        "clientId": Symbol(SymbolType.STRING, lambda e: e.client_id),
+        "targetToken": Symbol(SymbolType.STRING, lambda e: e.target_token),
+        "notAfter": Symbol(SymbolType.DATETIME, lambda e: e.not_after),
+        "notBefore": Symbol(SymbolType.DATETIME, lambda e: e.not_before),
+    },
+    tags_getter=lambda e: e.tags,
+)
+
+
+CA_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda e: e.id),
+        "name": Symbol(SymbolType.STRING, lambda e: e.name),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
+        "fingerprint": Symbol(SymbolType.STRING, lambda e: e.fingerprint),
+        "certPem": Symbol(SymbolType.STRING, lambda e: e.cert_pem),
+        "isVerified": Symbol(SymbolType.BOOL, lambda e: e.is_verified),
+        "isAuthEnabled": Symbol(SymbolType.BOOL, lambda e: e.is_auth_enabled),
+        "isAutoCaEnrollmentEnabled": Symbol(SymbolType.BOOL, lambda e: e.is_auto_ca_enrollment_enabled),
+        "isOttCaEnrollmentEnabled": Symbol(SymbolType.BOOL, lambda e: e.is_ott_ca_enrollment_enabled),
+        "identityNameFormat": Symbol(SymbolType.STRING, lambda e: e.identity_name_format),
+        "identityRoles": Symbol(SymbolType.STRING, lambda e: e.identity_roles, is_set=True),
+        "verificationToken": Symbol(SymbolType.STRING, lambda e: e.verification_token),
+    },
+    tags_getter=lambda e: e.tags,
+)

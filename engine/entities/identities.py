@@ -35,6 +35,9 @@ class Identity(Entity):
     env_info: dict[str, Any] = field(default_factory=dict)
     sdk_info: dict[str, Any] = field(default_factory=dict)
     is_mfa_enabled: bool = False
+    #: Service-config overrides: service id -> config type id -> config id. For this identity, the
+    #: config replaces the service's own config of that type (``/identities/{id}/service-configs``).
+    service_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @register

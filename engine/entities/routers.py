@@ -23,6 +23,9 @@ class RouterBase(Entity):
     enrollment_expires_at: datetime | None = None
     #: The enrollment JWT, signed once when the enrollment token is issued.
     enrollment_jwt: str | None = None
+    #: Control-channel listener address -> its groups (OpenZiti ``ctrlChanListeners``), set by
+    #: administrators; empty until one is set.
+    ctrl_chan_listeners: dict[str, list[str]] = field(default_factory=dict)
 
 
 @register

@@ -7,6 +7,7 @@ Validation failures raise before anything is written, so a refused request chang
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -18,11 +19,15 @@ from engine.ports import (
     CertificateAuthority,
     Change,
     Clock,
+    ExternalJwtVerifier,
     IdGenerator,
     PasswordHasher,
     SchemaChecker,
     Store,
     TokenSigner,
+    TotpService,
+    UnconfiguredJwtVerifier,
+    UnconfiguredTotp,
     UnitOfWork,
 )
 
@@ -42,6 +47,10 @@ class Env:
     schemas: SchemaChecker
     ca: CertificateAuthority
     tokens: TokenSigner
+    #: TOTP codes and recovery codes for MFA (``pki.totp``).
+    totp: TotpService = field(default_factory=UnconfiguredTotp)
+    #: Signature checks of external identity providers' JWTs (``pki.jwks``).
+    jwt_verifier: ExternalJwtVerifier = field(default_factory=UnconfiguredJwtVerifier)
     listeners: list[Listener] = field(default_factory=list)
 
     def commit(self, uow: UnitOfWork) -> None:
@@ -75,11 +84,34 @@ class EntityManager(Generic[E]):
     def list(self) -> list[E]:
         return self.env.store.all(self.kind)
 
+    def get_many(self, ids: Iterable[str]) -> builtins.list[E]:
+        """The entities with these ids, in order; ids of entities that are gone are skipped."""
+        found = (self.env.store.get(self.kind, id) for id in ids)
+        return [entity for entity in found if entity is not None]
+
+    def find_by(self, field: str, value: object) -> builtins.list[E]:
+        """The entities whose ``field`` (an indexed or unique field) equals ``value``."""
+        return self.env.store.find_by(self.kind, field, value)
+
+    def find_unique(self, field: str, value: object) -> E | None:
+        """The entity whose unique ``field`` equals ``value``, if any."""
+        return self.env.store.find_unique(self.kind, field, value)
+
+    def by_id_or_name(self, value: str) -> E | None:
+        """The entity with this id, else the one with this (unique) name."""
+        entity = self.env.store.get(self.kind, value)
+        if entity is None and "name" in self.kind.UNIQUE:
+            entity = self.env.store.find_unique(self.kind, "name", value)
+        return entity
+
+    def count(self) -> int:
+        return self.env.store.count(self.kind)
+
     # -- writes ------------------------------------------------------------------------------
     def create(self, fields: dict[str, Any]) -> E:
         with self.env.store.write_lock():
             uow = UnitOfWork(self.env.store)
-            entity = self.build(uow, fields)
+            entity = sorted_role_attributes(self.build(uow, fields))
             self.validate(uow, entity, None)
             self.check_unique(uow, entity)
             uow.put(entity)
@@ -91,14 +123,15 @@ class EntityManager(Generic[E]):
         """A new entity from create fields; override to derive fields (hashes, tokens)."""
         now = self.env.clock.now()
         values = {k: v for k, v in fields.items() if k not in self.immutable}
-        return self.kind(id=self.env.ids.new_id(), created_at=now, updated_at=now, **values)
+        entity = self.kind(id=self.env.ids.new_id(), created_at=now, updated_at=now, **values)
+        return sorted_role_attributes(entity)
 
     def update(self, id: str, fields: dict[str, Any]) -> E:
         """Set ``fields`` (a full replacement's fields, or a patch's present fields)."""
         with self.env.store.write_lock():
             uow = UnitOfWork(self.env.store)
             old = self.require(id)
-            new = self.apply(uow, old, fields)
+            new = sorted_role_attributes(self.apply(uow, old, fields))
             self.validate(uow, new, old)
             self.check_unique(uow, new)
             uow.put(new)
@@ -169,6 +202,21 @@ def _pending(uow: UnitOfWork, kind: type[E]) -> Iterable[E]:
 def _wire_name(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
+
+
+def sorted_role_attributes(entity: E) -> E:
+    """``entity`` with its ``role_attributes`` (if it has them) sorted and without duplicates.
+
+    OpenZiti keeps an entity's role attributes as a set in its store and reads them back in byte
+    order (its API tests compare against a sorted list); Python's string order is that order.
+    Applied by ``build`` and, whatever a manager's ``build``/``apply`` do, by ``create``/``update``.
+    """
+    attributes = getattr(entity, "role_attributes", None)
+    if isinstance(attributes, list):
+        ordered = sorted(set(attributes))
+        if ordered != attributes:
+            return dataclasses.replace(entity, role_attributes=ordered)  # type: ignore[call-arg]
+    return entity
 
 
 def check_attributes(values: list[str], field: str = "roleAttributes") -> None:

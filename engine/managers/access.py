@@ -283,6 +283,45 @@ class AccessManager:
                 return []
             return sorted(self._graph.permissions(identity_id, service_id))
 
+    def usable_edge_routers(self, identity: Identity) -> list[EdgeRouter]:
+        """``/current-identity/edge-routers`` (§5.3): verified routers an edge router policy gives
+        the identity; every verified router for an admin."""
+        if identity.is_admin:
+            routers = self.store.all(EdgeRouter)
+        else:
+            with self._query():
+                ids = self._graph.edge_routers_for_identity(identity.id)
+            routers = self._load(EdgeRouter, ids)
+        return sorted((r for r in routers if r.is_verified), key=lambda r: r.id)
+
+    def common_edge_routers(self, identity_id: str, service_id: str) -> list[EdgeRouter]:
+        """Edge routers an edge router policy gives the identity and a service edge router policy
+        gives the service (sessions' routers, §5.2), sorted by id; none when either is unknown."""
+        with self._lock:
+            if not (
+                self._graph.has_entity(IDENTITY, identity_id) and self._graph.has_entity(SERVICE, service_id)
+            ):
+                return []
+            mine = set(self._graph.edge_routers_for_identity(identity_id))
+            ids = [i for i in self._graph.edge_routers_for_service(service_id) if i in mine]
+        return self._load(EdgeRouter, ids)
+
+    def posture_checks_for(
+        self, identity_id: str, service_id: str, policy_type: str
+    ) -> dict[str, tuple[str, ...]]:
+        """Per service policy of ``policy_type`` linking the pair, its posture check ids (§6)."""
+        with self._lock:
+            if not (
+                self._graph.has_entity(IDENTITY, identity_id) and self._graph.has_entity(SERVICE, service_id)
+            ):
+                return {}
+            return self._graph.posture_checks_for(identity_id, service_id, policy_type)
+
+    def has_posture_checks(self) -> bool:
+        """Whether any posture check exists (none: posture is not evaluated at all, §6)."""
+        with self._lock:
+            return self._graph.counts()[POSTURE_CHECK] > 0
+
     def advice(self, identity_id: str, service_id: str) -> tuple[Identity, Service, AdviceResult]:
         identity = self._require(Identity, identity_id)
         service = self._require(Service, service_id)

@@ -3,6 +3,9 @@
 A session's token is a random UUIDv4 handed to the caller once (at login); the store keeps only
 its SHA-256 (:func:`token_hash`), so neither a copy of the database nor an admin listing can
 open someone else's session. Deleting a session deletes its ephemeral certificates.
+
+A session that must pass MFA (``is_mfa_required``) is only partially authenticated until it does
+(``is_mfa_complete``); ``mfa_completed_at`` records when, for MFA posture checks.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import threading
 from datetime import datetime, timedelta
 
 from engine.entities.identities import ApiSession, ApiSessionCertificate, Authenticator, Identity
+from engine.errors import UnauthorizedError
 from engine.managers._base import EntityManager, Env
 from engine.ports import UnitOfWork
 
@@ -96,9 +100,9 @@ class ApiSessionManager(EntityManager[ApiSession]):
         now = self.env.clock.now()
         return [s for s in self.list() if not self.is_expired(s, now)]
 
-    def end_for_identity(self, uow: UnitOfWork, identity_id: str) -> None:
-        for session in uow.find_by(ApiSession, "identity_id", identity_id):
-            delete_session(uow, session.id)
+    def end_for_identity(self, uow: UnitOfWork, identity_id: str, *, keep: str | None = None) -> None:
+        """End every API session of ``identity_id`` but ``keep`` (the caller's own, if given)."""
+        end_identity_sessions(uow, identity_id, keep=keep)
 
     def after_delete(self, uow: UnitOfWork, entity: ApiSession) -> None:
         delete_session_certificates(uow, entity.id)
@@ -125,6 +129,41 @@ class ApiSessionManager(EntityManager[ApiSession]):
             self._activity.pop(session_id, None)
 
 
+def end_identity_sessions(uow: UnitOfWork, identity_id: str, *, keep: str | None = None) -> None:
+    """End every API session of ``identity_id`` except ``keep``."""
+    for session in uow.find_by(ApiSession, "identity_id", identity_id):
+        if session.id != keep:
+            delete_session(uow, session.id)
+
+
+def mark_mfa_complete(
+    uow: UnitOfWork, session: ApiSession, now: datetime, *, required: bool = False
+) -> ApiSession:
+    """The session passed MFA at ``now`` (``required``: it must from now on, as after enrolling).
+
+    401 when the session ended meanwhile (a concurrent logout): it is not brought back.
+    """
+    current = uow.get(ApiSession, session.id)
+    if current is None:
+        raise UnauthorizedError()
+    updated = dataclasses.replace(
+        current,
+        is_mfa_complete=True,
+        is_mfa_required=current.is_mfa_required or required,
+        mfa_completed_at=now,
+        updated_at=now,
+    )
+    uow.put(updated)
+    return updated
+
+
+def forget_mfa(uow: UnitOfWork, identity_id: str) -> None:
+    """The identity's MFA is gone: its sessions no longer count as having passed MFA (posture)."""
+    for session in uow.find_by(ApiSession, "identity_id", identity_id):
+        if session.mfa_completed_at is not None:
+            uow.put(dataclasses.replace(session, mfa_completed_at=None))
+
+
 def delete_session_certificates(uow: UnitOfWork, session_id: str) -> None:
     """The ephemeral certificates of an API session go with it."""
     for cert in uow.find_by(ApiSessionCertificate, "api_session_id", session_id):
@@ -133,5 +172,9 @@ def delete_session_certificates(uow: UnitOfWork, session_id: str) -> None:
 
 def delete_session(uow: UnitOfWork, session_id: str) -> None:
     """Delete an API session and what belongs to it (used by every cascade that ends sessions)."""
+    from engine.entities.sessions import Session  # its Dial/Bind sessions go with it
+
     uow.delete(ApiSession, session_id)
     delete_session_certificates(uow, session_id)
+    for session in uow.find_by(Session, "api_session_id", session_id):
+        uow.delete(Session, session.id)

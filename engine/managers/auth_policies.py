@@ -1,6 +1,6 @@
 """Auth policies: which primary methods an identity may log in with, and what secondary factors.
 
-``primary`` and ``secondary`` are kept in wire form (as ``engine/managers/bootstrap.py`` seeds
+``primary`` and ``secondary`` are stored in wire form (as ``engine/managers/bootstrap.py`` seeds
 the built-in ``default`` policy)::
 
     primary   {cert {allowed, allowExpiredCerts},
@@ -8,6 +8,10 @@ the built-in ``default`` policy)::
                updb {allowed, minPasswordLength, requireSpecialChar, requireNumberChar,
                      requireMixedCase, maxAttempts, lockoutDurationMinutes}}
     secondary {requireTotp, requireExtJwtSigner}
+
+and read by the rest of the engine as typed values: :func:`rules_for` gives an identity's
+:class:`PolicyRules` (:class:`UpdbRules`, :class:`CertRules`, :class:`ExtJwtRules`,
+:class:`SecondaryRules`).
 
 An update's ``primary``/``secondary`` are merged key by key into the stored ones (a replacement
 sends every key, a patch only the keys it changes). Values are normalised as OpenZiti's
@@ -20,6 +24,8 @@ by identities (or as a signer's enrolment policy) can not be deleted.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, Identity
@@ -50,28 +56,158 @@ DEFAULT_PRIMARY: dict[str, Any] = {
 DEFAULT_SECONDARY: dict[str, Any] = {"requireTotp": False, "requireExtJwtSigner": None}
 
 
+# -- typed values ------------------------------------------------------------------------------------
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+@dataclass(frozen=True)
+class UpdbRules:
+    """``primary.updb``: password logins, password rules and the lockout."""
+
+    allowed: bool = True
+    min_password_length: int = MIN_PASSWORD_LENGTH
+    require_special_char: bool = False
+    require_number_char: bool = False
+    require_mixed_case: bool = False
+    #: Failed logins before the identity is locked out; 0 = unlimited.
+    max_attempts: int = 0
+    #: How long a lockout lasts; 0 = until an administrator enables the identity.
+    lockout_duration_minutes: int = 0
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any] | None) -> UpdbRules:
+        raw = raw or {}
+        return cls(
+            allowed=raw.get("allowed") is not False,
+            min_password_length=max(_int(raw.get("minPasswordLength"), 0), MIN_PASSWORD_LENGTH),
+            require_special_char=bool(raw.get("requireSpecialChar")),
+            require_number_char=bool(raw.get("requireNumberChar")),
+            require_mixed_case=bool(raw.get("requireMixedCase")),
+            max_attempts=max(_int(raw.get("maxAttempts"), 0), 0),
+            lockout_duration_minutes=max(_int(raw.get("lockoutDurationMinutes"), 0), 0),
+        )
+
+
+@dataclass(frozen=True)
+class CertRules:
+    """``primary.cert``: certificate logins."""
+
+    allowed: bool = True
+    allow_expired_certs: bool = True
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any] | None) -> CertRules:
+        raw = raw or {}
+        return cls(
+            allowed=raw.get("allowed") is not False, allow_expired_certs=bool(raw.get("allowExpiredCerts"))
+        )
+
+
+@dataclass(frozen=True)
+class ExtJwtRules:
+    """``primary.extJwt``: external JWT logins; an empty ``allowed_signers`` allows every signer."""
+
+    allowed: bool = True
+    allowed_signers: tuple[str, ...] = ()
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any] | None) -> ExtJwtRules:
+        raw = raw or {}
+        signers = raw.get("allowedSigners") or ()
+        return cls(allowed=raw.get("allowed") is not False, allowed_signers=tuple(str(s) for s in signers))
+
+    def allows(self, signer_id: str) -> bool:
+        return self.allowed and (not self.allowed_signers or signer_id in self.allowed_signers)
+
+
+@dataclass(frozen=True)
+class SecondaryRules:
+    """``secondary``: factors required after the primary login."""
+
+    require_totp: bool = False
+    require_ext_jwt_signer: str | None = None
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any] | None) -> SecondaryRules:
+        raw = raw or {}
+        signer = raw.get("requireExtJwtSigner")
+        return cls(require_totp=bool(raw.get("requireTotp")), require_ext_jwt_signer=signer or None)
+
+
+@dataclass(frozen=True)
+class PolicyRules:
+    """An auth policy as the engine reads it."""
+
+    id: str = DEFAULT_AUTH_POLICY_ID
+    updb: UpdbRules = field(default_factory=UpdbRules)
+    cert: CertRules = field(default_factory=CertRules)
+    ext_jwt: ExtJwtRules = field(default_factory=ExtJwtRules)
+    secondary: SecondaryRules = field(default_factory=SecondaryRules)
+
+    @classmethod
+    def from_policy(cls, policy: AuthPolicy) -> PolicyRules:
+        primary = policy.primary or {}
+        return cls(
+            id=policy.id,
+            updb=UpdbRules.from_wire(primary.get("updb")),
+            cert=CertRules.from_wire(primary.get("cert")),
+            ext_jwt=ExtJwtRules.from_wire(primary.get("extJwt")),
+            secondary=SecondaryRules.from_wire(policy.secondary),
+        )
+
+    def allows(self, method: str) -> bool:
+        """Whether primary method ``method`` (``updb``, ``cert``, ``extJwt``) may log in."""
+        allowed = {"updb": self.updb.allowed, "cert": self.cert.allowed, "extJwt": self.ext_jwt.allowed}
+        return allowed.get(method, False)
+
+
+#: What an identity whose auth policy is missing gets: nothing allowed.
+NO_LOGIN = PolicyRules(
+    id="",
+    updb=UpdbRules(allowed=False),
+    cert=CertRules(allowed=False),
+    ext_jwt=ExtJwtRules(allowed=False),
+)
+
+
+def rules_for(store: Store | UnitOfWork, identity: Identity) -> PolicyRules:
+    """The identity's auth policy as typed rules (nothing allowed if the policy is missing)."""
+    policy = store.get(AuthPolicy, identity.auth_policy_id or DEFAULT_AUTH_POLICY_ID)
+    return PolicyRules.from_policy(policy) if policy is not None else NO_LOGIN
+
+
 def primary_rules(store: Store | UnitOfWork, identity: Identity, method: str) -> dict[str, Any]:
-    """The identity's auth policy's ``primary.<method>`` object (``updb``, ``cert``, ``extJwt``)."""
+    """The identity's auth policy's ``primary.<method>`` object in wire form (prefer :func:`rules_for`)."""
     policy = store.get(AuthPolicy, identity.auth_policy_id)
     return dict((policy.primary.get(method) if policy is not None else None) or {})
 
 
-def password_problem(rules: dict[str, Any], password: str) -> str | None:
+def password_problem(rules: UpdbRules | Mapping[str, Any], password: str) -> str | None:
     """Why ``password`` breaks a policy's ``primary.updb`` rules, or None."""
-    minimum = max(int(rules.get("minPasswordLength") or MIN_PASSWORD_LENGTH), MIN_PASSWORD_LENGTH)
+    if not isinstance(rules, UpdbRules):
+        rules = UpdbRules.from_wire(rules)
+    minimum = rules.min_password_length
     if len(password) < minimum:
         return f"password must be at least {minimum} characters"
     if len(password) > MAX_PASSWORD_LENGTH:
         return f"password must be at most {MAX_PASSWORD_LENGTH} characters"
-    if rules.get("requireMixedCase") and not (
+    if rules.require_mixed_case and not (
         any(c.islower() for c in password) and any(c.isupper() for c in password)
     ):
         return "password must contain upper and lower case letters"
-    if rules.get("requireNumberChar") and not any(c.isdigit() for c in password):
+    if rules.require_number_char and not any(c.isdigit() for c in password):
         return "password must contain a number"
-    if rules.get("requireSpecialChar") and not any(c in _SPECIAL or not c.isalnum() for c in password):
+    if rules.require_special_char and not any(c in _SPECIAL or not c.isalnum() for c in password):
         return "password must contain a special character"
     return None
+
+
+def check_password(rules: UpdbRules, password: str, field: str = "password") -> None:
+    """Raise a field error (never echoing the password) when ``password`` breaks ``rules``."""
+    problem = password_problem(rules, password)
+    if problem is not None:
+        raise FieldError(field, problem)
 
 
 def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

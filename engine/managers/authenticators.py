@@ -12,6 +12,11 @@ be extended: an administrator may ask for it (``request-extend``), the identity 
 authenticates only once confirmed (``extend-verify``); that retires the old one. Any authenticator can be reverted to an
 enrollment (``re-enroll``): ``updb`` becomes a ``updb`` enrollment for the same username, a
 network-issued certificate an ``ott`` one, a third-party certificate an ``ottca`` one.
+
+Every password set here (create, replace, patch, and the identity's own change with its current
+password) must satisfy the identity's auth policy (``primary.updb``), and a changed password ends
+the identity's API sessions (all of them after an administrator's change; all but the caller's
+own after the identity's own change, as an identity keeps the session it changed it from).
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from engine.errors import (
     UnauthorizedError,
 )
 from engine.managers._base import EntityManager
-from engine.managers.api_sessions import delete_session
+from engine.managers.api_sessions import delete_session, end_identity_sessions
+from engine.managers.auth_policies import check_password, rules_for
 from engine.managers.enrollment._core import (
     OTT,
     OTTCA,
@@ -97,6 +103,7 @@ class AuthenticatorManager(EntityManager[Authenticator]):
             check_length("username", username, USERNAME_MIN, USERNAME_MAX)
             check_length("password", password, PASSWORD_MIN, PASSWORD_MAX)
             assert password is not None
+            self._check_policy(uow, identity_id, password)
             return dataclasses.replace(
                 authenticator, username=username, password_hash=self.env.hasher.hash(password)
             )
@@ -123,8 +130,49 @@ class AuthenticatorManager(EntityManager[Authenticator]):
             check_length("username", changes["username"], USERNAME_MIN, USERNAME_MAX)
         if password is not None:
             check_length("password", password, PASSWORD_MIN, PASSWORD_MAX)
+            self._check_policy(uow, old.identity_id, password)
             changes["password_hash"] = self.env.hasher.hash(password)
         return dataclasses.replace(old, updated_at=self.env.clock.now(), **changes)
+
+    def _check_policy(self, uow: UnitOfWork, identity_id: str, password: str) -> None:
+        identity = uow.get(Identity, identity_id) if identity_id else None
+        if identity is not None:
+            check_password(rules_for(uow, identity).updb, password)
+
+    def after_update(self, uow: UnitOfWork, old: Authenticator, new: Authenticator) -> None:
+        if new.password_hash != old.password_hash:
+            end_identity_sessions(uow, new.identity_id)
+
+    def update_own(
+        self,
+        identity_id: str,
+        id: str,
+        current_password: str,
+        fields: dict[str, Any],
+        *,
+        keep_session: str | None = None,
+    ) -> Authenticator:
+        """The identity changes its own ``updb`` credentials, proving the current password.
+
+        404 for an authenticator that is not the identity's, 409 ``CAN_NOT_UPDATE_AUTHENTICATOR``
+        for a certificate, 401 for a wrong current password (OpenZiti's ``UpdateSelf``). A new
+        password ends the identity's other API sessions; ``keep_session`` (the caller's) stays.
+        """
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            old = self.require_own(identity_id, id)
+            if old.method != "updb":
+                raise AuthenticatorCanNotBeUpdatedError(reason="only updb authenticators have a password")
+            if not old.password_hash or not self.env.hasher.verify(current_password, old.password_hash):
+                raise UnauthorizedError(field="currentPassword", reason="invalid current password")
+            new = self.apply(uow, old, fields)
+            self.validate(uow, new, old)
+            self.check_unique(uow, new)
+            uow.put(new)
+            if new.password_hash != old.password_hash:
+                end_identity_sessions(uow, identity_id, keep=keep_session)
+            self.env.commit(uow)
+            return new
 
     def validate(self, uow: UnitOfWork, new: Authenticator, old: Authenticator | None) -> None:
         if old is not None:

@@ -8,7 +8,8 @@ OpenZiti (``controller/model/config_model.go``, ``tests/config_test.go``):
   whose field is the failing location (``(root)`` for the document itself, else a dotted path such
   as ``port`` or ``portRanges.0``) and whose reason is ``<field> is invalid: <field>: <message>``;
 - numbers that are whole are stored as integers (22.0 becomes 22);
-- deleting a config drops it from the services that list it.
+- deleting a config drops it from the services that list it; a config an identity uses as a
+  service-config override may not be deleted (409, ``configStore.DeleteById``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from engine.entities.services import Config, ConfigType, Service
 from engine.errors import FieldError
 from engine.managers._base import EntityManager
+from engine.managers.identities import check_config_not_overridden
 from engine.ports import SchemaChecker, SchemaViolation, UnitOfWork
 
 TYPE_FIELD = "type"
@@ -47,12 +49,19 @@ class ConfigManager(EntityManager[Config]):
         if config_type is not None and config_type.schema:
             check_data(self.env.schemas, config_type.schema, new.data)
 
+    def before_delete(self, uow: UnitOfWork, entity: Config) -> None:
+        check_config_not_overridden(uow, entity.id)
+
     def after_delete(self, uow: UnitOfWork, entity: Config) -> None:
         now = self.env.clock.now()
         for service in uow.all(Service):
             if entity.id in service.configs:
                 kept = [c for c in service.configs if c != entity.id]
                 uow.put(dataclasses.replace(service, configs=kept, updated_at=now))
+
+    def of_type(self, config_type_id: str) -> list[Config]:
+        """The configs of a config type (``/config-types/{id}/configs``)."""
+        return self.find_by("config_type_id", config_type_id)
 
 
 def resolve_config_type(uow: UnitOfWork, value: str | None) -> ConfigType:

@@ -1,7 +1,9 @@
 """Edge routers: create with a one-time enrollment (``erott``), update, re-enroll, delete.
 
 Edge routers and transit routers share OpenZiti's router store, so a name is unique across both
-kinds (``duplicate value '<name>' in unique index on routers store``).
+kinds (``duplicate value '<name>' in unique index on routers store``). Deleting a router of either
+kind deletes its terminators. ``ctrlChanListeners`` (listener address -> groups) is set by
+administrators like any other field: a replacement without it clears it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from engine.managers._base import EntityManager, Env, check_attributes
 from engine.managers.enrollment._core import EDGE_ROUTER_OTT, EnrollmentSettings, router_enrollment_fields
 from engine.managers.references import remove_entity_references
 from engine.managers.router_identities import sync_router_identity
+from engine.managers.terminators import delete_terminators_of
 from engine.ports import UnitOfWork
 
 R = TypeVar("R", bound=RouterBase)
@@ -112,3 +115,4 @@ class EdgeRouterManager(RouterManagerBase[EdgeRouter]):
     def after_delete(self, uow: UnitOfWork, entity: EdgeRouter) -> None:
         sync_router_identity(uow, entity, None, self.env.clock)
         remove_entity_references(uow, entity, self.env.clock)
+        delete_terminators_of(uow, "router_id", entity.id)

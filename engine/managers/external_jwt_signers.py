@@ -117,3 +117,8 @@ class ExternalJwtSignerManager(EntityManager[ExternalJwtSigner]):
             raise ReferencedEntityError(
                 reason=f"externalJwtSigner {entity.id} is referenced by authPolicies {users}", value=users
             )
+
+    def enabled(self) -> list[ExternalJwtSigner]:
+        """The signers clients may authenticate with: the client API lists only these (OpenZiti's
+        ``PublicQuery`` adds ``enabled = true`` to every query)."""
+        return [signer for signer in self.list() if signer.enabled]

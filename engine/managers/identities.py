@@ -8,14 +8,22 @@ OpenZiti's rules kept here (``controller/model/identity_*.go``, ``db/identity_st
 * the default admin stays an admin and cannot be deleted;
 * ``authPolicyId`` names an existing auth policy (empty means ``default``), hosting maps name
   existing services, role attributes carry no ``#``/``@`` prefix;
-* deleting an identity deletes its enrollments, authenticators and API sessions and drops
-  ``@<id>`` from policy role lists.
+* deleting an identity deletes its enrollments, authenticators, MFA enrollment and API sessions
+  and drops ``@<id>`` from policy role lists;
+* service-config overrides (``/identities/{id}/service-configs``) map, per service, a config
+  type to a config that replaces the service's own config of that type for this identity; they
+  go with a deleted service, and a config in use by one cannot be deleted;
+* disabling an identity (for ``durationMinutes``, 0 = until enabled) ends its API sessions at
+  once; the default admin can not be disabled (OpenZiti allows it, and then nobody can log in to
+  enable anyone again): 400 ``ENTITY_CAN_NOT_BE_UPDATED``;
+* a password set at creation must satisfy the identity's auth policy.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from engine.entities.identities import (
@@ -24,13 +32,21 @@ from engine.entities.identities import (
     Authenticator,
     Enrollment,
     Identity,
+    Mfa,
 )
 from engine.entities.routers import EdgeRouter
-from engine.entities.services import Service
+from engine.entities.services import Config, Service
 from engine.entities.trust import AuthPolicy
-from engine.errors import EntityCanNotBeDeletedError, FieldError, NotFoundError
+from engine.errors import (
+    EntityCanNotBeDeletedError,
+    EntityCanNotBeUpdatedError,
+    FieldError,
+    NotFoundError,
+    ReferencedEntityError,
+)
 from engine.managers._base import EntityManager, check_attributes
 from engine.managers.api_sessions import delete_session
+from engine.managers.auth_policies import check_password, rules_for
 from engine.managers.enrollment._core import EnrollmentSettings, new_identity_enrollment
 from engine.managers.enrollments import check_enrollment
 from engine.managers.references import remove_entity_references
@@ -62,6 +78,35 @@ class EnrollmentRequest:
         return out
 
 
+def _require_config(uow: UnitOfWork, config_id: str) -> Config:
+    config = uow.get(Config, config_id)
+    if config is None:
+        raise NotFoundError(field="configId", value=config_id, reason=f"config with id {config_id} not found")
+    return config
+
+
+def drop_service_config_overrides(uow: UnitOfWork, clock: Clock, service_id: str) -> None:
+    """Remove every identity's overrides of a deleted service."""
+    now = clock.now()
+    for identity in uow.all(Identity):
+        if service_id in identity.service_configs:
+            kept = {s: by_type for s, by_type in identity.service_configs.items() if s != service_id}
+            uow.put(dataclasses.replace(identity, service_configs=kept, updated_at=now))
+
+
+def check_config_not_overridden(uow: UnitOfWork, config_id: str) -> None:
+    """A config an identity uses as a service-config override may not be deleted (OpenZiti's
+    ``configStore.DeleteById``: "config is in use by identity <id> for service <id>")."""
+    for identity in uow.all(Identity):
+        for service_id, by_type in identity.service_configs.items():
+            if config_id in by_type.values() and uow.get(Service, service_id) is not None:
+                raise ReferencedEntityError(
+                    field="id",
+                    value=config_id,
+                    reason=f"config is in use by identity {identity.id} for service {service_id}",
+                )
+
+
 def delete_identity_cascade(uow: UnitOfWork, identity: Identity, clock: Clock) -> None:
     """Everything that goes with an identity: enrollments, authenticators, API sessions, ``@id`` refs.
 
@@ -71,9 +116,34 @@ def delete_identity_cascade(uow: UnitOfWork, identity: Identity, clock: Clock) -
         uow.delete(Enrollment, enrollment.id)
     for authenticator in uow.find_by(Authenticator, "identity_id", identity.id):
         uow.delete(Authenticator, authenticator.id)
+    mfa = uow.find_unique(Mfa, "identity_id", identity.id)
+    if mfa is not None:
+        uow.delete(Mfa, mfa.id)
     for session in uow.find_by(ApiSession, "identity_id", identity.id):
         delete_session(uow, session.id)
     remove_entity_references(uow, identity, clock)
+
+
+def disabled_at(identity: Identity, moment: datetime) -> bool:
+    """Whether ``identity`` is disabled at ``moment``: locked, and the lock has no end or has not ended."""
+    if not identity.disabled:
+        return False
+    until = identity.disabled_until
+    return until is None or until > moment
+
+
+def disable_identity(uow: UnitOfWork, identity: Identity, minutes: int, now: datetime) -> Identity:
+    """Lock ``identity`` out from ``now`` for ``minutes`` (0: until enabled); its API sessions end.
+
+    Shared by the administrator's disable and the password lockout of an auth policy.
+    """
+    minutes = max(minutes, 0)
+    until = now + timedelta(minutes=minutes) if minutes else None
+    new = dataclasses.replace(identity, disabled=True, disabled_at=now, disabled_until=until, updated_at=now)
+    uow.put(new)
+    for session in uow.find_by(ApiSession, "identity_id", identity.id):
+        delete_session(uow, session.id)
+    return new
 
 
 class IdentityManager(EntityManager[Identity]):
@@ -114,6 +184,7 @@ class IdentityManager(EntityManager[Identity]):
             self.validate(uow, identity, None)
             self.check_unique(uow, identity)
             uow.put(identity)
+            check_password(rules_for(uow, identity).updb, password)
             now = self.env.clock.now()
             authenticator = Authenticator(
                 id=self.env.ids.new_id(),
@@ -133,16 +204,10 @@ class IdentityManager(EntityManager[Identity]):
         """Lock the identity out (``0`` = until enabled) and end its API sessions."""
         with self.env.store.write_lock():
             old = self.require(id)
-            now = self.env.clock.now()
-            minutes = max(duration_minutes, 0)
-            until = now + timedelta(minutes=minutes) if minutes else None
-            new = dataclasses.replace(
-                old, disabled=True, disabled_at=now, disabled_until=until, updated_at=now
-            )
+            if old.is_default_admin:
+                raise EntityCanNotBeUpdatedError(reason="the default admin identity may not be disabled")
             uow = UnitOfWork(self.env.store)
-            uow.put(new)
-            for session in uow.find_by(ApiSession, "identity_id", id):
-                delete_session(uow, session.id)
+            new = disable_identity(uow, old, duration_minutes, self.env.clock.now())
             self.env.commit(uow)
             return new
 
@@ -156,10 +221,68 @@ class IdentityManager(EntityManager[Identity]):
 
     def is_disabled(self, identity: Identity) -> bool:
         """Disabled now: locked and the lock has no end or has not ended yet."""
-        if not identity.disabled:
-            return False
-        until = identity.disabled_until
-        return until is None or until > self.env.clock.now()
+        return disabled_at(identity, self.env.clock.now())
+
+    # -- service configs -----------------------------------------------------------------------
+    def service_configs(self, id: str) -> list[tuple[Service, Config]]:
+        """The identity's service-config overrides as (service, config) pairs, by service then type.
+
+        Pairs whose service or config has gone are left out (deleting either drops its overrides).
+        """
+        identity = self.require(id)
+        store = self.env.store
+        out: list[tuple[Service, Config]] = []
+        for service_id, by_type in sorted(identity.service_configs.items()):
+            service = store.get(Service, service_id)
+            for _, config_id in sorted(by_type.items()):
+                config = store.get(Config, config_id)
+                if service is not None and config is not None:
+                    out.append((service, config))
+        return out
+
+    def assign_service_configs(self, id: str, pairs: Sequence[tuple[str, str]]) -> Identity:
+        """Override, for this identity, each service's config of the given config's type.
+
+        As OpenZiti's ``AssignServiceConfigs``: the identity, each service and each config must
+        exist (404); a later pair for the same service and config type replaces an earlier one.
+        """
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            old = self.require(id)
+            overrides = {service: dict(by_type) for service, by_type in old.service_configs.items()}
+            for service_id, config_id in pairs:
+                if uow.get(Service, service_id) is None:
+                    raise NotFoundError(
+                        field="serviceId", value=service_id, reason=f"service with id {service_id} not found"
+                    )
+                config = _require_config(uow, config_id)
+                overrides.setdefault(service_id, {})[config.config_type_id] = config.id
+            return self._save_overrides(uow, old, overrides)
+
+    def remove_service_configs(self, id: str, pairs: Sequence[tuple[str, str]]) -> Identity:
+        """Drop, for each pair, the identity's override of the service for the config's type.
+
+        As OpenZiti's ``RemoveServiceConfigs``: the config must exist (404); no pairs, no change.
+        """
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            old = self.require(id)
+            overrides = {service: dict(by_type) for service, by_type in old.service_configs.items()}
+            for service_id, config_id in pairs:
+                config = _require_config(uow, config_id)
+                overrides.get(service_id, {}).pop(config.config_type_id, None)
+            return self._save_overrides(uow, old, overrides)
+
+    def _save_overrides(
+        self, uow: UnitOfWork, old: Identity, overrides: dict[str, dict[str, str]]
+    ) -> Identity:
+        kept = {service: by_type for service, by_type in overrides.items() if by_type}
+        if kept == old.service_configs:
+            return old
+        new = dataclasses.replace(old, service_configs=kept, updated_at=self.env.clock.now())
+        uow.put(new)
+        self.env.commit(uow)
+        return new
 
     # -- hooks ---------------------------------------------------------------------------------
     def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> Identity:

@@ -1,13 +1,32 @@
 """TOTP MFA of an identity: enroll, verify, disable, recovery codes, and completing a login.
 
-Filled in by issue #7's MFA work (seed 000's MFA state table).
+Seed 000's MFA state table, with OpenZiti's rules (``model/mfa_manager.go``,
+``routes/current_identity_router.go``, ``routes/authenticate_router.go``):
+
+- an identity has at most one MFA record, verified or not: initiating again is ``MFA_EXISTS``;
+- verifying takes a valid TOTP code (recovery codes do not verify an enrollment) and completes
+  MFA for the session that sent it; the identity's ``isMfaEnabled`` becomes true;
+- removing an unverified enrollment needs no code; a verified one needs a valid TOTP or recovery
+  code (a recovery code is used up);
+- viewing recovery codes needs a valid TOTP code; regenerating them a valid TOTP or recovery
+  code; both only once verified (404 before);
+- completing a login's MFA (``/authenticate/mfa``) takes a TOTP code or a recovery code, which is
+  then removed; an identity without a verified enrollment gets ``MFA_NOT_ENROLLED``;
+- an administrator can remove any identity's MFA.
+
+Bad codes are ``MFA_INVALID_TOKEN``; a missing (or, where it must be verified, an unverified)
+enrollment is ``NOT_FOUND``. Codes are checked against the controller's clock.
 """
 
 from __future__ import annotations
 
-from engine.entities.identities import Mfa
+import dataclasses
+
+from engine.entities.identities import ApiSession, Identity, Mfa
+from engine.errors import MfaExistsError, MfaInvalidTokenError, MfaNotEnrolledError, NotFoundError
 from engine.managers._base import EntityManager, Env
-from engine.managers.api_sessions import ApiSessionManager
+from engine.managers.api_sessions import ApiSessionManager, forget_mfa, mark_mfa_complete
+from engine.ports import UnitOfWork
 
 
 class MfaManager(EntityManager[Mfa]):
@@ -16,3 +35,157 @@ class MfaManager(EntityManager[Mfa]):
     def __init__(self, env: Env, sessions: ApiSessionManager) -> None:
         super().__init__(env)
         self.sessions = sessions
+
+    # -- reads -----------------------------------------------------------------------------------
+    def of_identity(self, identity_id: str) -> Mfa | None:
+        return self.env.store.find_unique(Mfa, "identity_id", identity_id)
+
+    def require_of(self, identity_id: str) -> Mfa:
+        """The identity's enrollment, verified or not (404 when there is none)."""
+        mfa = self.of_identity(identity_id)
+        if mfa is None:
+            raise NotFoundError()
+        return mfa
+
+    def provisioning_url(self, mfa: Mfa) -> str:
+        """The ``otpauth://`` URL of an enrollment, named after its identity."""
+        identity = self.env.store.get(Identity, mfa.identity_id)
+        account = identity.name if identity is not None else mfa.identity_id
+        return self.env.totp.provisioning_url(mfa.secret, account)
+
+    def qr_code_url(self, identity_id: str) -> str:
+        """What the QR code of an unverified enrollment encodes (404 once verified, as OpenZiti)."""
+        mfa = self.require_of(identity_id)
+        if mfa.is_verified:
+            raise NotFoundError()
+        return self.provisioning_url(mfa)
+
+    def recovery_codes(self, identity_id: str, code: str) -> Mfa:
+        """A verified enrollment, to show its recovery codes; needs a valid TOTP code."""
+        mfa = self._require_verified(identity_id)
+        if not self._totp_ok(mfa, code):
+            raise MfaInvalidTokenError()
+        return mfa
+
+    # -- enrollment ------------------------------------------------------------------------------
+    def enroll(self, identity_id: str) -> Mfa:
+        """Start an enrollment: a new secret and recovery codes, unverified (409 if one exists)."""
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            if uow.find_unique(Mfa, "identity_id", identity_id) is not None:
+                raise MfaExistsError()
+            if uow.get(Identity, identity_id) is None:
+                raise NotFoundError()
+            now = self.env.clock.now()
+            mfa = Mfa(
+                id=self.env.ids.new_id(),
+                created_at=now,
+                updated_at=now,
+                identity_id=identity_id,
+                is_verified=False,
+                secret=self.env.totp.new_secret(),
+                recovery_codes=self.env.totp.new_recovery_codes(),
+            )
+            uow.put(mfa)
+            self.env.commit(uow)
+            return mfa
+
+    def verify(self, identity_id: str, code: str, session: ApiSession | None = None) -> Mfa:
+        """Complete an enrollment with a TOTP code; ``session`` (the caller's) passes MFA with it."""
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            mfa = uow.find_unique(Mfa, "identity_id", identity_id)
+            if mfa is None or mfa.is_verified:
+                raise NotFoundError()
+            if not self._totp_ok(mfa, code):
+                raise MfaInvalidTokenError()
+            now = self.env.clock.now()
+            verified = dataclasses.replace(mfa, is_verified=True, updated_at=now)
+            uow.put(verified)
+            self._set_enabled(uow, identity_id, True)
+            if session is not None:
+                mark_mfa_complete(uow, session, now, required=True)
+            self.env.commit(uow)
+            return verified
+
+    def remove(self, identity_id: str, code: str) -> None:
+        """The identity removes its own MFA: no code before verification, a valid one after it."""
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            mfa = uow.find_unique(Mfa, "identity_id", identity_id)
+            if mfa is None:
+                raise NotFoundError()
+            if mfa.is_verified and not self._code_ok(uow, mfa, code):
+                raise MfaInvalidTokenError()
+            self._delete(uow, mfa)
+            self.env.commit(uow)
+
+    def remove_for_identity(self, identity_id: str) -> None:
+        """An administrator removes an identity's MFA, verified or not (404 for an unknown identity)."""
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            if uow.get(Identity, identity_id) is None:
+                raise NotFoundError()
+            mfa = uow.find_unique(Mfa, "identity_id", identity_id)
+            if mfa is None:
+                return
+            self._delete(uow, mfa)
+            self.env.commit(uow)
+
+    def regenerate_recovery_codes(self, identity_id: str, code: str) -> Mfa:
+        """Replace every recovery code; needs a valid TOTP or recovery code."""
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            mfa = self._require_verified(identity_id, uow)
+            if not self._code_ok(uow, mfa, code):
+                raise MfaInvalidTokenError()
+            current = uow.get(Mfa, mfa.id) or mfa
+            renewed = dataclasses.replace(
+                current, recovery_codes=self.env.totp.new_recovery_codes(), updated_at=self.env.clock.now()
+            )
+            uow.put(renewed)
+            self.env.commit(uow)
+            return renewed
+
+    # -- login -----------------------------------------------------------------------------------
+    def complete_login(self, session: ApiSession, code: str) -> ApiSession:
+        """Pass the session's MFA with a TOTP code or a single-use recovery code."""
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            mfa = uow.find_unique(Mfa, "identity_id", session.identity_id)
+            if mfa is None or not mfa.is_verified:
+                raise MfaNotEnrolledError()
+            if not self._code_ok(uow, mfa, code):
+                raise MfaInvalidTokenError()
+            updated = mark_mfa_complete(uow, session, self.env.clock.now())
+            self.env.commit(uow)
+            return updated
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _require_verified(self, identity_id: str, uow: UnitOfWork | None = None) -> Mfa:
+        store = uow if uow is not None else self.env.store
+        mfa = store.find_unique(Mfa, "identity_id", identity_id)
+        if mfa is None or not mfa.is_verified:
+            raise NotFoundError()
+        return mfa
+
+    def _totp_ok(self, mfa: Mfa, code: str) -> bool:
+        return bool(code) and self.env.totp.verify(mfa.secret, code, self.env.clock.now())
+
+    def _code_ok(self, uow: UnitOfWork, mfa: Mfa, code: str) -> bool:
+        """A recovery code (used up: removed in ``uow``) or else a valid TOTP code."""
+        if code and code in mfa.recovery_codes:
+            remaining = [c for c in mfa.recovery_codes if c != code]
+            uow.put(dataclasses.replace(mfa, recovery_codes=remaining, updated_at=self.env.clock.now()))
+            return True
+        return self._totp_ok(mfa, code)
+
+    def _delete(self, uow: UnitOfWork, mfa: Mfa) -> None:
+        uow.delete(Mfa, mfa.id)
+        self._set_enabled(uow, mfa.identity_id, False)
+        forget_mfa(uow, mfa.identity_id)
+
+    def _set_enabled(self, uow: UnitOfWork, identity_id: str, enabled: bool) -> None:
+        identity = uow.get(Identity, identity_id)
+        if identity is not None and identity.is_mfa_enabled != enabled:
+            uow.put(dataclasses.replace(identity, is_mfa_enabled=enabled))

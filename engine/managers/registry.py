@@ -23,9 +23,11 @@ from engine.managers.configs import ConfigManager
 from engine.managers.edge_router_policies import EdgeRouterPolicyManager
 from engine.managers.edge_routers import EdgeRouterManager
 from engine.managers.enrollment import EnrollManager, EnrollmentSettings
+from engine.managers.enrollment.trust import EnrollmentTrust
 from engine.managers.enrollments import EnrollmentManager
 from engine.managers.external_jwt_signers import ExternalJwtSignerManager
 from engine.managers.identities import IdentityManager
+from engine.managers.identity_traces import IdentityTraceManager
 from engine.managers.mfa import MfaManager
 from engine.managers.posture import PostureManager
 from engine.managers.posture_checks import PostureCheckManager
@@ -55,8 +57,10 @@ class Managers:
     edge_routers: EdgeRouterManager
     enroll: EnrollManager
     enrollments: EnrollmentManager
+    enrollment_trust: EnrollmentTrust
     external_jwt_signers: ExternalJwtSignerManager
     identities: IdentityManager
+    identity_traces: IdentityTraceManager
     mfa: MfaManager
     posture: PostureManager
     posture_checks: PostureCheckManager
@@ -79,6 +83,11 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
     access.observe(service_updates)
     sessions = ApiSessionManager(env, session_timeout)
     posture = PostureManager(env, access)
+    env.listeners.append(posture.on_commit)
+    posture.add_listener(lambda identity_id: service_updates.mark([identity_id]))
+    dial_bind = SessionManager(env, access, posture)
+    env.listeners.append(dial_bind.on_commit)
+    posture.add_listener(dial_bind.enforce_posture)
     return Managers(
         env=env,
         enrollment_settings=enrollment,
@@ -95,8 +104,10 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
         edge_routers=EdgeRouterManager(env, enrollment),
         enroll=EnrollManager(env, enrollment),
         enrollments=EnrollmentManager(env, enrollment),
+        enrollment_trust=EnrollmentTrust(env, enrollment),
         external_jwt_signers=ExternalJwtSignerManager(env),
         identities=IdentityManager(env),
+        identity_traces=IdentityTraceManager(env),
         mfa=MfaManager(env, sessions),
         posture=posture,
         posture_checks=PostureCheckManager(env),
@@ -105,6 +116,6 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
         service_policies=ServicePolicyManager(env),
         service_updates=service_updates,
         services=ServiceManager(env),
-        sessions=SessionManager(env, access, posture),
-        terminators=TerminatorManager(env),
+        sessions=dial_bind,
+        terminators=TerminatorManager(env, access),
     )

@@ -60,10 +60,14 @@ class _Before:
 
 
 def _override_signature(identity: Identity) -> Any:
-    overrides = getattr(identity, "service_configs", None)
-    if not overrides:
+    """A comparable form of the identity's service-config overrides (None when it has none)."""
+    if not identity.service_configs:
         return None
-    return repr(sorted(overrides.items()) if isinstance(overrides, dict) else overrides)
+    return tuple(
+        sorted(
+            (service, tuple(sorted(by_type.items()))) for service, by_type in identity.service_configs.items()
+        )
+    )
 
 
 class ServiceUpdates:
@@ -171,7 +175,9 @@ class ServiceUpdates:
                 out.update(graph.identities_for_service(service.id))
         for identity_id in self._overrides:
             identity = self.store.get(Identity, identity_id)
-            if identity is not None and config_id in repr(getattr(identity, "service_configs", "")):
+            if identity is not None and any(
+                config_id in by_type.values() for by_type in identity.service_configs.values()
+            ):
                 out.add(identity_id)
         return out
 

@@ -1,15 +1,59 @@
 """Dial and Bind sessions (client ``/sessions``, management ``/sessions``).
 
-Filled in by issue #7's sessions work: create with OpenZiti's checks in order (permission,
-type, posture, a shared edge router), list, read and delete; sessions end with their API session.
+Creation runs OpenZiti's checks in order (``model/session_manager.go`` ``Create``,
+policy-semantics §5.2):
+
+1. the service exists and the identity holds Dial or Bind on it, else :class:`NotFoundError`;
+2. the requested type (Dial when absent) is held, else a field error on ``ServiceId``
+   (``service not found``); ``Invalid`` is never a session type;
+3. posture passes (§6), else :class:`InvalidPostureError` naming the failing policies;
+4. some edge router is linked to the identity (edge router policy) and to the service (service
+   edge router policy), online or not, else :class:`NoEdgeRoutersAvailableError`.
+
+A session is then kept per (API session, type, service): asking again returns the same session,
+as OpenZiti's legacy sessions are deduplicated. The session records the service policies that
+granted it (those of its type whose posture passed).
+
+Sessions end with their API session and their service, when the identity loses that type of
+access to the service (OpenZiti's ``ServicePolicyEnforcer``; admins' sessions are spared), and when
+new posture data makes them fail their posture (OpenZiti's posture cache).
 """
 
 from __future__ import annotations
 
-from engine.entities.sessions import Session
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from engine.entities.identities import ApiSession, Identity
+from engine.entities.policies import ServicePolicy
+from engine.entities.routers import EdgeRouter
+from engine.entities.services import Service
+from engine.entities.sessions import BIND, DIAL, Session
+from engine.errors import (
+    FieldError,
+    InvalidPostureError,
+    NoEdgeRoutersAvailableError,
+    NotFoundError,
+    UnauthorizedError,
+)
 from engine.managers._base import EntityManager, Env
 from engine.managers.access import AccessManager
 from engine.managers.posture import PostureManager
+from engine.ports import Change, Delete, UnitOfWork
+
+#: At most this many edge routers are named in a session (``ListForIdentityAndService``).
+MAX_SESSION_ROUTERS = 25
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """A session with what its wire form names: service, API session, routers and policies."""
+
+    session: Session
+    service: Service | None
+    api_session: ApiSession | None
+    edge_routers: list[EdgeRouter]
+    service_policies: list[ServicePolicy]
 
 
 class SessionManager(EntityManager[Session]):
@@ -19,3 +63,166 @@ class SessionManager(EntityManager[Session]):
         super().__init__(env)
         self.access = access
         self.posture = posture
+
+    # -- create ----------------------------------------------------------------------------------
+    def open(
+        self,
+        api_session: ApiSession,
+        service_id: str | None,
+        session_type: str | None,
+        tags: dict[str, object] | None = None,
+    ) -> Session:
+        """A Dial or Bind session for the API session's identity (§5.2 checks, in order)."""
+        identity_id = api_session.identity_id
+        service = self.env.store.get(Service, service_id) if service_id else None
+        permissions = self.access.permissions(identity_id, service.id) if service else []
+        if service is None or not permissions:
+            raise NotFoundError()
+        wanted = session_type or DIAL
+        if wanted not in (DIAL, BIND):
+            raise FieldError("type", "invalid session type", wanted)
+        if wanted not in permissions:
+            raise FieldError("ServiceId", "service not found", service.id)
+        verdict = self.posture.evaluate(identity_id, api_session.id, service.id, wanted, record_failure=True)
+        if not verdict.passed:
+            raise InvalidPostureError(
+                [f.policy_id for f in verdict.failures],
+                {
+                    f.policy_id: [
+                        {"id": c.check_id, "isPassing": False, "typeId": c.check_type} for c in f.checks
+                    ]
+                    for f in verdict.failures
+                },
+            )
+        if not self.access.common_edge_routers(identity_id, service.id):
+            raise NoEdgeRoutersAvailableError()
+        with self.env.store.write_lock():
+            for existing in self.env.store.find_by(Session, "api_session_id", api_session.id):
+                if existing.service_id == service.id and existing.type == wanted:
+                    return existing
+            if self.env.store.get(ApiSession, api_session.id) is None:
+                raise NotFoundError()
+            now = self.env.clock.now()
+            session = Session(
+                id=self.env.ids.new_id(),
+                created_at=now,
+                updated_at=now,
+                tags=dict(tags or {}),
+                token=self.env.ids.new_token(),
+                api_session_id=api_session.id,
+                identity_id=identity_id,
+                service_id=service.id,
+                type=wanted,
+                service_policy_ids=list(verdict.passing_policy_ids),
+            )
+            return self.save(session)
+
+    # -- reads -----------------------------------------------------------------------------------
+    def view(self, session: Session) -> SessionView:
+        store = self.env.store
+        policies = (store.get(ServicePolicy, i) for i in session.service_policy_ids)
+        return SessionView(
+            session=session,
+            service=store.get(Service, session.service_id),
+            api_session=store.get(ApiSession, session.api_session_id),
+            edge_routers=self.edge_routers(session),
+            service_policies=[p for p in policies if p is not None],
+        )
+
+    def edge_routers(self, session: Session) -> list[EdgeRouter]:
+        """The routers a session may use: linked to identity and service, at most 25."""
+        return self.access.common_edge_routers(session.identity_id, session.service_id)[:MAX_SESSION_ROUTERS]
+
+    def of_api_session(self, api_session_id: str) -> list[Session]:
+        return self.env.store.find_by(Session, "api_session_id", api_session_id)
+
+    def read_for(self, identity: Identity, session_id: str) -> Session:
+        """A session as the client API shows it: admins see any, others only their own."""
+        session = self.require(session_id)
+        if not identity.is_admin and session.identity_id != identity.id:
+            raise NotFoundError()
+        return session
+
+    def delete_for(self, identity: Identity, session_id: str) -> None:
+        self.read_for(identity, session_id)
+        self.delete(session_id)
+
+    def require_token(self, api_session: ApiSession, token: str) -> Session:
+        """The caller's session with ``token``; :class:`UnauthorizedError` for any other token."""
+        session = self.env.store.find_unique(Session, "token", token)
+        if session is None or session.api_session_id != api_session.id:
+            raise UnauthorizedError()
+        return session
+
+    def service_edge_routers(
+        self, api_session: ApiSession, service_id: str, token: str | None
+    ) -> list[EdgeRouter]:
+        """Client ``/services/{id}/edge-routers``: the routers a session to the service would name.
+
+        A ``session-token`` given must be one of the caller's sessions (checked first, as
+        OpenZiti does); the service must be visible to the caller (Dial or Bind).
+        """
+        if token is not None:
+            self.require_token(api_session, token)
+        if not self.env.store.get(Service, service_id) or not self.access.permissions(
+            api_session.identity_id, service_id
+        ):
+            raise NotFoundError()
+        return self.access.common_edge_routers(api_session.identity_id, service_id)[:MAX_SESSION_ROUTERS]
+
+    # -- enforcement -----------------------------------------------------------------------------
+    def on_commit(self, changes: list[Change]) -> None:
+        """An Env listener: end sessions whose API session or service went, or whose access did.
+
+        It runs after the policy graph took the batch; the sessions it ends are one more commit.
+        A service policy change re-checks every session; an identity or service change only
+        that entity's sessions.
+        """
+        candidates: dict[str, Session] = {}
+        rescan_all = False
+        store = self.env.store
+        for change in changes:
+            kind = change.kind if isinstance(change, Delete) else type(change.entity)
+            entity_id = change.id if isinstance(change, Delete) else change.entity.id
+            if kind is ServicePolicy:
+                rescan_all = True
+            elif kind in (ApiSession, Identity, Service):
+                column = {ApiSession: "api_session_id", Identity: "identity_id", Service: "service_id"}[kind]
+                candidates.update((s.id, s) for s in store.find_by(Session, column, entity_id))
+        if rescan_all:
+            candidates = {s.id: s for s in store.all(Session)}
+        self._end(s for s in candidates.values() if not self._still_allowed(s))
+
+    def enforce_posture(self, identity_id: str) -> None:
+        """End the identity's sessions that no longer pass posture (after new posture data)."""
+        doomed = [
+            s
+            for s in self.env.store.find_by(Session, "identity_id", identity_id)
+            if not self.posture.evaluate(s.identity_id, s.api_session_id, s.service_id, s.type).passed
+        ]
+        self._end(doomed)
+
+    def _still_allowed(self, session: Session) -> bool:
+        """Its API session, identity and service exist, and the identity (unless an admin) still
+        holds the session's type on the service."""
+        store = self.env.store
+        identity = store.get(Identity, session.identity_id)
+        if identity is None or store.get(Service, session.service_id) is None:
+            return False
+        if store.get(ApiSession, session.api_session_id) is None:
+            return False
+        if identity.is_admin:
+            return True
+        return session.type in self.access.permissions(session.identity_id, session.service_id)
+
+    def _end(self, sessions: Iterable[Session]) -> None:
+        sessions = list(sessions)
+        if not sessions:
+            return
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            for session in sessions:
+                if self.env.store.get(Session, session.id) is not None:
+                    uow.delete(Session, session.id)
+            if uow.changes():
+                self.env.commit(uow)

@@ -209,3 +209,13 @@ def test_a_refused_password_is_never_echoed(anon: Api, base: str) -> None:
     assert result.status_code == 400
     assert result.json["error"]["cause"]["field"] == "password"
     assert "abc" not in result.text
+
+
+@pytest.mark.parametrize("asked", [["all"], ["intercept.v1", "host.v1"], ["unknown-type"], []])
+def test_config_types_are_kept_as_asked(anon: Api, asked: list[str]) -> None:
+    result = _auth(anon, {"username": ADMIN_USER, "password": ADMIN_PASSWORD, "configTypes": asked})
+
+    assert result.status_code == 200
+    assert result.json["data"]["configTypes"] == asked
+    token = result.json["data"]["token"]
+    assert anon.get("/current-api-session", token=token).json["data"]["configTypes"] == asked

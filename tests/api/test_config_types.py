@@ -102,6 +102,37 @@ def test_router_target_is_kept_and_cannot_change(api: Api) -> None:
     assert api.get(f"/config-types/{id}").json["data"]["target"] == "router"
 
 
+def test_an_unknown_target_names_the_allowed_ones(api: Api) -> None:
+    result = api.post("/config-types", json={"name": "x", "target": "toaster"})
+
+    assert result.status_code == 400
+    assert result.json["error"]["cause"]["reason"] == "target in body should be one of [service router]"
+
+
+def test_a_null_target_means_service(api: Api) -> None:
+    id = api.create("/config-types", {"name": "null-target", "target": None})
+
+    assert api.get(f"/config-types/{id}").json["data"]["target"] == "service"
+
+
+def test_patch_cannot_change_the_target(api: Api) -> None:
+    id = api.create("/config-types", {"name": "patched-target", "target": "router"})
+
+    result = api.patch(f"/config-types/{id}", json={"target": "service", "tags": {"k": "v"}})
+
+    assert result.status_code == 200
+    data = api.get(f"/config-types/{id}").json["data"]
+    assert (data["target"], data["tags"]) == ("router", {"k": "v"})
+
+
+def test_list_filters_on_target(api: Api) -> None:
+    api.create("/config-types", {"name": "for-routers", "target": "router"})
+
+    result = api.get("/config-types", params={"filter": 'target = "router"'})
+
+    assert [t["name"] for t in result.json["data"]] == ["for-routers"]
+
+
 def test_replace_sets_fields_and_clears_omitted_schema(api: Api) -> None:
     id = api.create("/config-types", {"name": "a", "schema": PORT_SCHEMA, "tags": {"k": "1"}})
 

@@ -60,7 +60,7 @@ def test_read_renders_edge_router_detail(api: Api) -> None:
     assert data["appData"] == {"site": "east"}
     assert (data["cost"], data["disabled"], data["noTraversal"]) == (7, True, True)
     assert data["isTunnelerEnabled"] is True
-    assert data["roleAttributes"] == ["west", "east"]
+    assert data["roleAttributes"] == ["east", "west"]  # stored sorted, as OpenZiti returns them
     assert data["tags"] == {"t": "x"}
     assert data["isVerified"] is False
     assert data["isOnline"] is False
@@ -92,6 +92,7 @@ def test_defaults_when_only_a_name_is_given(api: Api) -> None:
     assert data["roleAttributes"] == []
     assert data["appData"] == {}
     assert data["tags"] == {}
+    assert data["ctrlChanListeners"] == {}
 
 
 def test_create_gives_an_enrollment(api: Api, app: Any) -> None:
@@ -221,6 +222,55 @@ def test_put_resets_and_patch_keeps(api: Api) -> None:
     assert (replaced["name"], replaced["cost"], replaced["roleAttributes"]) == ("er2", 0, [])
     assert replaced["isTunnelerEnabled"] is False
     assert replaced["enrollmentToken"] == patched["enrollmentToken"]
+
+
+def test_ctrl_chan_listeners_are_set_on_create_and_read(api: Api) -> None:
+    listeners = {"tls:1.2.3.4:6262": ["group1"], "tls:5.6.7.8:6262": []}
+
+    er = api.create(PATH, {"name": "listening", "ctrlChanListeners": listeners})
+
+    assert api.get(f"{PATH}/{er}").json["data"]["ctrlChanListeners"] == listeners
+
+
+def test_ctrl_chan_listeners_are_patched_replaced_and_cleared(api: Api) -> None:
+    er = api.create(PATH, {"name": "ccl", "ctrlChanListeners": {"tls:1.2.3.4:6262": []}})
+    more = {"tls:10.0.0.1:6262": ["west"], "tls:10.0.0.2:6262": []}
+
+    api.patch(f"{PATH}/{er}", json={"ctrlChanListeners": more})
+    after_patch = api.get(f"{PATH}/{er}").json["data"]["ctrlChanListeners"]
+    api.patch(f"{PATH}/{er}", json={"cost": 4})
+    after_other_patch = api.get(f"{PATH}/{er}").json["data"]["ctrlChanListeners"]
+    api.patch(f"{PATH}/{er}", json={"ctrlChanListeners": {}})
+    after_clear = api.get(f"{PATH}/{er}").json["data"]["ctrlChanListeners"]
+    api.patch(f"{PATH}/{er}", json={"ctrlChanListeners": more})
+    api.put(f"{PATH}/{er}", json={"name": "ccl"})
+    after_put = api.get(f"{PATH}/{er}").json["data"]["ctrlChanListeners"]
+
+    assert after_patch == more
+    assert after_other_patch == more
+    assert after_clear == {}
+    assert after_put == {}
+
+
+def test_ctrl_chan_listener_groups_must_be_strings(api: Api) -> None:
+    cause = field_error(api.post(PATH, json={"name": "bad", "ctrlChanListeners": {"tls:a:1": [1]}}))
+
+    assert cause["field"].startswith("ctrlChanListeners")
+
+
+def test_transit_routers_carry_ctrl_chan_listeners_too(api: Api) -> None:
+    listeners = {"tls:1.2.3.4:6262": ["g"]}
+
+    tr = api.create("/transit-routers", {"name": "transit-ccl", "ctrlChanListeners": listeners})
+
+    assert api.get(f"/transit-routers/{tr}").json["data"]["ctrlChanListeners"] == listeners
+    assert api.get(f"/routers/{tr}").json["data"]["ctrlChanListeners"] == listeners
+
+
+def test_role_attributes_are_returned_sorted_without_duplicates(api: Api) -> None:
+    er = api.create(PATH, {"name": "sorted", "roleAttributes": ["west", "east", "west", "Central"]})
+
+    assert api.get(f"{PATH}/{er}").json["data"]["roleAttributes"] == ["Central", "east", "west"]
 
 
 def test_update_cannot_touch_enrollment_fields(api: Api) -> None:

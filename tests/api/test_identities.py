@@ -72,7 +72,7 @@ def test_create_answers_201_with_link_and_read_shows_the_identity(api: Api) -> N
     assert data["type"]["entity"] == "identity-types"
     assert data["isAdmin"] is False
     assert data["isDefaultAdmin"] is False
-    assert data["roleAttributes"] == ["sales", "east"]
+    assert data["roleAttributes"] == ["east", "sales"]  # stored sorted, as OpenZiti returns them
     assert data["appData"] == {"owner": "ann", "nested": {"a": 1}}
     assert data["defaultHostingCost"] == 12
     assert data["defaultHostingPrecedence"] == "required"
@@ -139,6 +139,110 @@ def test_service_hosting_maps_must_name_existing_services(api: Api) -> None:
     )
     assert result.status_code == 404
     assert error_of(result)["cause"]["field"] == "serviceHostingCosts"
+
+
+def test_role_attributes_are_returned_sorted_without_duplicates(api: Api) -> None:
+    identity_id = new_identity(api, "sorted", roleAttributes=["west", "East", "east", "west"])
+
+    assert api.get(f"/identities/{identity_id}").json["data"]["roleAttributes"] == ["East", "east", "west"]
+    api.patch(f"/identities/{identity_id}", json={"roleAttributes": ["b", "a", "b"]})
+    assert api.get(f"/identities/{identity_id}").json["data"]["roleAttributes"] == ["a", "b"]
+    replacement = {"name": "sorted", "isAdmin": False, "type": "User", "roleAttributes": ["z", "y"]}
+    api.put(f"/identities/{identity_id}", json=replacement)
+    assert api.get(f"/identities/{identity_id}").json["data"]["roleAttributes"] == ["y", "z"]
+
+
+# -- hosting costs and precedences -----------------------------------------------------------------
+def new_service(api: Api, name: str) -> str:
+    return api.create("/services", {"name": name, "encryptionRequired": True})
+
+
+def test_hosting_costs_and_precedences_are_stored_and_rendered(api: Api) -> None:
+    first, second = new_service(api, "h1"), new_service(api, "h2")
+
+    identity_id = new_identity(
+        api,
+        "host",
+        defaultHostingCost=65535,
+        defaultHostingPrecedence="failed",
+        serviceHostingCosts={first: 0, second: 65535},
+        serviceHostingPrecedences={first: "required", second: "default"},
+    )
+
+    data = api.get(f"/identities/{identity_id}").json["data"]
+    assert (data["defaultHostingCost"], data["defaultHostingPrecedence"]) == (65535, "failed")
+    assert data["serviceHostingCosts"] == {first: 0, second: 65535}
+    assert data["serviceHostingPrecedences"] == {first: "required", second: "default"}
+
+
+def test_hosting_defaults_without_values(api: Api) -> None:
+    data = api.get(f"/identities/{new_identity(api, 'plain-host')}").json["data"]
+
+    assert (data["defaultHostingCost"], data["defaultHostingPrecedence"]) == (0, "default")
+    assert (data["serviceHostingCosts"], data["serviceHostingPrecedences"]) == ({}, {})
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"serviceHostingCosts": {"SVC": 65536}}, "serviceHostingCosts"),
+        ({"serviceHostingCosts": {"SVC": -1}}, "serviceHostingCosts"),
+        ({"serviceHostingCosts": {"SVC": "5"}}, "serviceHostingCosts"),
+        ({"serviceHostingPrecedences": {"SVC": "sometimes"}}, "serviceHostingPrecedences"),
+        ({"defaultHostingCost": "5"}, "defaultHostingCost"),
+    ],
+)
+def test_hosting_values_are_validated(api: Api, extra: dict[str, Any], field: str) -> None:
+    service_id = new_service(api, "validated-host")
+    body = {k: ({service_id: v["SVC"]} if isinstance(v, dict) else v) for k, v in extra.items()}
+
+    result = api.post("/identities", json={"name": "x", "isAdmin": False, "type": "User", **body})
+
+    assert result.status_code == 400
+    assert error_of(result)["code"] == "COULD_NOT_VALIDATE"
+    assert error_of(result)["cause"]["field"].split(".")[0] == field
+
+
+def test_hosting_precedences_must_name_existing_services(api: Api) -> None:
+    result = api.post(
+        "/identities",
+        json={"name": "x", "isAdmin": False, "type": "User", "serviceHostingPrecedences": {"nope": "failed"}},
+    )
+
+    assert result.status_code == 404
+    assert error_of(result)["code"] == "NOT_FOUND"
+    assert error_of(result)["cause"]["field"] == "serviceHostingPrecedences"
+    assert error_of(result)["cause"]["value"] == "nope"
+
+
+def test_patch_replaces_a_hosting_map_whole_and_put_clears_it(api: Api) -> None:
+    first, second = new_service(api, "m1"), new_service(api, "m2")
+    identity_id = new_identity(api, "maps", serviceHostingCosts={first: 1}, defaultHostingCost=4)
+
+    api.patch(f"/identities/{identity_id}", json={"serviceHostingCosts": {second: 2}})
+    patched = api.get(f"/identities/{identity_id}").json["data"]
+    api.put(f"/identities/{identity_id}", json={"name": "maps", "isAdmin": False, "type": "User"})
+    replaced = api.get(f"/identities/{identity_id}").json["data"]
+
+    assert (patched["serviceHostingCosts"], patched["defaultHostingCost"]) == ({second: 2}, 4)
+    assert (replaced["serviceHostingCosts"], replaced["defaultHostingCost"]) == ({}, 0)
+
+
+def test_deleting_a_service_drops_it_from_hosting_maps(api: Api) -> None:
+    gone, kept = new_service(api, "gone"), new_service(api, "kept")
+    identity_id = new_identity(
+        api,
+        "stale",
+        serviceHostingCosts={gone: 1, kept: 2},
+        serviceHostingPrecedences={gone: "failed"},
+    )
+
+    assert api.delete(f"/services/{gone}").status_code == 200
+
+    data = api.get(f"/identities/{identity_id}").json["data"]
+    assert (data["serviceHostingCosts"], data["serviceHostingPrecedences"]) == ({kept: 2}, {})
+    body = {"name": "stale", "isAdmin": False, "type": "User", "serviceHostingCosts": {kept: 3}}
+    assert api.put(f"/identities/{identity_id}", json=body).status_code == 200
 
 
 def test_duplicate_name_and_external_id_are_refused(api: Api) -> None:

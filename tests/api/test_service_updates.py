@@ -59,7 +59,9 @@ class World:
     def tick(self) -> None:
         self.clock.advance(timedelta(seconds=5))
 
-    def policy(self, name: str, identity_roles: list[str], service_roles: list[str], type: str = "Dial") -> str:
+    def policy(
+        self, name: str, identity_roles: list[str], service_roles: list[str], type: str = "Dial"
+    ) -> str:
         return self.api.create(
             "/service-policies",
             {
@@ -88,13 +90,17 @@ def test_service_updates_need_a_session(anon: Api) -> None:
 
 
 def test_it_is_served_unprefixed_for_legacy_sdks(w: World) -> None:
-    result = w.api.client.simulate_get("/current-api-session/service-updates", headers={"zt-session": w.token})
+    result = w.api.client.simulate_get(
+        "/current-api-session/service-updates", headers={"zt-session": w.token}
+    )
     assert result.status_code == 200
     assert "lastChangeAt" in result.json["data"]
 
 
 def test_gaining_and_losing_a_service_moves_it(w: World) -> None:
-    service = w.api.create("/services", {"name": "echo", "encryptionRequired": True, "roleAttributes": ["echo"]})
+    service = w.api.create(
+        "/services", {"name": "echo", "encryptionRequired": True, "roleAttributes": ["echo"]}
+    )
     before = w.last_change()
     w.tick()
     policy = w.policy("dial-echo", ["#devices"], ["#echo"])
@@ -130,7 +136,9 @@ def test_gaining_bind_on_a_dialable_service_moves_it(w: World) -> None:
 
 def test_changes_elsewhere_do_not_move_it(w: World) -> None:
     w.api.create("/services", {"name": "echo", "encryptionRequired": True, "roleAttributes": ["echo"]})
-    other_service = w.api.create("/services", {"name": "other", "encryptionRequired": True, "roleAttributes": ["other"]})
+    other_service = w.api.create(
+        "/services", {"name": "other", "encryptionRequired": True, "roleAttributes": ["other"]}
+    )
     w.policy("dial-echo", ["#devices"], ["#echo"])
     w.policy("others-dial-other", ["#others"], ["#other"])
     settled = w.last_change()
@@ -151,7 +159,9 @@ def test_changes_elsewhere_do_not_move_it(w: World) -> None:
 
 
 def test_an_update_of_a_listed_service_moves_it(w: World) -> None:
-    service = w.api.create("/services", {"name": "echo", "encryptionRequired": True, "roleAttributes": ["echo"]})
+    service = w.api.create(
+        "/services", {"name": "echo", "encryptionRequired": True, "roleAttributes": ["echo"]}
+    )
     w.policy("dial-echo", ["#devices"], ["#echo"])
     settled = w.last_change()
     w.tick()
@@ -166,14 +176,23 @@ def test_a_config_of_a_listed_service_moves_it(w: World) -> None:
         {
             "name": "echo-intercept",
             "configTypeId": config_type,
-            "data": {"protocols": ["tcp"], "addresses": ["echo.ziti"], "portRanges": [{"low": 80, "high": 80}]},
+            "data": {
+                "protocols": ["tcp"],
+                "addresses": ["echo.ziti"],
+                "portRanges": [{"low": 80, "high": 80}],
+            },
         },
     )
-    w.api.create("/services", {"name": "echo", "encryptionRequired": True, "roleAttributes": ["echo"], "configs": [config]})
+    w.api.create(
+        "/services",
+        {"name": "echo", "encryptionRequired": True, "roleAttributes": ["echo"], "configs": [config]},
+    )
     w.policy("dial-echo", ["#devices"], ["#echo"])
     settled = w.last_change()
     w.tick()
-    body = {"data": {"protocols": ["tcp"], "addresses": ["echo2.ziti"], "portRanges": [{"low": 80, "high": 80}]}}
+    body = {
+        "data": {"protocols": ["tcp"], "addresses": ["echo2.ziti"], "portRanges": [{"low": 80, "high": 80}]}
+    }
     assert w.api.patch(f"/configs/{config}", json=body).status_code == 200
     assert w.last_change() > settled
 
@@ -183,7 +202,10 @@ def test_an_attribute_change_of_the_identity_moves_it_only_when_access_changes(w
     w.policy("dial-echo", ["#dialers"], ["#echo"])
     settled = w.last_change()
     w.tick()
-    assert w.api.patch(f"/identities/{w.device}", json={"roleAttributes": ["devices", "blue"]}).status_code == 200
+    assert (
+        w.api.patch(f"/identities/{w.device}", json={"roleAttributes": ["devices", "blue"]}).status_code
+        == 200
+    )
     assert w.last_change() == settled
     assert w.api.patch(f"/identities/{w.device}", json={"roleAttributes": ["dialers"]}).status_code == 200
     assert w.last_change() > settled
@@ -199,7 +221,9 @@ def test_a_service_attribute_change_moves_it_for_identities_gaining_it(w: World)
 
 
 def test_deleting_a_listed_service_moves_it(w: World) -> None:
-    service = w.api.create("/services", {"name": "echo", "encryptionRequired": True, "roleAttributes": ["echo"]})
+    service = w.api.create(
+        "/services", {"name": "echo", "encryptionRequired": True, "roleAttributes": ["echo"]}
+    )
     w.policy("dial-echo", ["#devices"], ["#echo"])
     settled = w.last_change()
     w.tick()
@@ -210,7 +234,8 @@ def test_deleting_a_listed_service_moves_it(w: World) -> None:
 def test_a_posture_check_used_by_a_granting_policy_moves_it(w: World) -> None:
     w.api.create("/services", {"name": "echo", "encryptionRequired": True, "roleAttributes": ["echo"]})
     check = w.api.create(
-        "/posture-checks", {"name": "domain", "typeId": "DOMAIN", "domains": ["corp"], "roleAttributes": ["p"]}
+        "/posture-checks",
+        {"name": "domain", "typeId": "DOMAIN", "domains": ["corp"], "roleAttributes": ["p"]},
     )
     w.api.create(
         "/service-policies",
@@ -225,5 +250,31 @@ def test_a_posture_check_used_by_a_granting_policy_moves_it(w: World) -> None:
     )
     settled = w.last_change()
     w.tick()
-    assert w.api.patch(f"/posture-checks/{check}", json={"typeId": "DOMAIN", "domains": ["corp", "home"]}).status_code == 200
+    assert (
+        w.api.patch(
+            f"/posture-checks/{check}", json={"typeId": "DOMAIN", "domains": ["corp", "home"]}
+        ).status_code
+        == 200
+    )
     assert w.last_change() > settled
+
+
+def test_a_service_config_override_of_the_identity_moves_it(w: World) -> None:
+    config_type = w.api.get('/config-types?filter=name="intercept.v1"').json["data"][0]["id"]
+    data = {"protocols": ["tcp"], "addresses": ["mine.ziti"], "portRanges": [{"low": 80, "high": 80}]}
+    config = w.api.create("/configs", {"name": "mine", "configTypeId": config_type, "data": data})
+    service = w.api.create(
+        "/services", {"name": "echo", "encryptionRequired": True, "roleAttributes": ["echo"]}
+    )
+    w.policy("dial-echo", ["#devices"], ["#echo"])
+    settled = w.last_change()
+    w.tick()
+    body = [{"serviceId": service, "configId": config}]
+    assert w.api.post(f"/identities/{w.device}/service-configs", json=body).status_code == 200
+    moved = w.last_change()
+    assert moved > settled
+    w.tick()
+    # its overriding config changes: the service it sees changes
+    data["addresses"] = ["mine2.ziti"]
+    assert w.api.patch(f"/configs/{config}", json={"data": data}).status_code == 200
+    assert w.last_change() > moved

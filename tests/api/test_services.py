@@ -39,7 +39,7 @@ def test_create_and_read_service(api: Api) -> None:
     assert data["id"] == id
     assert data["name"] == "echo"
     assert data["encryptionRequired"] is True
-    assert data["roleAttributes"] == ["web", "east"]
+    assert data["roleAttributes"] == ["east", "web"]  # stored sorted, as OpenZiti returns them
     assert data["maxIdleTimeMillis"] == 5000
     assert data["terminatorStrategy"] == "smartrouting"
     assert data["configs"] == []
@@ -105,6 +105,42 @@ def test_two_configs_of_one_type_are_refused(api: Api, intercept: str) -> None:
         "duplicate configs named echo-intercept and other found for config type intercept.v1"
         in cause["reason"]
     )
+
+
+def test_a_config_whose_type_targets_routers_is_refused(api: Api, intercept: str) -> None:
+    router_type = api.create("/config-types", {"name": "router.thing.v1", "target": "router"})
+    router_config = api.create("/configs", {"name": "rc", "configTypeId": router_type, "data": {}})
+
+    result = api.post(
+        "/services", json={"name": "s", "encryptionRequired": True, "configs": [intercept, router_config]}
+    )
+
+    assert result.status_code == 400
+    assert result.json["error"]["code"] == "COULD_NOT_VALIDATE"
+    cause = result.json["error"]["cause"]
+    assert cause["field"] == "configs"
+    assert cause["reason"] == "config rc has config type router.thing.v1 which does not target services"
+    assert cause["value"] == f"[{intercept} {router_config}]"
+
+
+def test_patch_with_a_router_targeted_config_changes_nothing(api: Api, intercept: str) -> None:
+    id = service(api, "keep", configs=[intercept])
+    router_type = api.create("/config-types", {"name": "router.other.v1", "target": "router"})
+    router_config = api.create("/configs", {"name": "rc2", "configTypeId": router_type, "data": {}})
+
+    result = api.patch(f"/services/{id}", json={"configs": [router_config]})
+
+    assert result.status_code == 400
+    assert result.json["error"]["cause"]["field"] == "configs"
+    assert api.get(f"/services/{id}").json["data"]["configs"] == [intercept]
+
+
+def test_role_attributes_are_returned_sorted_without_duplicates(api: Api) -> None:
+    id = service(api, "sorted", roleAttributes=["zeta", "Alpha", "beta", "zeta", "alpha"])
+
+    assert api.get(f"/services/{id}").json["data"]["roleAttributes"] == ["Alpha", "alpha", "beta", "zeta"]
+    api.patch(f"/services/{id}", json={"roleAttributes": ["y", "x"]})
+    assert api.get(f"/services/{id}").json["data"]["roleAttributes"] == ["x", "y"]
 
 
 def test_duplicate_name_is_a_field_error(api: Api) -> None:

@@ -51,6 +51,7 @@ ENROLL_TIMEOUT = 45.0  # a working enrollment takes well under a second
 REENROLL_TIMEOUT = 20.0
 REENROLL_FAST = 10.0  # a controller-side rejection comes back at once
 LOAD_TIMEOUT = 20.0  # a working load returns in well under a second
+DIAL_TIMEOUT = 30.0  # without a running edge router the SDK gives up after about 10 s
 #: JOSE algorithms the C SDK accepts for the enrollment JWT (sdk-compat §2.1).
 JWT_ALGORITHMS = ["RS256", "ES256", "ES384", "ES512"]
 
@@ -392,56 +393,115 @@ def test_real_sdk_enrolls_and_logs_in_with_its_certificate(enrollment: Enrollmen
         assert me.get("id") == identity_id, me
 
 
-@pytest.mark.xfail(strict=False, reason="client API services arrive with issue #7")
-def test_real_sdk_loads_the_enrolled_identity(enrollment: Enrollment, sdk_python: Path) -> None:
-    """Step 7: ``openziti.load`` logs in with the certificate and lists the identity's services.
+def _intercept_service(srv: Server, admin: str, name: str, address: str) -> str:
+    """A service with an ``intercept.v1`` config for ``address:80``; returns its id."""
+    intercept = {"protocols": ["tcp"], "addresses": [address], "portRanges": [{"low": 80, "high": 80}]}
+    config = srv.expect(
+        srv.call(
+            "POST",
+            f"{MGMT}/configs",
+            admin,
+            json={"name": f"{name}-intercept", "configTypeId": "intercept.v1", "data": intercept},
+        ),
+        201,
+        f"create the intercept.v1 config of {name}",
+    )["data"]["id"]
+    return str(
+        srv.expect(
+            srv.call(
+                "POST",
+                f"{MGMT}/services",
+                admin,
+                json={"name": name, "encryptionRequired": True, "configs": [config]},
+            ),
+            201,
+            f"create the service {name}",
+        )["data"]["id"]
+    )
 
-    0.29.3's ``load`` returns only after a services listing showed at least one service, so the
-    identity is first given one to dial (with an ``intercept.v1`` config, whose address the SDK
-    then resolves; the result is printed, not asserted).
+
+def _dial_policy(srv: Server, admin: str, identity_id: str, service_id: str, name: str) -> str:
+    body = {
+        "name": name,
+        "type": "Dial",
+        "semantic": "AnyOf",
+        "identityRoles": [f"@{identity_id}"],
+        "serviceRoles": [f"@{service_id}"],
+    }
+    return str(
+        srv.expect(srv.call("POST", f"{MGMT}/service-policies", admin, json=body), 201, f"create {name}")[
+            "data"
+        ]["id"]
+    )
+
+
+def _resolved(run: DriverRun, host: str) -> str:
+    """What the driver's ``RESOLVE <host> <address>`` line says (``None`` if unresolved)."""
+    for line in run.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[:2] == ["RESOLVE", host]:
+            return parts[2]
+    return "<no RESOLVE line>"
+
+
+def test_real_sdk_loads_resolves_its_services_and_dials(enrollment: Enrollment, sdk_python: Path) -> None:
+    """Issue 7: the SDK logs in with its certificate, lists its services and resolves them.
+
+    1. With a Dial policy for a service with an ``intercept.v1`` config, ``Ziti_resolve`` gives
+       the config's address a 100.64.x.x address; an unknown name resolves to nothing.
+    2. When the SDK dials, the controller records its Dial session (the dial itself fails: no
+       edge router runs).
+    3. After the policy is removed, a new load does not resolve the service. (A second service
+       stays granted: 0.29.3's ``load`` returns only once a listing showed a service.)
     """
     if not enrollment.enrolled:
         pytest.fail(
             "needs the identity the real SDK enrolled; enrollment failed:\n"
             + enrollment.explain(enrollment.run)
         )
-    srv, admin = enrollment.server, enrollment.admin
-    intercept = {"protocols": ["tcp"], "addresses": ["echo.ziti"], "portRanges": [{"low": 80, "high": 80}]}
-    config = srv.expect(
-        srv.call(
-            "POST",
-            f"{MGMT}/configs",
-            admin,
-            json={"name": "sdk-echo-intercept", "configTypeId": "intercept.v1", "data": intercept},
-        ),
-        201,
-        "create an intercept.v1 config",
-    )["data"]["id"]
-    service = srv.expect(
-        srv.call(
-            "POST",
-            f"{MGMT}/services",
-            admin,
-            json={"name": "sdk-echo", "encryptionRequired": True, "configs": [config]},
-        ),
-        201,
-        "create a service",
-    )["data"]["id"]
-    dial = {
-        "name": "sdk-echo-dial",
-        "type": "Dial",
-        "semantic": "AnyOf",
-        "identityRoles": [f"@{enrollment.identity_id}"],
-        "serviceRoles": [f"@{service}"],
-    }
-    srv.expect(srv.call("POST", f"{MGMT}/service-policies", admin, json=dial), 201, "create a Dial policy")
-    run = run_driver(
+    srv, admin, me = enrollment.server, enrollment.admin, enrollment.identity_id
+    echo = _intercept_service(srv, admin, "sdk-echo", "echo.ziti")
+    keep = _intercept_service(srv, admin, "sdk-keep", "keep.ziti")
+    echo_policy = _dial_policy(srv, admin, me, echo, "sdk-echo-dial")
+    _dial_policy(srv, admin, me, keep, "sdk-keep-dial")
+    router = {"name": "sdk-er", "isTunnelerEnabled": False, "roleAttributes": ["sdk"]}
+    srv.expect(srv.call("POST", f"{MGMT}/edge-routers", admin, json=router), 201, "create an edge router")
+    erp = {"name": "sdk-erp", "semantic": "AnyOf", "identityRoles": [f"@{me}"], "edgeRouterRoles": ["#sdk"]}
+    srv.expect(srv.call("POST", f"{MGMT}/edge-router-policies", admin, json=erp), 201, "create an ERP")
+    serp = {"name": "sdk-serp", "semantic": "AnyOf", "serviceRoles": ["#all"], "edgeRouterRoles": ["#sdk"]}
+    srv.expect(srv.call("POST", f"{MGMT}/service-edge-router-policies", admin, json=serp), 201, "a SERP")
+
+    first = run_driver(
         sdk_python,
         "load_driver.py",
-        [str(enrollment.identity_file), "echo.ziti", "80"],
+        [str(enrollment.identity_file), "echo.ziti", "80", "nope.ziti", "80", "--dial", "sdk-echo"],
         enrollment.workdir,
-        "load",
+        "load-and-dial",
+        LOAD_TIMEOUT + DIAL_TIMEOUT,
+    )
+    assert first.returncode == 0, "the real SDK could not load the identity:\n" + enrollment.explain(first)
+    assert _resolved(first, "echo.ziti").startswith("100.64."), enrollment.explain(first)
+    assert _resolved(first, "nope.ziti") == "None", enrollment.explain(first)
+    dialled = first.line("DIAL").split()
+    assert len(dialled) == 3, enrollment.explain(first)
+    assert dialled[1] != "0", enrollment.explain(first)  # no edge router runs, so the dial fails
+
+    sessions = srv.expect(
+        srv.call("GET", f"{MGMT}/sessions", admin, params={"filter": f'identity="{me}"'}), 200, "sessions"
+    )["data"]
+    assert any(s.get("serviceId") == echo and s.get("type") == "Dial" for s in sessions), (
+        f"no Dial session of {me} for {echo}: {sessions}\n" + enrollment.explain(first)
+    )
+
+    srv.expect(srv.call("DELETE", f"{MGMT}/service-policies/{echo_policy}", admin), 200, "drop the policy")
+    second = run_driver(
+        sdk_python,
+        "load_driver.py",
+        [str(enrollment.identity_file), "echo.ziti", "80", "keep.ziti", "80"],
+        enrollment.workdir,
+        "load-again",
         LOAD_TIMEOUT,
     )
-    assert run.returncode == 0, "the real SDK could not load the identity:\n" + enrollment.explain(run)
-    assert run.line("LOADED"), enrollment.explain(run)
+    assert second.returncode == 0, "the real SDK could not load the identity:\n" + enrollment.explain(second)
+    assert _resolved(second, "echo.ziti") == "None", enrollment.explain(second)
+    assert _resolved(second, "keep.ziti").startswith("100.64."), enrollment.explain(second)

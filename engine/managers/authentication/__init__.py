@@ -1,20 +1,25 @@
-"""Primary authentication: credentials become an API session.
+"""Authentication: credentials become an API session, and a session's outstanding factors.
 
-One module per method, sharing :mod:`._core`: :mod:`.password` (``updb`` authenticators) and
-:mod:`.cert` (client certificates). :class:`AuthenticationManager` is what the API calls.
+One module per primary method, sharing :mod:`._core`: :mod:`.password` (``updb``
+authenticators, with the auth policy's lockout), :mod:`.cert` (client certificates) and
+:mod:`.ext_jwt` (external identity providers' JWTs). :mod:`.secondary` works out what a session
+still owes (TOTP, a secondary external JWT). :class:`AuthenticationManager` is what the API calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from engine.entities.identities import ApiSession, Identity
 from engine.managers._base import Env
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.authentication._core import Login, LoginInfo, open_session, resolve_config_types
 from engine.managers.authentication.cert import CertCheck
+from engine.managers.authentication.ext_jwt import ExtJwtCheck
 from engine.managers.authentication.password import PasswordCheck
+from engine.managers.authentication.secondary import AuthQuery, Pending, pending
 
-__all__ = ["AuthenticationManager", "Login", "LoginInfo"]
+__all__ = ["AuthQuery", "AuthenticationManager", "Login", "LoginInfo", "Pending"]
 
 
 class AuthenticationManager:
@@ -23,6 +28,7 @@ class AuthenticationManager:
         self.sessions = sessions
         self._password = PasswordCheck(env)
         self._cert = CertCheck(env)
+        self._ext_jwt = ExtJwtCheck(env)
 
     def password(self, username: str, password: str, info: LoginInfo) -> Login:
         authenticator = self._password.authenticator(username, password)
@@ -33,5 +39,18 @@ class AuthenticationManager:
         ca_id = proof.ca.id if proof.ca is not None else None
         return open_session(self.env, self.sessions, proof.authenticator, "cert", info, ca_id=ca_id)
 
-    def resolve_config_types(self, requested: list[str]) -> list[str]:
-        return resolve_config_types(self.env, requested)
+    def ext_jwt(self, tokens: Sequence[str], info: LoginInfo) -> Login:
+        """Log in with the first acceptable external JWT of ``tokens`` (bearer tokens)."""
+        proof = self._ext_jwt.prove(tokens)
+        return open_session(self.env, self.sessions, proof.authenticator, "extJwt", info)
+
+    def pending(self, session: ApiSession, identity: Identity, tokens: Sequence[str] = ()) -> Pending:
+        """The factors ``session`` still owes on a request carrying bearer ``tokens``."""
+        return pending(self.env, self._ext_jwt, session, identity, tokens)
+
+    def failed_password_attempts(self, authenticator_id: str) -> int:
+        return self._password.failures(authenticator_id)
+
+    def resolve_config_types(self, requested: Sequence[str]) -> list[str]:
+        """Config type ids for a session's ``configTypes`` as asked (names, ids or ``all``)."""
+        return resolve_config_types(self.env, tuple(requested))

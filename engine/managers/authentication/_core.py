@@ -3,7 +3,12 @@
 A method module proves who the caller is (an :class:`Authenticator`); :func:`open_session`
 then applies the rules every method shares, in OpenZiti's order: the identity exists, its auth
 policy allows the method, it is not disabled; the SDK and environment info it reports is recorded
-and an API session is started.
+and an API session is started. The session needs a second factor (``isMfaRequired``) when the
+identity has a verified TOTP enrollment or its auth policy requires TOTP.
+
+The ``configTypes`` asked for at login are kept as asked (names, ids or ``all``), as OpenZiti
+shows them; :func:`resolve_config_types` turns such a list into config type ids when services
+are rendered.
 """
 
 from __future__ import annotations
@@ -12,13 +17,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from engine.entities.identities import ApiSession, Authenticator, Identity
+from engine.entities.identities import ApiSession, Authenticator, Identity, Mfa
 from engine.entities.services import ConfigType
 from engine.errors import InvalidAuthError, UnauthorizedError
 from engine.managers._base import Env
 from engine.managers.api_sessions import ApiSessionManager
-from engine.managers.auth_policies import primary_rules
-from engine.ports import UnitOfWork
+from engine.managers.auth_policies import PolicyRules, rules_for
+from engine.managers.identities import disabled_at
+from engine.ports import Store, UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -41,17 +47,25 @@ class Login:
     authenticator: Authenticator
 
 
-def check_allowed(env: Env, identity: Identity, method: str) -> None:
-    if primary_rules(env.store, identity, method).get("allowed") is False:
-        raise InvalidAuthError()
+def check_allowed(rules: PolicyRules, method: str) -> None:
+    """``INVALID_AUTH`` unless the auth policy allows primary method ``method``."""
+    if not rules.allows(method):
+        raise InvalidAuthError(reason=f"the auth policy does not allow {method} authentication")
+
+
+def is_disabled(env: Env, identity: Identity) -> bool:
+    """Disabled now: locked, and the lock has no end or has not ended yet."""
+    return disabled_at(identity, env.clock.now())
 
 
 def check_enabled(env: Env, identity: Identity) -> None:
-    if not identity.disabled:
-        return
-    until = identity.disabled_until
-    if until is None or until > env.clock.now():
+    if is_disabled(env, identity):
         raise UnauthorizedError()
+
+
+def has_verified_mfa(store: Store | UnitOfWork, identity_id: str) -> bool:
+    mfa = store.find_unique(Mfa, "identity_id", identity_id)
+    return mfa is not None and mfa.is_verified
 
 
 def resolve_config_types(env: Env, requested: list[str] | tuple[str, ...]) -> list[str]:
@@ -99,14 +113,17 @@ def open_session(
     identity = env.store.get(Identity, authenticator.identity_id)
     if identity is None:
         raise InvalidAuthError()
-    check_allowed(env, identity, method)
+    rules = rules_for(env.store, identity)
+    check_allowed(rules, method)
     check_enabled(env, identity)
     identity = record_info(env, identity, info)
+    mfa_required = rules.secondary.require_totp or has_verified_mfa(env.store, identity.id)
     session, token = sessions.start(
         identity,
         authenticator,
         ip_address=info.ip_address,
-        config_types=resolve_config_types(env, info.config_types),
+        config_types=list(info.config_types),
+        mfa_required=mfa_required,
         ca_id=ca_id,
     )
     return Login(session=session, token=token, identity=identity, authenticator=authenticator)

@@ -21,7 +21,7 @@ from engine.entities.identities import Authenticator, Identity
 from engine.entities.trust import Ca
 from engine.errors import ControllerError, InvalidAuthError
 from engine.managers._base import Env
-from engine.managers.auth_policies import primary_rules
+from engine.managers.auth_policies import rules_for
 from engine.managers.enrollment._core import issuing_ca, usable_cas
 from engine.managers.enrollment.ca import external_id
 from engine.ports import CertInfo
@@ -59,7 +59,7 @@ class CertCheck:
             raise InvalidAuthError(reason="the certificate is not issued by a trusted CA")
         identity, authenticator = self._resolve(leaf, ca)
         expired = not leaf.is_valid_at(self.env.clock.now())
-        if expired and not primary_rules(self.env.store, identity, "cert").get("allowExpiredCerts"):
+        if expired and not rules_for(self.env.store, identity).cert.allow_expired_certs:
             raise InvalidAuthError(reason="the client certificate is expired or not yet valid")
         return CertProof(identity=identity, authenticator=authenticator, leaf=leaf, ca=ca)
 

@@ -1,15 +1,410 @@
 """Posture: the data identities report, checks evaluated against it, and what it gates.
 
-Filled in by issue #7's posture work (policy-semantics §6).
+:class:`PostureManager` is OpenZiti's posture cache and posture response manager in one
+(``model/posture_response_model.go``, ``posture_response_manager.go``): posture data is kept in
+memory per identity (and per API session for MFA and endpoint state), never stored, and dropped
+when its identity or API session goes. Its answers follow policy-semantics §6:
+
+- :meth:`PostureManager.evaluate` is the gating rule for session creation: OR over the service
+  policies of the requested type linking identity and service, AND over each policy's checks; a
+  policy without checks passes; no posture check in the system means no evaluation at all. A
+  refusal is remembered (the last :data:`MAX_FAILURES` per identity) for
+  ``/identities/{id}/failed-service-requests``.
+- :meth:`PostureManager.service_queries` is the client service view's ``postureQueries``.
+- :meth:`PostureManager.respond` takes posture responses; listeners (the session manager) hear
+  which identity's data changed.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+
+from engine.entities.identities import ApiSession, Identity
+from engine.entities.policies import ServicePolicy
+from engine.entities.posture import PostureCheck
+from engine.entities.services import Service
+from engine.errors import NotFoundError
 from engine.managers._base import Env
 from engine.managers.access import AccessManager
+from engine.managers.posture._core import (
+    DOMAIN,
+    ENDPOINT_STATE,
+    MAC,
+    MAX_FAILURES,
+    MFA,
+    MFA_PROMPT_GRACE,
+    NO_TIMEOUT,
+    OS,
+    PROCESS,
+    PROCESS_MULTI,
+    CheckFailure,
+    Evaluator,
+    FailedServiceRequest,
+    PolicyFailure,
+    PolicyPosture,
+    PostureData,
+    PostureQuery,
+    PostureResponse,
+    PostureResult,
+    ProcessData,
+    ProcessRef,
+    ServiceTimeout,
+    SessionPostureData,
+    dummy_policy_id,
+)
+from engine.managers.posture.domain import DomainEvaluator
+from engine.managers.posture.mac import MacEvaluator, clean_hex
+from engine.managers.posture.mfa import MfaEvaluator
+from engine.managers.posture.os import OsEvaluator
+from engine.managers.posture.process import ProcessEvaluator, ProcessMultiEvaluator
+from engine.ports import Change, Delete
+
+__all__ = [
+    "FailedServiceRequest",
+    "PolicyPosture",
+    "PostureData",
+    "PostureManager",
+    "PostureQuery",
+    "PostureResponse",
+    "PostureResult",
+    "ServiceTimeout",
+]
+
+EVALUATORS: dict[str, Evaluator] = {
+    OS: OsEvaluator(),
+    PROCESS: ProcessEvaluator(),
+    PROCESS_MULTI: ProcessMultiEvaluator(),
+    DOMAIN: DomainEvaluator(),
+    MAC: MacEvaluator(),
+    MFA: MfaEvaluator(),
+}
+POLICY_TYPES = ("Bind", "Dial")
+
+Listener = Callable[[str], None]
 
 
 class PostureManager:
     def __init__(self, env: Env, access: AccessManager) -> None:
         self.env = env
         self.access = access
+        self._data: dict[str, PostureData] = {}
+        self._lock = threading.RLock()
+        self._listeners: list[Listener] = []
+
+    # -- wiring ----------------------------------------------------------------------------------
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(identity_id)`` after that identity's posture data changed."""
+        self._listeners.append(listener)
+
+    def on_commit(self, changes: list[Change]) -> None:
+        """Forget the posture of deleted identities and deleted API sessions (an Env listener)."""
+        with self._lock:
+            for change in changes:
+                if not isinstance(change, Delete):
+                    continue
+                if change.kind is Identity:
+                    self._data.pop(change.id, None)
+                elif change.kind is ApiSession:
+                    for data in self._data.values():
+                        data.api_sessions.pop(change.id, None)
+
+    # -- posture responses -----------------------------------------------------------------------
+    def respond(
+        self, identity_id: str, api_session_id: str, responses: Sequence[PostureResponse]
+    ) -> list[ServiceTimeout]:
+        """Record posture responses; the services whose MFA timers a wake or unlock shortened."""
+        now = self.env.clock.now()
+        woken = any(r.type_id == ENDPOINT_STATE and r.woken for r in responses)
+        unlocked = any(r.type_id == ENDPOINT_STATE and r.unlocked for r in responses)
+        with self._lock:
+            data = self._data.setdefault(identity_id, PostureData())
+            for response in responses:
+                _apply(data, api_session_id, response, now)
+        timeouts: list[ServiceTimeout] = []
+        if woken or unlocked:
+            passed_at = self._passed_mfa_at(api_session_id)
+            if passed_at is not None:
+                timeouts = self._shortened_timers(identity_id, now - passed_at, woken, unlocked)
+        for listener in list(self._listeners):
+            listener(identity_id)
+        return timeouts
+
+    def _shortened_timers(
+        self, identity_id: str, since_mfa: timedelta, woken: bool, unlocked: bool
+    ) -> list[ServiceTimeout]:
+        """OpenZiti's ``GetEndpointStateChangeAffectedServices``, kept to the identity's services."""
+        grace = int(MFA_PROMPT_GRACE.total_seconds())
+        mine = {p.id for p in self.access.policies_of(Identity, identity_id, ServicePolicy)}
+        services: dict[str, ServiceTimeout] = {}
+        for check in self.env.store.all(PostureCheck):
+            if check.type_id != MFA:
+                continue
+            details = check.details
+            prompted = (details.get("promptOnWake") and woken) or (details.get("promptOnUnlock") and unlocked)
+            timeout = EVALUATORS[MFA].timeout(check)
+            if not prompted or (timeout != NO_TIMEOUT and timeout - int(since_mfa.total_seconds()) <= grace):
+                continue
+            for policy in self.access.policies_of(PostureCheck, check.id, ServicePolicy):
+                if policy.id not in mine:
+                    continue
+                for service in self.access.members_of(ServicePolicy, policy.id, Service):
+                    known = services.get(service.id)
+                    if known is None or timeout < known.timeout:
+                        services[service.id] = ServiceTimeout(service.id, service.name, MFA, timeout, grace)
+        return [services[k] for k in sorted(services)]
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def service_queries(self, identity_id: str, api_session_id: str, service_id: str) -> list[PolicyPosture]:
+        """The client service view's ``postureQueries`` for one service (§6)."""
+        if not self.access.has_posture_checks():
+            permissions = self.access.permissions(identity_id, service_id)
+            return [PolicyPosture(dummy_policy_id(p), p, True) for p in permissions]
+        policies = {
+            policy_id: (policy_type, check_ids)
+            for policy_type in POLICY_TYPES
+            for policy_id, check_ids in self.access.posture_checks_for(
+                identity_id, service_id, policy_type
+            ).items()
+        }
+        now = self.env.clock.now()
+        with self._lock:
+            data = self._view(identity_id, api_session_id)
+            passing: dict[str, bool] = {}
+            out: list[PolicyPosture] = []
+            for policy_id in sorted(policies):
+                policy_type, check_ids = policies[policy_id]
+                queries = tuple(
+                    self._query(check, api_session_id, data, now, passing)
+                    for check in self._checks(check_ids)
+                )
+                out.append(PolicyPosture(policy_id, policy_type, all(q.is_passing for q in queries), queries))
+        return out
+
+    def evaluate(
+        self,
+        identity_id: str,
+        api_session_id: str,
+        service_id: str,
+        session_type: str,
+        *,
+        record_failure: bool = False,
+    ) -> PostureResult:
+        """Whether the API session may open a ``session_type`` session to the service (§6).
+
+        With ``record_failure`` a refusal is kept for ``failed-service-requests`` (a session
+        request; re-checks of existing sessions are not).
+        """
+        policies = self.access.posture_checks_for(identity_id, service_id, session_type)
+        if not self.access.has_posture_checks() or not policies:
+            return PostureResult(True, tuple(sorted(policies)))
+        now = self.env.clock.now()
+        with self._lock:
+            data = self._view(identity_id, api_session_id)
+            results: dict[str, CheckFailure | None] = {}
+            passing: list[str] = []
+            failures: list[PolicyFailure] = []
+            for policy_id, check_ids in policies.items():
+                failed = []
+                for check in self._checks(check_ids):
+                    if check.id not in results:
+                        results[check.id] = _failure(check, api_session_id, data, now)
+                    failure = results[check.id]
+                    if failure is not None:
+                        failed.append(failure)
+                if failed:
+                    policy = self.env.store.get(ServicePolicy, policy_id)
+                    failures.append(PolicyFailure(policy_id, policy.name if policy else "", tuple(failed)))
+                else:
+                    passing.append(policy_id)
+            if passing:
+                return PostureResult(True, tuple(passing))
+            if not record_failure:
+                return PostureResult(False, (), tuple(failures))
+            service = self.env.store.get(Service, service_id)
+            self._remember(
+                identity_id,
+                FailedServiceRequest(
+                    when=now,
+                    api_session_id=api_session_id,
+                    service_id=service_id,
+                    service_name=service.name if service else "",
+                    session_type=session_type,
+                    policy_failures=tuple(failures),
+                ),
+            )
+        return PostureResult(False, (), tuple(failures))
+
+    # -- management views ------------------------------------------------------------------------
+    def posture_data(self, identity_id: str) -> PostureData:
+        """A copy of an identity's posture data, with an entry for each of its API sessions."""
+        self._require_identity(identity_id)
+        sessions = self.env.store.find_by(ApiSession, "identity_id", identity_id)
+        with self._lock:
+            data = copy.deepcopy(self._data.get(identity_id) or PostureData())
+        identity = self.env.store.get(Identity, identity_id)
+        for session in sessions:
+            entry = data.api_sessions.setdefault(session.id, SessionPostureData())
+            entry.passed_mfa_at = session.mfa_completed_at
+            if entry.sdk_info is None and identity is not None and identity.sdk_info:
+                entry.sdk_info = dict(identity.sdk_info)
+        live = {s.id for s in sessions}
+        data.api_sessions = {k: v for k, v in data.api_sessions.items() if k in live}
+        data.failures = []
+        return data
+
+    def failed_requests(self, identity_id: str) -> list[FailedServiceRequest]:
+        """The identity's recent session requests refused for posture, oldest first."""
+        self._require_identity(identity_id)
+        with self._lock:
+            data = self._data.get(identity_id)
+            return list(data.failures) if data else []
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _require_identity(self, identity_id: str) -> None:
+        if self.env.store.get(Identity, identity_id) is None:
+            raise NotFoundError()
+
+    def _passed_mfa_at(self, api_session_id: str) -> datetime | None:
+        session = self.env.store.get(ApiSession, api_session_id)
+        return session.mfa_completed_at if session is not None else None
+
+    def _view(self, identity_id: str, api_session_id: str) -> PostureData:
+        """The identity's data (call under the lock) with the API session's MFA state current."""
+        data = self._data.setdefault(identity_id, PostureData())
+        entry = data.api_sessions.setdefault(api_session_id, SessionPostureData())
+        entry.passed_mfa_at = self._passed_mfa_at(api_session_id)
+        if entry.sdk_info is None:
+            identity = self.env.store.get(Identity, identity_id)
+            if identity is not None and identity.sdk_info:
+                entry.sdk_info = dict(identity.sdk_info)
+        return data
+
+    def _checks(self, ids: Iterable[str]) -> list[PostureCheck]:
+        return [c for c in (self.env.store.get(PostureCheck, i) for i in ids) if c is not None]
+
+    def _query(
+        self,
+        check: PostureCheck,
+        api_session_id: str,
+        data: PostureData,
+        now: datetime,
+        passing: dict[str, bool],
+    ) -> PostureQuery:
+        evaluator = EVALUATORS.get(check.type_id)
+        if evaluator is None:
+            return _query_of(check, False, NO_TIMEOUT, NO_TIMEOUT, check.updated_at, None)
+        if check.id not in passing:
+            passing[check.id] = evaluator.passes(check, api_session_id, data, now)
+        timeout = evaluator.timeout(check)
+        remaining = evaluator.timeout_remaining(check, api_session_id, data, now)
+        changed = evaluator.last_updated_at(check, api_session_id, data)
+        updated = changed if changed is not None and changed > check.updated_at else check.updated_at
+        timeout_at = None
+        if timeout != NO_TIMEOUT and remaining > 0:
+            timeout_at = now + timedelta(seconds=remaining)
+        return _query_of(check, passing[check.id], timeout, remaining, updated, timeout_at)
+
+    def _remember(self, identity_id: str, failure: FailedServiceRequest) -> None:
+        data = self._data.setdefault(identity_id, PostureData())
+        data.failures.append(failure)
+        del data.failures[:-MAX_FAILURES]
+
+
+def _query_of(
+    check: PostureCheck,
+    is_passing: bool,
+    timeout: int,
+    remaining: int,
+    updated_at: datetime,
+    timeout_at: datetime | None,
+) -> PostureQuery:
+    details = check.details
+    process = processes = None
+    prompt_on_wake = prompt_on_unlock = None
+    if check.type_id == PROCESS and details.get("process"):
+        process = ProcessRef(details["process"].get("osType"), details["process"].get("path"))
+    elif check.type_id == PROCESS_MULTI:
+        processes = tuple(ProcessRef(p.get("osType"), p.get("path")) for p in details.get("processes") or [])
+    elif check.type_id == MFA:
+        prompt_on_wake = bool(details.get("promptOnWake"))
+        prompt_on_unlock = bool(details.get("promptOnUnlock"))
+    return PostureQuery(
+        id=check.id,
+        name=check.name,
+        query_type=check.type_id,
+        is_passing=is_passing,
+        timeout=timeout,
+        timeout_remaining=remaining,
+        created_at=check.created_at,
+        updated_at=updated_at,
+        tags=dict(check.tags or {}),
+        process=process,
+        processes=processes,
+        prompt_on_wake=prompt_on_wake,
+        prompt_on_unlock=prompt_on_unlock,
+        timeout_at=timeout_at,
+    )
+
+
+def _failure(
+    check: PostureCheck, api_session_id: str, data: PostureData, now: datetime
+) -> CheckFailure | None:
+    """None when ``check`` passes; what failed otherwise."""
+    evaluator = EVALUATORS.get(check.type_id)
+    if evaluator is not None and evaluator.passes(check, api_session_id, data, now):
+        return None
+    values = evaluator.failure(check, api_session_id, data, now) if evaluator is not None else {}
+    return CheckFailure(check.id, check.name, check.type_id, values)
+
+
+def _apply(data: PostureData, api_session_id: str, response: PostureResponse, now: datetime) -> None:
+    """Fold one response into the identity's data (OpenZiti's ``PostureResponse*.Apply``)."""
+    kind = response.type_id
+    if kind == OS:
+        data.os = dataclasses.replace(
+            data.os,
+            type=response.os_type,
+            version=response.os_version,
+            build=response.os_build,
+            check_id=response.check_id,
+            last_updated_at=now,
+            timed_out=False,
+        )
+    elif kind == DOMAIN:
+        data.domain = dataclasses.replace(
+            data.domain,
+            name=response.domain,
+            check_id=response.check_id,
+            last_updated_at=now,
+            timed_out=False,
+        )
+    elif kind == MAC:
+        data.mac = dataclasses.replace(
+            data.mac,
+            addresses=[clean_hex(a) for a in response.mac_addresses],
+            check_id=response.check_id,
+            last_updated_at=now,
+            timed_out=False,
+        )
+    elif kind == PROCESS:
+        report = ProcessData(
+            check_id=response.check_id,
+            path=response.path,
+            is_running=response.is_running,
+            binary_hash=clean_hex(response.hash),
+            signer_fingerprints=[clean_hex(f) for f in response.signer_fingerprints],
+            last_updated_at=now,
+        )
+        data.processes[response.check_id] = report
+        if report.path:
+            data.process_paths[report.path] = report
+    elif kind == ENDPOINT_STATE:
+        entry = data.api_sessions.setdefault(api_session_id, SessionPostureData())
+        if response.woken:
+            entry.woken_at = now
+        if response.unlocked:
+            entry.unlocked_at = now

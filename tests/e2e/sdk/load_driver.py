@@ -1,13 +1,15 @@
 """Load an enrolled identity with the real OpenZiti SDK; run by the SDK venv's python.
 
-Usage: ``load_driver.py <identity.json> [<host> <port>]``. ``openziti.load`` authenticates with
+Usage: ``load_driver.py <identity.json> [<host> <port>]... [--dial <service>]``. ``openziti.load`` authenticates with
 the identity's certificate and returns only after the SDK's first service event, i.e. once a
 services listing has shown at least one service (0.29.3 has no timeout: with no service, or
 if the listing never completes, it blocks, so the caller bounds this process). Prints
 ``LOADED`` (exit 0) or ``LOAD_FAILED <code> <text>`` (exit 3; the wrapper raises TypeError when
-the context fails, e.g. a 401 on cert login). With ``host port`` it then prints
-``RESOLVE <address or None>``: ``Ziti_resolve`` answers a 100.64.x.x address for an intercept
-address of a service the identity may dial. Ends with ``os._exit`` (the SDK's shutdown can hang,
+the context fails, e.g. a 401 on cert login). For each ``host port`` it then prints
+``RESOLVE <host> <address or None>``: ``Ziti_resolve`` answers a 100.64.x.x address for an
+intercept address of a service the identity may dial. ``--dial <service>`` connects a Ziti
+socket to the service and prints ``DIAL <rc> <last error>`` (without a running edge router the
+SDK creates its Dial session with the controller, then fails to reach a router). Ends with ``os._exit`` (the SDK's shutdown can hang,
 ``shared/docs/sdk-compat.md`` §1.2).
 """
 
@@ -51,14 +53,24 @@ def resolve(host: str, port: str) -> str | None:
 def main() -> int:
     print("SDK", zitilib.version(), flush=True)
     try:
-        openziti.load(sys.argv[1])
+        context = openziti.load(sys.argv[1])
     except TypeError:
         code = zitilib._ziti_lasterr()
         print("LOAD_FAILED", code, zitilib.errorstr(code) if code else "", flush=True)
         return 3
     print("LOADED", flush=True)
-    if len(sys.argv) >= 4:
-        print("RESOLVE", resolve(sys.argv[2], sys.argv[3]), flush=True)
+    args = sys.argv[2:]
+    dial = None
+    if "--dial" in args:
+        at = args.index("--dial")
+        dial = args[at + 1]
+        args = args[:at] + args[at + 2 :]
+    for host, port in zip(args[::2], args[1::2], strict=False):
+        print("RESOLVE", host, resolve(host, port), flush=True)
+    if dial is not None:
+        fd = zitilib.ziti_socket(socket.SOCK_STREAM)
+        rc = zitilib._ziti_connect(fd, context._ctx, dial.encode(), None)
+        print("DIAL", rc, zitilib._ziti_lasterr(), flush=True)
     return 0
 
 

@@ -11,8 +11,10 @@ from typing import Any
 import jwt
 import pytest
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.x509.oid import NameOID
 
 from engine import ports
@@ -28,6 +30,11 @@ CLAIMS = {
     "exp": EXP,
     "aud": [""],
     "ctrls": [],
+}
+_HASHES: dict[str, hashes.HashAlgorithm] = {
+    "ES256": hashes.SHA256(),
+    "ES384": hashes.SHA384(),
+    "ES512": hashes.SHA512(),
 }
 
 
@@ -177,3 +184,105 @@ def test_unsupported_keys_and_mismatches_are_refused(
 def test_ca_jwt_algorithm_is_the_signers(signer: JwtSigner, ca: CertificateAuthority) -> None:
     assert ca.jwt_algorithm() == signer.algorithm == "RS256"
     assert signer.certificate == ca.server_cert
+
+
+# -- the public JWK and detached nonce signatures -----------------------------------------------------
+def _b64url_decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def test_the_jwk_is_the_public_tls_key_with_its_chain(signer: JwtSigner, ca: CertificateAuthority) -> None:
+    [jwk] = signer.public_jwks()
+
+    chain = x509.load_pem_x509_certificates(ca.server_chain_pem.encode())
+    der = chain[0].public_bytes(serialization.Encoding.DER)
+    assert set(jwk) == {"kty", "n", "e", "kid", "use", "alg", "x5c", "x5t", "x5t#S256"}  # nothing private
+    assert (jwk["kty"], jwk["kid"], jwk["use"], jwk["alg"]) == ("RSA", signer.kid, "sig", "RS256")
+    assert [base64.b64decode(c) for c in jwk["x5c"]] == [
+        c.public_bytes(serialization.Encoding.DER) for c in chain
+    ]
+    assert _b64url_decode(jwk["x5t"]) == hashlib.sha1(der).digest()
+    assert _b64url_decode(jwk["x5t#S256"]) == hashlib.sha256(der).digest()
+    assert "=" not in jwk["n"] + jwk["e"]  # base64url without padding
+    published, server = jwt.PyJWK(jwk).key, ca.server_cert.public_key()
+    assert isinstance(published, rsa.RSAPublicKey)
+    assert isinstance(server, rsa.RSAPublicKey)
+    assert published.public_numbers() == server.public_numbers()
+
+
+def test_the_jwk_verifies_the_signers_tokens(signer: JwtSigner) -> None:
+    key = jwt.PyJWK(signer.public_jwks()[0])
+
+    claims = jwt.decode(
+        signer.sign(CLAIMS),
+        key.key,
+        algorithms=[key.algorithm_name],
+        options={"verify_exp": False, "verify_aud": False},
+    )
+
+    assert claims == CLAIMS
+
+
+def test_public_jwks_are_copies(signer: JwtSigner) -> None:
+    signer.public_jwks()[0]["kid"] = "changed"
+
+    assert signer.public_jwks()[0]["kid"] == signer.kid
+
+
+def test_sign_detached_is_a_pkcs1_signature_of_the_payload(
+    signer: JwtSigner, ca: CertificateAuthority
+) -> None:
+    signed = signer.sign_detached(b"nonce", signer.kid)
+
+    assert signed is not None
+    alg, signature = signed
+    assert alg == "RS256"
+    assert "=" not in signature
+    public_key = ca.server_cert.public_key()
+    assert isinstance(public_key, rsa.RSAPublicKey)
+    public_key.verify(_b64url_decode(signature), b"nonce", padding.PKCS1v15(), hashes.SHA256())
+    with pytest.raises(InvalidSignature):
+        public_key.verify(_b64url_decode(signature), b"other", padding.PKCS1v15(), hashes.SHA256())
+
+
+def test_sign_detached_refuses_a_foreign_kid(signer: JwtSigner) -> None:
+    assert signer.sign_detached(b"nonce", "0" * 40) is None
+    assert signer.sign_detached(b"nonce", signer.kid.upper()) is None
+
+
+@pytest.mark.parametrize(
+    ("curve", "crv", "alg"),
+    [
+        (ec.SECP256R1(), "P-256", "ES256"),
+        (ec.SECP384R1(), "P-384", "ES384"),
+        (ec.SECP521R1(), "P-521", "ES512"),
+    ],
+)
+def test_ec_keys_publish_their_point_and_sign_raw_r_s(curve: ec.EllipticCurve, crv: str, alg: str) -> None:
+    key = ec.generate_private_key(curve)
+    ec_signer = JwtSigner(key, _self_signed(key))
+    size = (curve.key_size + 7) // 8
+
+    [jwk] = ec_signer.public_jwks()
+    signed = ec_signer.sign_detached(b"nonce", ec_signer.kid)
+
+    assert (jwk["kty"], jwk["crv"], jwk["alg"]) == ("EC", crv, alg)
+    assert len(_b64url_decode(jwk["x"])) == len(_b64url_decode(jwk["y"])) == size
+    assert "d" not in jwk
+    assert signed is not None
+    assert signed[0] == alg
+    raw = _b64url_decode(signed[1])
+    assert len(raw) == 2 * size  # JWS raw r||s, not DER
+    published = jwt.PyJWK(jwk)
+    assert published.Algorithm.verify(b"nonce", published.key, raw)
+    assert not published.Algorithm.verify(b"other", published.key, raw)
+    r, s = int.from_bytes(raw[:size], "big"), int.from_bytes(raw[size:], "big")
+    key.public_key().verify(encode_dss_signature(r, s), b"nonce", ec.ECDSA(_HASHES[alg]))
+
+
+def test_a_signer_without_a_chain_publishes_its_certificate_alone(rsa_key: rsa.RSAPrivateKey) -> None:
+    certificate = _self_signed(rsa_key)
+
+    [jwk] = JwtSigner(rsa_key, certificate).public_jwks()
+
+    assert jwk["x5c"] == [base64.b64encode(certificate.public_bytes(serialization.Encoding.DER)).decode()]

@@ -1,0 +1,43 @@
+"""Edge routers as clients see them: in sessions, per service and for the current identity.
+
+Nothing here is online (routers never connect to Trellis): ``isOnline`` is false and the sync
+status unknown. ``supportedProtocols`` (and, in sessions, the deprecated ``urls`` older SDKs still
+read) is the router's protocol -> address map, e.g. ``{"tls": "tls://er1.example.com:3022"}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.schemas.routers import SYNC_UNKNOWN
+from api.wire import base
+from engine.entities.routers import EdgeRouter
+
+
+def render_common_edge_router(router: EdgeRouter) -> dict[str, Any]:
+    """``commonEdgeRouterProperties`` (the entries of ``/services/{id}/edge-routers``)."""
+    return {
+        "appData": router.app_data,
+        "cost": router.cost,
+        "disabled": router.disabled,
+        "hostname": router.hostname,
+        "isOnline": False,
+        "name": router.name,
+        "noTraversal": router.no_traversal,
+        "supportedProtocols": dict(router.supported_protocols),
+        "syncStatus": SYNC_UNKNOWN,
+    }
+
+
+def render_session_edge_router(router: EdgeRouter) -> dict[str, Any]:
+    """``sessionEdgeRouter``: the common properties plus ``urls``."""
+    out = render_common_edge_router(router)
+    out["urls"] = dict(router.supported_protocols)
+    return out
+
+
+def render_current_identity_edge_router(router: EdgeRouter) -> dict[str, Any]:
+    """``currentIdentityEdgeRouterDetail``: the common entity fields plus the common properties."""
+    out = base(router)
+    out.update(render_common_edge_router(router))
+    return out

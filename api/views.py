@@ -1,0 +1,335 @@
+"""One view per entity kind, shared by both APIs (design.md §9).
+
+A :class:`View` is what the API shows of a kind: its filterable fields (the ZitiQL symbols of its
+lists), its renderer, and its sub-lists (``/<kind>/{id}/<path>``: entities of another kind, found by
+a manager and shown by that kind's own view). :class:`Views` builds every kind's view over one
+controller; resource modules take their views from it and never from one another.
+
+Services are seen by an identity: :class:`ServiceView` renders ``permissions``, the ``config`` map
+(by config type name, for the config types asked for on the request or at login, with the
+identity's service-config overrides) and, on the client API, ``postureQueries``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import falcon
+
+from api.controller import Controller
+from api.http import list_response
+from api.middleware import ADMIN
+from api.routing import Routes
+from api.schemas.authenticators import authenticator_symbols, render_authenticator
+from api.schemas.configs import CONFIG_TYPE_SYMBOLS, config_symbols, render_config, render_config_type
+from api.schemas.enrollments import enrollment_symbols, render_enrollment
+from api.schemas.identities import identity_symbols, render_identity
+from api.schemas.policies import (
+    EDGE_ROUTER_POLICY_SYMBOLS,
+    SERVICE_EDGE_ROUTER_POLICY_SYMBOLS,
+    SERVICE_POLICY_SYMBOLS,
+    render_edge_router_policy,
+    render_service_edge_router_policy,
+    render_service_policy,
+)
+from api.schemas.posture import render_posture_queries
+from api.schemas.posture_checks import POSTURE_CHECK_SYMBOLS, render_posture_check
+from api.schemas.routers import EDGE_ROUTER_SYMBOLS, ROUTER_SYMBOLS, render_edge_router, render_router
+from api.schemas.services import SERVICE_SYMBOLS, render_service, service_permissions
+from api.schemas.trust import (
+    AUTH_POLICY_SYMBOLS,
+    CA_SYMBOLS,
+    EXTERNAL_JWT_SIGNER_SYMBOLS,
+    render_auth_policy,
+    render_ca,
+    render_external_jwt_signer,
+)
+from engine.entities import Entity
+from engine.entities.identities import Authenticator, Enrollment, Identity
+from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy, ServicePolicy
+from engine.entities.posture import PostureCheck
+from engine.entities.routers import EdgeRouter, Router
+from engine.entities.services import Config, ConfigType, Service
+from engine.entities.trust import AuthPolicy, Ca, ExternalJwtSigner
+from engine.errors import FieldError, NotFoundError
+from engine.managers.registry import Managers
+from engine.query import SymbolTable
+
+E = TypeVar("E", bound=Entity)
+Render = Callable[[Any], dict[str, Any]]
+#: A sub-list's entities for the parent id and the request (404 when the parent is missing).
+Query = Callable[[str, falcon.Request], Iterable[Entity]]
+
+
+@dataclass(frozen=True)
+class SubList:
+    """``/<kind>/{id}/<path>``: entities of ``kind`` related to one entity, shown by their view."""
+
+    path: str
+    kind: type[Entity]
+    query: Query
+
+
+class View(Generic[E]):
+    """How one entity kind is filtered and rendered, and which sub-lists it has."""
+
+    def __init__(
+        self,
+        kind: type[E],
+        symbols: SymbolTable,
+        render: Callable[[E], dict[str, Any]],
+        sublists: Sequence[SubList] = (),
+    ) -> None:
+        self.kind = kind
+        self.symbols = symbols
+        self.render = render
+        self.sublists = tuple(sublists)
+
+    def renderer(self, req: falcon.Request) -> Callable[[E], dict[str, Any]]:
+        """The renderer for this request (most kinds render the same for every request)."""
+        return self.render
+
+
+def config_types_asked(req: falcon.Request) -> list[str] | None:
+    """The request's ``configTypes`` (repeated and/or comma separated), or None when absent."""
+    raw = req.params.get("configTypes")
+    if not raw:
+        return None
+    values = [raw] if isinstance(raw, str) else list(raw)
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+class ServiceView(View[Service]):
+    """Services as an identity sees them (OpenZiti's ``ServiceDetail`` for an identity)."""
+
+    def __init__(self, managers: Managers) -> None:
+        super().__init__(Service, SERVICE_SYMBOLS, self._unseen)
+        self.managers = managers
+
+    @staticmethod
+    def _unseen(service: Service) -> dict[str, Any]:
+        return render_service(service, permissions=service_permissions(()))
+
+    def _wanted(self, req: falcon.Request) -> frozenset[str]:
+        """Config type ids for ``config``: asked on the request, else at login (names, ids or all)."""
+        asked = config_types_asked(req)
+        if asked is None:
+            session = req.context.session
+            asked = list(session.config_types) if session is not None else []
+        return self.managers.services.wanted_config_types(asked)
+
+    def _as_identity(self, req: falcon.Request) -> Identity:
+        """``asIdentity`` (id or name; management only) or the caller."""
+        wanted = req.get_param("asIdentity")
+        if not wanted:
+            identity: Identity = req.context.identity
+            return identity
+        found = self.managers.identities.by_id_or_name(wanted)
+        if found is None:
+            raise NotFoundError(field="asIdentity", value=wanted, reason="identity not found")
+        return found
+
+    def _render(self, identity: Identity, wanted: frozenset[str]) -> Callable[[Service], dict[str, Any]]:
+        access, services = self.managers.access, self.managers.services
+
+        def render(service: Service) -> dict[str, Any]:
+            return render_service(
+                service,
+                config=services.config_map(service, wanted, identity.service_configs.get(service.id)),
+                permissions=service_permissions(access.permissions(identity.id, service.id)),
+            )
+
+        return render
+
+    def renderer(self, req: falcon.Request) -> Callable[[Service], dict[str, Any]]:
+        """Management: the permissions and overrides of the caller or of ``asIdentity``."""
+        return self._render(self._as_identity(req), self._wanted(req))
+
+    def client_renderer(self, req: falcon.Request) -> Callable[[Service], dict[str, Any]]:
+        """Client API: the caller's permissions and overrides, and its ``postureQueries``."""
+        identity: Identity = req.context.identity
+        session_id: str = req.context.session.id
+        plain = self._render(identity, self._wanted(req))
+        posture = self.managers.posture
+
+        def render(service: Service) -> dict[str, Any]:
+            out = plain(service)
+            queries = posture.service_queries(identity.id, session_id, service.id)
+            out["postureQueries"] = render_posture_queries(queries)
+            return out
+
+        return render
+
+    def visible(self, identity: Identity, service_id: str) -> Service:
+        """The service if the identity may Dial or Bind it; else 404 (policy-semantics §5.1)."""
+        service = self.managers.services.require(service_id)
+        if not self.managers.access.permissions(identity.id, service.id):
+            raise NotFoundError()
+        return service
+
+    def for_identity(self, identity: Identity) -> list[Service]:
+        """The services the identity may Dial or Bind (the client API never lists as an admin)."""
+        return self.managers.access.services_of_identity(identity.id)
+
+
+def policy_type(req: falcon.Request) -> str | None:
+    """The ``policyType`` parameter (dial or bind, any case) as ``Dial``/``Bind``, or None."""
+    raw = req.get_param("policyType")
+    if raw is None or raw == "":
+        return None
+    folded = raw.lower()
+    if folded not in ("dial", "bind"):
+        raise FieldError("policyType", "policyType must be one of [dial bind]", raw)
+    return "Dial" if folded == "dial" else "Bind"
+
+
+class Listing:
+    """A sub-list resource: the related entities, paged and filtered like their kind's own list."""
+
+    auth = ADMIN
+
+    def __init__(self, view: View[Any], query: Query) -> None:
+        self.view = view
+        self.query = query
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        items = self.query(id, req)
+        list_response(req, resp, items, self.view.symbols, self.view.renderer(req))
+
+
+class Views:
+    """Every kind's view over one controller (cheap to build: symbols and renderers)."""
+
+    def __init__(self, ctrl: Controller) -> None:
+        m = ctrl.managers
+        access = m.access
+
+        def owned(parent: Callable[[str], Any], items: Callable[[str], Iterable[Entity]]) -> Query:
+            """Items of a parent that must exist (404 otherwise)."""
+
+            def query(id: str, req: falcon.Request) -> Iterable[Entity]:
+                parent(id)
+                return items(id)
+
+            return query
+
+        def policies(kind: type[Entity], policy_kind: type[Entity]) -> Query:
+            return lambda id, req: access.policies_of(kind, id, policy_kind)
+
+        def members(policy_kind: type[Entity], member_kind: type[Entity]) -> SubList:
+            return SubList(
+                member_kind.ENTITY,
+                member_kind,
+                lambda id, req: access.members_of(policy_kind, id, member_kind),
+            )
+
+        self.services = ServiceView(m)
+        self.services.sublists = (
+            SubList("configs", Config, lambda id, req: m.services.configs_of(id)),
+            SubList(
+                "identities", Identity, lambda id, req: access.identities_of_service(id, policy_type(req))
+            ),
+            SubList("edge-routers", EdgeRouter, lambda id, req: access.edge_routers_of_service(id)),
+            SubList("service-policies", ServicePolicy, policies(Service, ServicePolicy)),
+            SubList(
+                "service-edge-router-policies",
+                ServiceEdgeRouterPolicy,
+                policies(Service, ServiceEdgeRouterPolicy),
+            ),
+        )
+        self.identities: View[Identity] = View(
+            Identity,
+            identity_symbols(ctrl),
+            lambda e: render_identity(ctrl, e),
+            (
+                SubList(
+                    "services", Service, lambda id, req: access.services_of_identity(id, policy_type(req))
+                ),
+                SubList("edge-routers", EdgeRouter, lambda id, req: access.edge_routers_of_identity(id)),
+                SubList("service-policies", ServicePolicy, policies(Identity, ServicePolicy)),
+                SubList("edge-router-policies", EdgeRouterPolicy, policies(Identity, EdgeRouterPolicy)),
+                SubList(
+                    "authenticators",
+                    Authenticator,
+                    owned(m.identities.require, m.authenticators.for_identity),
+                ),
+                SubList("enrollments", Enrollment, owned(m.identities.require, m.enrollments.for_identity)),
+            ),
+        )
+        self.edge_routers: View[EdgeRouter] = View(
+            EdgeRouter,
+            EDGE_ROUTER_SYMBOLS,
+            lambda e: render_edge_router(ctrl, e),
+            (
+                SubList("identities", Identity, lambda id, req: access.identities_of_edge_router(id)),
+                SubList("services", Service, lambda id, req: access.services_of_edge_router(id)),
+                SubList("edge-router-policies", EdgeRouterPolicy, policies(EdgeRouter, EdgeRouterPolicy)),
+                SubList(
+                    "service-edge-router-policies",
+                    ServiceEdgeRouterPolicy,
+                    policies(EdgeRouter, ServiceEdgeRouterPolicy),
+                ),
+            ),
+        )
+        self.routers: View[Router] = View(Router, ROUTER_SYMBOLS, lambda e: render_router(ctrl, e))
+        self.service_policies: View[ServicePolicy] = View(
+            ServicePolicy,
+            SERVICE_POLICY_SYMBOLS,
+            lambda e: render_service_policy(ctrl, e),
+            tuple(members(ServicePolicy, k) for k in (Identity, Service, PostureCheck)),
+        )
+        self.edge_router_policies: View[EdgeRouterPolicy] = View(
+            EdgeRouterPolicy,
+            EDGE_ROUTER_POLICY_SYMBOLS,
+            lambda e: render_edge_router_policy(ctrl, e),
+            tuple(members(EdgeRouterPolicy, k) for k in (Identity, EdgeRouter)),
+        )
+        self.service_edge_router_policies: View[ServiceEdgeRouterPolicy] = View(
+            ServiceEdgeRouterPolicy,
+            SERVICE_EDGE_ROUTER_POLICY_SYMBOLS,
+            lambda e: render_service_edge_router_policy(ctrl, e),
+            tuple(members(ServiceEdgeRouterPolicy, k) for k in (Service, EdgeRouter)),
+        )
+        self.posture_checks: View[PostureCheck] = View(
+            PostureCheck, POSTURE_CHECK_SYMBOLS, lambda e: render_posture_check(ctrl, e)
+        )
+        self.configs: View[Config] = View(
+            Config,
+            config_symbols(m.config_types),
+            lambda e: render_config(ctrl, e),
+            (SubList("services", Service, owned(m.configs.require, m.services.using_config)),),
+        )
+        self.config_types: View[ConfigType] = View(
+            ConfigType,
+            CONFIG_TYPE_SYMBOLS,
+            render_config_type,
+            (SubList("configs", Config, owned(m.config_types.require, m.configs.of_type)),),
+        )
+        self.authenticators: View[Authenticator] = View(
+            Authenticator, authenticator_symbols(), lambda e: render_authenticator(ctrl, e)
+        )
+        self.enrollments: View[Enrollment] = View(
+            Enrollment, enrollment_symbols(), lambda e: render_enrollment(ctrl, e)
+        )
+        self.cas: View[Ca] = View(Ca, CA_SYMBOLS, render_ca)
+        self.auth_policies: View[AuthPolicy] = View(AuthPolicy, AUTH_POLICY_SYMBOLS, render_auth_policy)
+        self.external_jwt_signers: View[ExternalJwtSigner] = View(
+            ExternalJwtSigner, EXTERNAL_JWT_SIGNER_SYMBOLS, render_external_jwt_signer
+        )
+
+    def all(self) -> list[View[Any]]:
+        return [v for v in vars(self).values() if isinstance(v, View)]
+
+    def of(self, kind: type[E]) -> View[E]:
+        for view in self.all():
+            if view.kind is kind:
+                return view
+        raise KeyError(kind.__name__)
+
+    def mount_sublists(self, routes: Routes, view: View[Any], entity: str | None = None) -> None:
+        """Mount ``/<entity>/{id}/<path>`` (management API) for each of the view's sub-lists."""
+        base = entity or view.kind.ENTITY
+        for sub in view.sublists:
+            routes.management(f"/{base}/{{id}}/{sub.path}", Listing(self.of(sub.kind), sub.query))

@@ -1,0 +1,204 @@
+"""``method=ext-jwt``: a JWT from an external identity provider, sent as ``Authorization: Bearer``.
+
+OpenZiti's rules (``model/authenticator_mod_ext_jwt.go``, ``model/token_provider_cache.go``);
+every refusal is 401 ``INVALID_AUTH`` with a ``WWW-Authenticate`` challenge naming the signers
+that would have been accepted (realm ``openziti-primary-ext-jwt``, error ``missing``,
+``invalid`` or ``expired``):
+
+- the signer is the one whose ``issuer`` equals the token's ``iss`` exactly, and it is enabled;
+- the token's header names a ``kid``; the signer's key for it (its certificate, or its JWKS
+  through the :class:`~engine.ports.ExternalJwtVerifier` port) verifies the signature;
+- when the signer has an ``audience``, the token's ``aud`` contains it;
+- ``exp`` has not passed and ``nbf`` has come (by the controller's clock);
+- the signer's ``claimsProperty`` (default ``sub``; a ``/``-separated path reaches into nested
+  claims) holds a non-empty string: the identity's id, or its ``externalId`` when the signer has
+  ``useExternalId``;
+- the identity's auth policy allows ``extJwt`` and, when it lists ``allowedSigners``, this signer.
+
+The same check serves an auth policy's ``secondary.requireExtJwtSigner``: on every request of a
+session, a bearer token of that signer must name the session's identity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from engine.entities.identities import Authenticator, Identity
+from engine.entities.trust import ExternalJwtSigner
+from engine.errors import InvalidAuthError
+from engine.managers._base import Env
+from engine.managers.auth_policies import rules_for
+from engine.ports import JwtKeySource
+
+REALM_PRIMARY = "openziti-primary-ext-jwt"
+REALM_SECONDARY = "openziti-secondary-ext-jwt"
+#: Bearer tokens looked at per request (OpenZiti's ``MaxCandidateJwtProcessing`` is 2).
+MAX_CANDIDATES = 2
+
+MISSING, INVALID, EXPIRED = "missing", "invalid", "expired"
+_DESCRIPTIONS = {
+    MISSING: "no matching token was provided",
+    INVALID: "token is invalid",
+    EXPIRED: "token expired",
+}
+
+
+def authenticator_id(signer: ExternalJwtSigner) -> str:
+    """The authenticator id an ext-jwt API session reports (OpenZiti: ``extJwtId:<signer id>``)."""
+    return f"extJwtId:{signer.id}"
+
+
+def challenge(realm: str, error: str, signers: Sequence[ExternalJwtSigner]) -> str:
+    """A ``WWW-Authenticate`` value naming the acceptable signers (ids and issuers ``|``-joined)."""
+    ids = "|".join(s.id for s in signers)
+    issuers = "|".join(s.issuer for s in signers)
+    return (
+        f'Bearer realm="{realm}" error="{error}" error_description="{_DESCRIPTIONS[error]}" '
+        f'id="{ids}" issuer="{issuers}"'
+    )
+
+
+def claim_value(claims: dict[str, Any], selector: str) -> Any:
+    """The claim a selector names: a name, or a ``/``-separated path (JSON pointer) into objects."""
+    value: Any = claims
+    for part in (selector or "sub").strip("/").split("/"):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _audiences(claims: dict[str, Any]) -> list[str]:
+    aud = claims.get("aud")
+    if isinstance(aud, str):
+        return [aud]
+    if isinstance(aud, list):
+        return [a for a in aud if isinstance(a, str)]
+    return []
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class ExtJwtProof:
+    identity: Identity
+    signer: ExternalJwtSigner
+    #: A stand-in (never stored) whose id is ``extJwtId:<signer id>``.
+    authenticator: Authenticator
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    identity: Identity | None = None
+    signer: ExternalJwtSigner | None = None
+    error: str = INVALID
+
+
+class ExtJwtCheck:
+    def __init__(self, env: Env) -> None:
+        self.env = env
+
+    # -- primary ---------------------------------------------------------------------------------
+    def prove(self, tokens: Sequence[str]) -> ExtJwtProof:
+        """Who the first acceptable bearer token proves the caller is, or ``INVALID_AUTH``."""
+        errors: list[str] = []
+        for token in list(tokens)[:MAX_CANDIDATES]:
+            outcome = self._check(token)
+            if outcome.identity is None or outcome.signer is None:
+                errors.append(outcome.error)
+                continue
+            if not rules_for(self.env.store, outcome.identity).ext_jwt.allows(outcome.signer.id):
+                errors.append(INVALID)
+                continue
+            return ExtJwtProof(
+                identity=outcome.identity,
+                signer=outcome.signer,
+                authenticator=self._stand_in(outcome.identity, outcome.signer),
+            )
+        error = (EXPIRED if EXPIRED in errors else INVALID) if errors else MISSING
+        signers = [s for s in self.env.store.all(ExternalJwtSigner) if s.enabled]
+        raise InvalidAuthError(
+            reason="no valid external JWT was provided",
+            headers={"WWW-Authenticate": challenge(REALM_PRIMARY, error, signers)},
+        )
+
+    # -- secondary -------------------------------------------------------------------------------
+    def satisfies(self, identity: Identity, signer_id: str, tokens: Sequence[str]) -> bool:
+        """Whether a bearer token of signer ``signer_id`` names ``identity`` (a secondary factor)."""
+        for token in list(tokens)[:MAX_CANDIDATES]:
+            outcome = self._check(token)
+            if (
+                outcome.signer is not None
+                and outcome.signer.id == signer_id
+                and outcome.identity is not None
+                and outcome.identity.id == identity.id
+            ):
+                return True
+        return False
+
+    def secondary_challenge(self, signer_id: str, tokens: Sequence[str]) -> str:
+        """The ``WWW-Authenticate`` value of a missing or failing secondary ext-jwt."""
+        signer = self.env.store.get(ExternalJwtSigner, signer_id)
+        errors = [self._check(token).error for token in list(tokens)[:MAX_CANDIDATES]]
+        error = (EXPIRED if EXPIRED in errors else INVALID) if errors else MISSING
+        return challenge(REALM_SECONDARY, error, [signer] if signer is not None else [])
+
+    # -- one token -------------------------------------------------------------------------------
+    def _check(self, token: str) -> _Outcome:
+        verifier = self.env.jwt_verifier
+        peeked = verifier.peek(token)
+        if peeked is None or peeked.kid is None:
+            return _Outcome()
+        issuer = peeked.claims.get("iss")
+        signer = (
+            self.env.store.find_unique(ExternalJwtSigner, "issuer", issuer)
+            if isinstance(issuer, str)
+            else None
+        )
+        if signer is None or not signer.enabled:
+            return _Outcome()
+        if signer.audience and signer.audience not in _audiences(peeked.claims):
+            return _Outcome()
+        source = JwtKeySource(cert_pem=signer.cert_pem, jwks_endpoint=signer.jwks_endpoint, kid=signer.kid)
+        claims = verifier.verify(token, source)
+        if claims is None:
+            return _Outcome()
+        timing = self._timing(claims, self.env.clock.now())
+        if timing is not None:
+            return _Outcome(error=timing)
+        value = claim_value(claims, signer.claims_property)
+        if not isinstance(value, str) or not value:
+            return _Outcome()
+        if signer.use_external_id:
+            identity = self.env.store.find_unique(Identity, "external_id", value)
+        else:
+            identity = self.env.store.get(Identity, value)
+        if identity is None:
+            return _Outcome()
+        return _Outcome(identity=identity, signer=signer, error="")
+
+    @staticmethod
+    def _timing(claims: dict[str, Any], now: datetime) -> str | None:
+        moment = now.timestamp()
+        exp = _number(claims.get("exp"))
+        if "exp" in claims and (exp is None or moment >= exp):
+            return EXPIRED
+        nbf = _number(claims.get("nbf"))
+        if "nbf" in claims and (nbf is None or moment < nbf):
+            return INVALID
+        return None
+
+    @staticmethod
+    def _stand_in(identity: Identity, signer: ExternalJwtSigner) -> Authenticator:
+        return Authenticator(
+            id=authenticator_id(signer),
+            created_at=signer.created_at,
+            updated_at=signer.updated_at,
+            identity_id=identity.id,
+            method="ext-jwt",
+        )

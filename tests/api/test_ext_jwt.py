@@ -1,0 +1,494 @@
+"""``POST /authenticate?method=ext-jwt``: JWTs of external identity providers, from a certificate
+signer and from a JWKS signer served on 127.0.0.1; the client's signer list; an auth policy's
+secondary external JWT."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+
+from api.settings import Settings
+from engine.managers.bootstrap import create_default_admin
+from engine.testing import FixedClock
+from pki import JwksVerifier
+from tests.api.certs import unique
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api, open_app
+
+AUDIENCE = "openziti"
+
+
+# -- a JWKS endpoint on 127.0.0.1 -----------------------------------------------------------------
+class Jwks:
+    """JWKS documents served per path, counting the fetches of each."""
+
+    def __init__(self) -> None:
+        self.documents: dict[str, dict[str, Any]] = {}
+        self.fetches: dict[str, int] = {}
+        jwks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                jwks.fetches[self.path] = jwks.fetches.get(self.path, 0) + 1
+                document = jwks.documents.get(self.path)
+                body = json.dumps(document).encode() if document is not None else b"{}"
+                self.send_response(200 if document is not None else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def publish(self, path: str, *keys: tuple[str, Any]) -> None:
+        entries = []
+        for kid, key in keys:
+            entry = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()))
+            entries.append({**entry, "kid": kid, "use": "sig", "alg": "ES256"})
+        self.documents[path] = {"keys": entries}
+
+
+@pytest.fixture(scope="module")
+def jwks() -> Iterator[Jwks]:
+    served = Jwks()
+    served.thread.start()
+    yield served
+    served.server.shutdown()
+    served.server.server_close()
+    served.thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def clock() -> FixedClock:
+    return FixedClock()
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory, pki_template: Path, clock: FixedClock) -> Iterator[Api]:
+    home = tmp_path_factory.mktemp("ext-jwt") / "home"
+    home.mkdir()
+    shutil.copytree(pki_template, home / "pki")
+    verifier = JwksVerifier(timeout=5.0, min_refetch=0.0)
+    app = open_app(Settings(home=home, bind="127.0.0.1:1280"), clock=clock, jwt_verifier=verifier)
+    create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
+    admin = Api(app)
+    admin.token = admin.login(ADMIN_USER, ADMIN_PASSWORD)
+    yield admin
+    app.ctrl.env.store.close()
+
+
+# -- signers and tokens ---------------------------------------------------------------------------
+def self_signed(key: Any, cn: str) -> str:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=30))
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+class Signer:
+    """An external identity provider: a key, an issuer, and the signer registered for it."""
+
+    def __init__(
+        self, api: Api, clock: FixedClock, key: Any, token_kid: str, alg: str, **fields: Any
+    ) -> None:
+        self.api, self.clock, self.key, self.kid, self.alg = api, clock, key, token_kid, alg
+        self.issuer = f"https://{unique('idp')}.example.test"
+        body = {
+            "name": unique("signer"),
+            "issuer": self.issuer,
+            "audience": AUDIENCE,
+            "enabled": True,
+            **fields,
+        }
+        self.id = api.create("/external-jwt-signers", body)
+
+    def token(self, sub: str, *, kid: str | None = "", key: Any = None, **claims: Any) -> str:
+        now = int(self.clock.now().timestamp())
+        payload = {"iss": self.issuer, "sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + 300, **claims}
+        payload = {k: v for k, v in payload.items() if v is not None}
+        headers = {} if kid is None else {"kid": kid or self.kid}
+        return jwt.encode(payload, key or self.key, algorithm=self.alg, headers=headers)
+
+
+def make_cert_signer(api: Api, clock: FixedClock, **fields: Any) -> Signer:
+    """A signer with an RSA certificate and a kid of its own (kids are unique among signers)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    kid = unique("kid")
+    return Signer(api, clock, key, kid, "RS256", certPem=self_signed(key, "idp"), kid=kid, **fields)
+
+
+@pytest.fixture
+def cert_signer(api: Api, clock: FixedClock) -> Signer:
+    return make_cert_signer(api, clock)
+
+
+@pytest.fixture
+def jwks_signer(api: Api, clock: FixedClock, jwks: Jwks) -> Signer:
+    key = ec.generate_private_key(ec.SECP256R1())
+    path = f"/{unique('jwks')}.json"
+    jwks.publish(path, ("key-1", key))
+    signer = Signer(api, clock, key, "key-1", "ES256", jwksEndpoint=jwks.url(path))
+    signer.path = path  # type: ignore[attr-defined]
+    return signer
+
+
+def identity(api: Api, **extra: Any) -> str:
+    return api.create("/identities", {"name": unique("person"), "isAdmin": False, "type": "User", **extra})
+
+
+def ext_login(api: Api, *tokens: str, base: str = CLIENT) -> Any:
+    headers = {"Authorization": ", ".join(f"Bearer {t}" for t in tokens)} if tokens else {}
+    return api.client.simulate_post(
+        base + "/authenticate", params={"method": "ext-jwt"}, headers=headers, json={}
+    )
+
+
+def error(result: Any) -> dict[str, Any]:
+    return dict(result.json["error"])
+
+
+def challenge(result: Any) -> dict[str, str]:
+    value = result.headers["www-authenticate"]
+    assert value.startswith("Bearer ")
+    params: dict[str, str] = {}
+    for part in value[len("Bearer ") :].split('" '):
+        name, _, raw = part.partition("=")
+        params[name.strip()] = raw.strip('"')
+    return params
+
+
+# -- logging in -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("base", [CLIENT, MGMT])
+def test_a_certificate_signers_token_logs_in(api: Api, cert_signer: Signer, base: str) -> None:
+    person = identity(api)
+
+    result = ext_login(api, cert_signer.token(person), base=base)
+
+    assert result.status_code == 200, result.text
+    data = result.json["data"]
+    assert data["identityId"] == person
+    assert data["authenticatorId"] == f"extJwtId:{cert_signer.id}"
+    assert result.headers["zt-session"] == data["token"]
+    current = api.get("/current-identity", token=data["token"], base=base).json["data"]
+    assert current["id"] == person
+
+
+def test_a_jwks_signers_token_logs_in_and_the_jwks_is_cached(
+    api: Api, jwks: Jwks, jwks_signer: Signer
+) -> None:
+    person = identity(api)
+
+    first = ext_login(api, jwks_signer.token(person))
+    second = ext_login(api, jwks_signer.token(person))
+
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert jwks.fetches[jwks_signer.path] == 1  # type: ignore[attr-defined]
+
+
+def test_an_unknown_kid_refetches_the_jwks(api: Api, jwks: Jwks, jwks_signer: Signer) -> None:
+    person = identity(api)
+    assert ext_login(api, jwks_signer.token(person)).status_code == 200
+    rotated = ec.generate_private_key(ec.SECP256R1())
+    jwks.publish(jwks_signer.path, ("key-2", rotated))  # type: ignore[attr-defined]
+
+    result = ext_login(api, jwks_signer.token(person, kid="key-2", key=rotated))
+
+    assert result.status_code == 200
+    assert jwks.fetches[jwks_signer.path] == 2  # type: ignore[attr-defined]
+
+
+def test_an_unreachable_jwks_refuses_the_login(api: Api, clock: FixedClock) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    signer = Signer(api, clock, key, "k", "ES256", jwksEndpoint="http://127.0.0.1:9/jwks.json")
+
+    result = ext_login(api, signer.token(identity(api)))
+
+    assert result.status_code == 401
+    assert error(result)["code"] == "INVALID_AUTH"
+
+
+def test_a_custom_claims_property_names_the_identity(api: Api, clock: FixedClock) -> None:
+    signer = make_cert_signer(api, clock, claimsProperty="/ziti/id")
+    person = identity(api)
+
+    ok = ext_login(api, signer.token("someone-else", ziti={"id": person}))
+    missing = ext_login(api, signer.token(person))
+
+    assert ok.status_code == 200
+    assert ok.json["data"]["identityId"] == person
+    assert missing.status_code == 401
+
+
+def test_use_external_id_matches_the_identitys_external_id(api: Api, clock: FixedClock) -> None:
+    signer = make_cert_signer(api, clock, useExternalId=True)
+    external = unique("alice@example.test")
+    person = identity(api, externalId=external)
+
+    by_external_id = ext_login(api, signer.token(external))
+    by_id = ext_login(api, signer.token(person))
+
+    assert by_external_id.status_code == 200
+    assert by_external_id.json["data"]["identityId"] == person
+    assert by_id.status_code == 401
+
+
+def test_a_certificate_signer_without_a_kid_uses_the_certificates_fingerprint(
+    api: Api, clock: FixedClock
+) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = self_signed(key, "idp")
+    cert = x509.load_pem_x509_certificate(pem.encode())
+    fingerprint = cert.fingerprint(hashes.SHA1()).hex()  # OpenZiti's fingerprint
+    signer = Signer(api, clock, key, fingerprint, "RS256", certPem=pem)
+
+    assert ext_login(api, signer.token(identity(api))).status_code == 200
+
+
+# -- refusals -------------------------------------------------------------------------------------
+def test_no_bearer_token_is_a_missing_challenge(api: Api, cert_signer: Signer) -> None:
+    result = ext_login(api)
+
+    assert result.status_code == 401
+    assert error(result)["code"] == "INVALID_AUTH"
+    params = challenge(result)
+    assert params["realm"] == "openziti-primary-ext-jwt"
+    assert params["error"] == "missing"
+    assert cert_signer.id in params["id"].split("|")
+    assert cert_signer.issuer in params["issuer"].split("|")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "wrong issuer",
+        "wrong audience",
+        "no kid",
+        "wrong kid",
+        "wrong key",
+        "not yet valid",
+        "unknown identity",
+        "garbage",
+    ],
+)
+def test_invalid_tokens_are_refused(api: Api, cert_signer: Signer, case: str) -> None:
+    person = identity(api)
+    other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    now = int(cert_signer.clock.now().timestamp())
+    token = {
+        "wrong issuer": lambda: cert_signer.token(person, iss="https://elsewhere.example.test"),
+        "wrong audience": lambda: cert_signer.token(person, aud="someone-else"),
+        "no kid": lambda: cert_signer.token(person, kid=None),
+        "wrong kid": lambda: cert_signer.token(person, kid="other-kid"),
+        "wrong key": lambda: cert_signer.token(person, key=other_key),
+        "not yet valid": lambda: cert_signer.token(person, nbf=now + 600),
+        "unknown identity": lambda: cert_signer.token("no-such-identity"),
+        "garbage": lambda: "not.a.jwt",
+    }[case]()
+
+    result = ext_login(api, token)
+
+    assert result.status_code == 401
+    assert error(result)["code"] == "INVALID_AUTH"
+    assert challenge(result)["error"] == "invalid"
+
+
+def test_an_expired_token_is_an_expired_challenge(api: Api, cert_signer: Signer) -> None:
+    now = int(cert_signer.clock.now().timestamp())
+
+    result = ext_login(api, cert_signer.token(identity(api), exp=now - 60))
+
+    assert result.status_code == 401
+    assert challenge(result)["error"] == "expired"
+
+
+def test_a_disabled_signer_is_refused_and_not_named(api: Api, cert_signer: Signer) -> None:
+    api.patch(f"/external-jwt-signers/{cert_signer.id}", json={"enabled": False})
+
+    result = ext_login(api, cert_signer.token(identity(api)))
+
+    assert result.status_code == 401
+    assert cert_signer.id not in challenge(result)["id"].split("|")
+
+
+def test_an_hmac_token_keyed_with_the_public_certificate_is_refused(api: Api, cert_signer: Signer) -> None:
+    public = cert_signer.key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    now = int(cert_signer.clock.now().timestamp())
+    payload = {"iss": cert_signer.issuer, "sub": identity(api), "aud": AUDIENCE, "exp": now + 300}
+    forged = _hs256(payload, public, cert_signer.kid)
+
+    assert ext_login(api, forged).status_code == 401
+
+
+def _hs256(payload: dict[str, Any], secret: bytes, kid: str) -> str:
+    """An HS256 JWS built by hand (pyjwt refuses a PEM as an HMAC key)."""
+    import base64
+    import hashlib
+    import hmac
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    signing_input = (
+        b64(json.dumps({"alg": "HS256", "kid": kid}).encode()) + "." + b64(json.dumps(payload).encode())
+    )
+    signature = hmac.new(secret, signing_input.encode(), hashlib.sha256).digest()
+    return signing_input + "." + b64(signature)
+
+
+def test_a_disabled_identity_is_refused(api: Api, cert_signer: Signer) -> None:
+    person = identity(api)
+    api.post(f"/identities/{person}/disable", json={"durationMinutes": 0})
+
+    result = ext_login(api, cert_signer.token(person))
+
+    assert result.status_code == 401
+    assert error(result)["code"] == "UNAUTHORIZED"
+
+
+def test_an_auth_policy_without_ext_jwt_refuses_it(api: Api, cert_signer: Signer) -> None:
+    policy = api.create(
+        "/auth-policies",
+        {"name": unique("no-jwt"), "primary": {"extJwt": {"allowed": False}}, "secondary": {}},
+    )
+    person = identity(api, authPolicyId=policy)
+
+    result = ext_login(api, cert_signer.token(person))
+
+    assert result.status_code == 401
+    assert error(result)["code"] == "INVALID_AUTH"
+
+
+def test_allowed_signers_limit_which_signers_log_in(
+    api: Api, cert_signer: Signer, jwks_signer: Signer
+) -> None:
+    policy = api.create(
+        "/auth-policies",
+        {
+            "name": unique("one-signer"),
+            "primary": {"extJwt": {"allowed": True, "allowedSigners": [jwks_signer.id]}},
+            "secondary": {},
+        },
+    )
+    person = identity(api, authPolicyId=policy)
+
+    assert ext_login(api, cert_signer.token(person)).status_code == 401
+    assert ext_login(api, jwks_signer.token(person)).status_code == 200
+
+
+def test_the_second_bearer_token_is_tried_too(api: Api, cert_signer: Signer) -> None:
+    person = identity(api)
+
+    result = ext_login(api, "not.a.jwt", cert_signer.token(person))
+
+    assert result.status_code == 200
+
+
+# -- the client's list of signers ------------------------------------------------------------------
+def test_the_client_lists_enabled_signers_without_a_session(api: Api, clock: FixedClock) -> None:
+    shown = make_cert_signer(
+        api,
+        clock,
+        externalAuthUrl="https://login.example.test/auth",
+        clientId="ziti-client",
+        scopes=["openid", "email"],
+    )
+    hidden = make_cert_signer(api, clock, enabled=False)
+
+    result = api.client.simulate_get(CLIENT + "/external-jwt-signers", params={"limit": "500"})
+
+    assert result.status_code == 200
+    rows = {row["id"]: row for row in result.json["data"]}
+    assert hidden.id not in rows
+    row = rows[shown.id]
+    assert row["externalAuthUrl"] == "https://login.example.test/auth"
+    assert row["clientId"] == "ziti-client"
+    assert row["scopes"] == ["openid", "email"]
+    assert row["audience"] == AUDIENCE
+    assert row["targetToken"] == "ACCESS"
+    assert {"certPem", "issuer", "jwksEndpoint", "kid"}.isdisjoint(row)
+    assert result.json["meta"]["pagination"]["totalCount"] == len(rows)
+
+
+def test_the_client_list_filters(api: Api, cert_signer: Signer) -> None:
+    result = api.client.simulate_get(
+        CLIENT + "/external-jwt-signers", params={"filter": f'id = "{cert_signer.id}"'}
+    )
+
+    assert [row["id"] for row in result.json["data"]] == [cert_signer.id]
+
+
+# -- a secondary external JWT ----------------------------------------------------------------------
+def test_a_required_secondary_signer_must_be_presented_on_every_request(api: Api, clock: FixedClock) -> None:
+    signer = make_cert_signer(api, clock, externalAuthUrl="https://login.example.test/auth")
+    policy = api.create(
+        "/auth-policies",
+        {"name": unique("2fa-jwt"), "primary": {}, "secondary": {"requireExtJwtSigner": signer.id}},
+    )
+    person = identity(api, authPolicyId=policy)
+    username = unique("u")
+    api.create(
+        "/authenticators",
+        {"identityId": person, "method": "updb", "username": username, "password": "pass-word-1"},
+    )
+
+    login = api.client.simulate_post(
+        CLIENT + "/authenticate",
+        params={"method": "password"},
+        json={"username": username, "password": "pass-word-1"},
+    ).json["data"]
+
+    [query] = login["authQueries"]
+    assert query["typeId"] == "EXT-JWT"
+    assert query["httpUrl"] == "https://login.example.test/auth"
+    assert query["id"] == signer.id
+    assert login["isMfaRequired"] is False
+    token = login["token"]
+    bare = api.get("/current-identity", token=token, base=CLIENT)
+    assert bare.status_code == 401
+    assert challenge(bare)["realm"] == "openziti-secondary-ext-jwt"
+    with_jwt = api.get(
+        "/current-identity",
+        token=token,
+        base=CLIENT,
+        headers={"Authorization": f"Bearer {signer.token(person)}"},
+    )
+    assert with_jwt.status_code == 200
+    someone_else = api.get(
+        "/current-identity",
+        token=token,
+        base=CLIENT,
+        headers={"Authorization": f"Bearer {signer.token(identity(api))}"},
+    )
+    assert someone_else.status_code == 401
+    current = api.get("/current-api-session", token=token, base=CLIENT).json["data"]
+    assert [q["typeId"] for q in current["authQueries"]] == ["EXT-JWT"]
