@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import falcon
 
 from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
 from engine.managers.registry import Managers
+
+if TYPE_CHECKING:
+    from api.views import Views
 
 APIS = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE}
 
@@ -27,10 +30,20 @@ class Routes:
         self.ctrl = ctrl
         #: Every route mounted under an API base, in mounting order.
         self.table: list[Route] = []
+        self._views: Views | None = None
 
     @property
     def managers(self) -> Managers:
         return self.ctrl.managers
+
+    @property
+    def views(self) -> Views:
+        """Every kind's view, built once and shared by the resource modules of both APIs."""
+        if self._views is None:
+            from api.views import Views  # api.views mounts sub-lists through this module
+
+            self._views = Views(self.ctrl)
+        return self._views
 
     def add(self, api: str, template: str, resource: Any, suffix: str | None = None) -> None:
         """Mount ``resource`` at ``template`` under the ``api`` base path ("client"/"management")."""

@@ -19,7 +19,7 @@ from api.resources import Family, FamilyItem, view_family
 from api.role_filter import role_filtered
 from api.routing import Routes
 from api.schemas.services import ServicePatch, ServiceUpdate
-from api.views import ServiceView, Views
+from api.views import ServiceView
 from engine.entities.services import Service
 from engine.errors import UnauthorizedError
 from engine.managers.access import AccessManager
@@ -67,7 +67,7 @@ class ClientServiceItem(FamilyItem[Service]):
 
 
 def register(routes: Routes) -> None:
-    view = Views(routes.ctrl).services
+    view = routes.views.services
     family = view_family(
         view,
         routes.managers.services,

@@ -10,12 +10,11 @@ from api.schemas.trust import (
     AuthPolicyUpdate,
     auth_policy_fields,
 )
-from api.views import Views
 
 
 def register(routes: Routes) -> None:
     family = view_family(
-        Views(routes.ctrl).auth_policies,
+        routes.views.auth_policies,
         routes.managers.auth_policies,
         create_model=AuthPolicyCreate,
         update_model=AuthPolicyUpdate,

@@ -17,7 +17,6 @@ from api.schemas.authenticators import (
     ReEnroll,
     RequestExtend,
 )
-from api.views import Views
 from api.wire import WireModel
 from engine.entities.identities import Authenticator
 from engine.managers.authenticators import AuthenticatorManager
@@ -62,7 +61,7 @@ def register(routes: Routes) -> None:
     ctrl = routes.ctrl
     manager = routes.managers.authenticators
     family = view_family(
-        Views(ctrl).authenticators,
+        routes.views.authenticators,
         manager,
         create_model=AuthenticatorCreate,
         update_model=AuthenticatorUpdate,

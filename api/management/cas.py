@@ -16,7 +16,6 @@ from api.http import empty, read_body
 from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields, view_family
 from api.routing import Routes
 from api.schemas.trust import CaCreate, CaPatch, CaUpdate, external_id_claim
-from api.views import Views
 from api.wire import WireModel
 from engine.entities.trust import Ca
 from engine.managers.cas import CaManager
@@ -55,7 +54,7 @@ class CaItem(FamilyItem[Ca]):
 def register(routes: Routes) -> None:
     manager = routes.managers.cas
     family = view_family(
-        Views(routes.ctrl).cas,
+        routes.views.cas,
         manager,
         create_model=CaCreate,
         update_model=CaUpdate,

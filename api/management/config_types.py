@@ -7,7 +7,6 @@ from typing import Any
 from api.resources import FamilyCollection, FamilyItem, Mode, model_fields, view_family
 from api.routing import Routes
 from api.schemas.configs import ConfigTypeCreate, ConfigTypePatch, ConfigTypeUpdate
-from api.views import Views
 from api.wire import WireModel
 from engine.entities.services import ConfigType
 
@@ -24,7 +23,7 @@ def config_type_fields(model: WireModel, mode: Mode) -> dict[str, Any]:
 
 
 def register(routes: Routes) -> None:
-    views = Views(routes.ctrl)
+    views = routes.views
     family = view_family(
         views.config_types,
         routes.managers.config_types,

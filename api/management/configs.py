@@ -5,11 +5,10 @@ from __future__ import annotations
 from api.resources import FamilyCollection, FamilyItem, view_family
 from api.routing import Routes
 from api.schemas.configs import ConfigCreate, ConfigPatch, ConfigUpdate
-from api.views import Views
 
 
 def register(routes: Routes) -> None:
-    views = Views(routes.ctrl)
+    views = routes.views
     family = view_family(
         views.configs,
         routes.managers.configs,

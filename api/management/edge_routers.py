@@ -11,7 +11,6 @@ from api.resources import FamilyCollection, FamilyItem, Mode, model_fields, view
 from api.role_filter import RoleAttributes, role_filtered
 from api.routing import Routes
 from api.schemas.routers import EdgeRouterCreate, EdgeRouterPatch, EdgeRouterUpdate
-from api.views import Views
 from api.wire import WireModel, require_field
 from engine.entities.routers import EdgeRouter
 from engine.managers.edge_routers import EdgeRouterManager
@@ -36,7 +35,7 @@ class EdgeRouterReEnroll:
 
 
 def register(routes: Routes) -> None:
-    views = Views(routes.ctrl)
+    views = routes.views
     manager = routes.managers.edge_routers
     access = routes.managers.access
     family = view_family(

@@ -8,7 +8,6 @@ from api.http import ok, read_model
 from api.resources import Family, FamilyCollection, FamilyItem, view_family
 from api.routing import Routes
 from api.schemas.enrollments import EnrollmentCreate, EnrollmentRefresh
-from api.views import Views
 from engine.entities.identities import Enrollment
 from engine.managers.enrollments import EnrollmentManager
 
@@ -28,7 +27,7 @@ class EnrollmentItem(FamilyItem[Enrollment]):
 
 def register(routes: Routes) -> None:
     manager = routes.managers.enrollments
-    family = view_family(Views(routes.ctrl).enrollments, manager, create_model=EnrollmentCreate)
+    family = view_family(routes.views.enrollments, manager, create_model=EnrollmentCreate)
     item = EnrollmentItem(family, manager)
     routes.management("/enrollments", FamilyCollection(family))
     routes.management("/enrollments/{id}", item)

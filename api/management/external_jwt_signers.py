@@ -12,7 +12,6 @@ from api.schemas.trust import (
     ExternalJwtSignerPatch,
     ExternalJwtSignerUpdate,
 )
-from api.views import Views
 from api.wire import WireModel
 from engine.entities.trust import ExternalJwtSigner
 from engine.errors import FieldError, InvalidCertPemError
@@ -59,7 +58,7 @@ def signer_fields(model: WireModel, mode: Mode) -> dict[str, Any]:
 
 def register(routes: Routes) -> None:
     family = view_family(
-        Views(routes.ctrl).external_jwt_signers,
+        routes.views.external_jwt_signers,
         routes.managers.external_jwt_signers,
         create_model=ExternalJwtSignerCreate,
         update_model=ExternalJwtSignerUpdate,

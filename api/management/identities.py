@@ -28,7 +28,6 @@ from api.schemas.identities import (
     render_service_config,
     type_id_of,
 )
-from api.views import Views
 from api.wire import WireModel, ref
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, Identity
 from engine.errors import CouldNotParseBodyError, NotFoundError
@@ -185,7 +184,7 @@ class IdentityTypeItem:
 
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
-    views = Views(ctrl)
+    views = routes.views
     manager = routes.managers.identities
     access = routes.managers.access
     family = view_family(

@@ -23,7 +23,7 @@ from api.schemas.posture_checks import (
     render_posture_check_type,
     type_details,
 )
-from api.views import View, Views
+from api.views import View
 from api.wire import WireModel
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID
 from engine.entities.posture import PostureCheck
@@ -174,7 +174,7 @@ class PostureCheckTypes:
 def register(routes: Routes) -> None:
     managers = routes.managers
     manager = managers.posture_checks
-    view = Views(routes.ctrl).posture_checks
+    view = routes.views.posture_checks
     routes.management("/posture-checks", PostureCheckCollection(manager, managers.access, view))
     routes.management("/posture-checks/{id}", PostureCheckItem(manager, view))
     types = PostureCheckTypes(managers.auth_policies, managers.env.clock)

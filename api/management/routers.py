@@ -7,7 +7,6 @@ from typing import Any
 from api.resources import FamilyCollection, FamilyItem, Mode, model_fields, mount, view_family
 from api.routing import Routes
 from api.schemas.routers import RouterCreate, RouterPatch, RouterUpdate
-from api.views import Views
 from api.wire import WireModel, require_field
 from engine.entities.routers import Router
 
@@ -20,7 +19,7 @@ def _fields(model: WireModel, mode: Mode) -> dict[str, Any]:
 
 
 def register(routes: Routes) -> None:
-    views = Views(routes.ctrl)
+    views = routes.views
     family = view_family(
         views.routers,
         routes.managers.routers,

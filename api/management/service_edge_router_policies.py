@@ -11,7 +11,6 @@ from api.schemas.policies import (
     ServiceEdgeRouterPolicyPatch,
     ServiceEdgeRouterPolicyUpdate,
 )
-from api.views import Views
 from api.wire import WireModel
 from engine.entities.policies import ServiceEdgeRouterPolicy
 
@@ -24,7 +23,7 @@ def _fields(model: WireModel, mode: Mode) -> dict[str, Any]:
 
 
 def register(routes: Routes) -> None:
-    views = Views(routes.ctrl)
+    views = routes.views
     family = view_family(
         views.service_edge_router_policies,
         routes.managers.service_edge_router_policies,

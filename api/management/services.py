@@ -12,12 +12,11 @@ from api.resources import FamilyCollection, FamilyItem, view_family
 from api.role_filter import RoleAttributes, role_filtered
 from api.routing import Routes
 from api.schemas.services import ServiceCreate, ServicePatch, ServiceUpdate
-from api.views import Views
 from engine.entities.services import Service
 
 
 def register(routes: Routes) -> None:
-    views = Views(routes.ctrl)
+    views = routes.views
     manager = routes.managers.services
     access = routes.managers.access
     family = view_family(

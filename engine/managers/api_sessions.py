@@ -16,6 +16,7 @@ import threading
 from datetime import datetime, timedelta
 
 from engine.entities.identities import ApiSession, ApiSessionCertificate, Authenticator, Identity
+from engine.entities.sessions import Session
 from engine.errors import UnauthorizedError
 from engine.managers._base import EntityManager, Env
 from engine.ports import UnitOfWork
@@ -105,7 +106,7 @@ class ApiSessionManager(EntityManager[ApiSession]):
         end_identity_sessions(uow, identity_id, keep=keep)
 
     def after_delete(self, uow: UnitOfWork, entity: ApiSession) -> None:
-        delete_session_certificates(uow, entity.id)
+        delete_session(uow, entity.id)
         with self._activity_lock:
             self._activity.pop(entity.id, None)
 
@@ -171,9 +172,8 @@ def delete_session_certificates(uow: UnitOfWork, session_id: str) -> None:
 
 
 def delete_session(uow: UnitOfWork, session_id: str) -> None:
-    """Delete an API session and what belongs to it (used by every cascade that ends sessions)."""
-    from engine.entities.sessions import Session  # its Dial/Bind sessions go with it
-
+    """Delete an API session and what belongs to it (used by every cascade that ends sessions):
+    its ephemeral certificates and its Dial/Bind sessions."""
     uow.delete(ApiSession, session_id)
     delete_session_certificates(uow, session_id)
     for session in uow.find_by(Session, "api_session_id", session_id):

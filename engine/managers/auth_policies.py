@@ -177,12 +177,6 @@ def rules_for(store: Store | UnitOfWork, identity: Identity) -> PolicyRules:
     return PolicyRules.from_policy(policy) if policy is not None else NO_LOGIN
 
 
-def primary_rules(store: Store | UnitOfWork, identity: Identity, method: str) -> dict[str, Any]:
-    """The identity's auth policy's ``primary.<method>`` object in wire form (prefer :func:`rules_for`)."""
-    policy = store.get(AuthPolicy, identity.auth_policy_id)
-    return dict((policy.primary.get(method) if policy is not None else None) or {})
-
-
 def password_problem(rules: UpdbRules | Mapping[str, Any], password: str) -> str | None:
     """Why ``password`` breaks a policy's ``primary.updb`` rules, or None."""
     if not isinstance(rules, UpdbRules):

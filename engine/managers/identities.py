@@ -35,7 +35,7 @@ from engine.entities.identities import (
     Mfa,
 )
 from engine.entities.routers import EdgeRouter
-from engine.entities.services import Config, Service
+from engine.entities.services import Config, ConfigType, Service
 from engine.entities.trust import AuthPolicy
 from engine.errors import (
     EntityCanNotBeDeletedError,
@@ -256,6 +256,13 @@ class IdentityManager(EntityManager[Identity]):
                         field="serviceId", value=service_id, reason=f"service with id {service_id} not found"
                     )
                 config = _require_config(uow, config_id)
+                config_type = uow.get(ConfigType, config.config_type_id)
+                if config_type is not None and config_type.target != "service":
+                    raise FieldError(
+                        "configId",
+                        f"config {config.name} has config type {config_type.name} which does not target services",
+                        config_id,
+                    )
                 overrides.setdefault(service_id, {})[config.config_type_id] = config.id
             return self._save_overrides(uow, old, overrides)
 

@@ -209,3 +209,15 @@ def test_overrides_survive_a_restart(app: Any, api: Api, ids: dict[str, str], se
 def test_needs_an_admin(anon: Api, ids: dict[str, str]) -> None:
     assert anon.get(path(ids)).status_code == 401
     assert anon.post(path(ids), json=[]).status_code == 401
+
+
+def test_a_config_targeting_routers_cannot_override_a_service_config(api: Api, ids: dict[str, str]) -> None:
+    router_type = api.create("/config-types", {"name": "router-thing", "target": "router"})
+    config = api.create("/configs", {"name": "for-routers", "configTypeId": router_type, "data": {}})
+
+    result = api.post(path(ids), json=[{"serviceId": ids["echo"], "configId": config}])
+
+    assert result.status_code == 400
+    assert result.json["error"]["code"] == "COULD_NOT_VALIDATE"
+    assert result.json["error"]["cause"]["field"] == "configId"
+    assert pairs(api, ids) == set()

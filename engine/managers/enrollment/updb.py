@@ -10,7 +10,7 @@ from __future__ import annotations
 from engine.entities.identities import Authenticator
 from engine.errors import AlreadyEnrolledError, FieldError, NameConflictError
 from engine.managers._base import Env
-from engine.managers.auth_policies import password_problem, primary_rules
+from engine.managers.auth_policies import password_problem, rules_for
 from engine.managers.enrollment._core import UPDB, claim, claim_identity
 from engine.ports import UnitOfWork
 
@@ -27,7 +27,7 @@ def enroll(env: Env, token: str | None, username: str | None, password: str | No
             raise FieldError("username", "username is required")
         if not password:
             raise FieldError("password", "password is required")
-        problem = password_problem(primary_rules(uow, identity, "updb"), password)
+        problem = password_problem(rules_for(uow, identity).updb, password)
         if problem is not None:
             raise FieldError("password", problem)
         if uow.find_unique(Authenticator, "username", name) is not None:
