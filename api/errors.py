@@ -35,6 +35,7 @@ STATUS: dict[type[e.ControllerError], int] = {
     e.RequestEntityTooLargeError: 413,
     e.EnrollmentError: 400,
     e.AlreadyEnrolledError: 409,
+    e.EnrollmentNotAllowedError: 409,
     e.CertInUseError: 409,
     e.CertFailedValidationError: 400,
     e.CertificateFailedValidationError: 400,

@@ -25,6 +25,7 @@ The tree (HTTP statuses live only in ``api/errors.py``)::
     │   ├── EnrollmentCaNotValidError       ENROLLMENT_CA_NOT_VALID
     │   ├── EnrollmentNoValidCasError       ENROLLMENT_NO_VALID_CAS
     │   ├── AlreadyEnrolledError            ENROLLMENT_IDENTITY_ALREADY_ENROLLED
+    │   ├── EnrollmentNotAllowedError       INVALID_ENROLLMENT_NOT_ALLOWED
     │   └── MissingCertClaimError           MISSING_CERT_CLAIM
     ├── CertInUseError                      CERT_IN_USE
     ├── CertFailedValidationError           CERT_FAILED_VALIDATION
@@ -240,6 +241,13 @@ class EnrollmentNoValidCasError(EnrollmentError):
 class AlreadyEnrolledError(EnrollmentError):
     code = "ENROLLMENT_IDENTITY_ALREADY_ENROLLED"
     default_message = "The identity is already enrolled"
+
+
+class EnrollmentNotAllowedError(EnrollmentError):
+    """An external JWT enrollment its signer or the enrolment auth policy does not allow."""
+
+    code = "INVALID_ENROLLMENT_NOT_ALLOWED"
+    default_message = "The requested enrollment is not allowed"
 
 
 class MissingCertClaimError(EnrollmentError):

@@ -5,7 +5,12 @@
 empty body for ``method=ca``); a JSON body is OpenZiti's ``genericEnroll``. Without ``method``
 the token's own method is used; a ``method`` that is not the token's is refused
 (``INVALID_ENROLL_METHOD``). The typed routes (``/enroll/ott``, ``/ottca``, ``/ca``,
-``/updb``, ``/erott``, ``/extend/router``) take the spec's bodies.
+``/updb``, ``/erott``, ``/extend/router``, ``/token``) take the spec's bodies.
+
+``POST /enroll/token`` enrolls with an external identity provider's JWT, sent as
+``Authorization: Bearer`` (the optional ``ziti-token-issuer-id`` header names the signer to check
+it with). A ``{"clientCsr"}`` body asks for a certificate: ``{"data": {"cert", "ca"}}``; without
+one the identity logs in with that provider's tokens: ``{"data": {}}``.
 
 An ``ott`` enrollment answers the certificate chain as JSON ``{"data": {"cert": ...}}`` or as
 PEM (``application/x-pem-file``), as the client's ``Accept`` prefers, on every route (OpenZiti's
@@ -19,7 +24,7 @@ from __future__ import annotations
 import falcon
 
 from api.http import empty, ok, read_body, read_model
-from api.middleware import NONE
+from api.middleware import NONE, bearer_tokens
 from api.peer import presented_chain
 from api.routing import Routes
 from api.schemas.enroll import (
@@ -31,6 +36,7 @@ from api.schemas.enroll import (
     GenericEnroll,
     RouterExtend,
 )
+from api.wire import WireModel
 from engine.errors import UnsupportedMediaError
 from engine.managers.enrollment import (
     CA,
@@ -42,6 +48,9 @@ from engine.managers.enrollment import (
     RouterCertificates,
 )
 from engine.ports import IssuedCertificate
+
+#: The header naming the external JWT signer a token enrollment's bearer token is checked with.
+TOKEN_ISSUER_HEADER = "ziti-token-issuer-id"
 
 #: Media types whose body is a PEM CSR (OpenZiti's legacy enrollment path).
 LEGACY_TYPES = ("application/pkcs7", "application/x-pem-file", "text/plain")
@@ -106,6 +115,12 @@ def answer_certificate(resp: falcon.Response, issued: IssuedCertificate, fmt: st
 
 def answer_router(resp: falcon.Response, certs: RouterCertificates) -> None:
     ok(resp, {"ca": certs.ca, "cert": certs.cert, "serverCert": certs.server_cert})
+
+
+class TokenEnrollmentRequest(WireModel):
+    """``tokenEnrollmentRequest``: a CSR asks for a certificate; none, for token logins."""
+
+    client_csr: str | None = None
 
 
 def _media_type(req: falcon.Request) -> str:
@@ -182,6 +197,7 @@ class TypedEnrollResource:
         "post_updb": EnrollUpdb,
         "post_erott": EnrollErott,
         "post_extend_router": RouterExtend,
+        "post_token": TokenEnrollmentRequest,
     }
 
     def __init__(self, enroll: EnrollManager) -> None:
@@ -218,6 +234,16 @@ class TypedEnrollResource:
             resp, self.enroll.router(EDGE_ROUTER_OTT, model.token, model.server_csr, model.client_csr)
         )
 
+    def on_post_token(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """Enroll with an external identity provider's JWT (``Authorization: Bearer``)."""
+        model = read_model(req, TokenEnrollmentRequest, allow_empty=True)
+        issuer_id = req.get_header(TOKEN_ISSUER_HEADER)
+        result = self.enroll.token(bearer_tokens(req), issuer_id, model.client_csr)
+        if result.issued is None:
+            empty(resp)
+        else:
+            ok(resp, {"cert": result.issued.chain_pem, "ca": result.ca_pem})
+
     def on_post_extend_router(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Extend a router's certificates; made with its current client certificate."""
         model = read_model(req, RouterExtend)
@@ -229,6 +255,6 @@ def register(routes: Routes) -> None:
     enroll = routes.managers.enroll
     routes.client("/enroll", EnrollResource(enroll))
     typed = TypedEnrollResource(enroll)
-    for name in ("ott", "ottca", "ca", "updb", "erott"):
+    for name in ("ott", "ottca", "ca", "updb", "erott", "token"):
         routes.client(f"/enroll/{name}", typed, suffix=f"{name}")
     routes.client("/enroll/extend/router", typed, suffix="extend_router")

@@ -8,7 +8,9 @@
 - ``POST /current-identity/mfa/verify {code}`` completes the enrollment;
 - ``GET /current-identity/mfa/qr-code``: the provisioning URL as a PNG QR code (until verified);
 - ``/current-identity/mfa/recovery-codes``: ``GET`` shows them (a valid TOTP code in the header or
-  body), ``POST`` replaces them; as seed 000 says, the new codes come back under ``error``.
+  body), ``POST`` replaces them; as seed 000 says, the new codes come back under ``error``;
+- ``POST /current-api-session/totp-token {code}``: a TOTP code becomes a TOTP token
+  (``totpTokenEnvelope`` ``{token, issuedAt}``), for fully authenticated sessions only.
 
 A session that still owes MFA (or has yet to enroll under an auth policy requiring TOTP) may
 complete MFA and use the enrollment operations; removing MFA and the recovery codes need a full
@@ -167,6 +169,22 @@ class RecoveryCodes:
         resp.media = {"error": render_recovery_codes(mfa), "meta": meta()}
 
 
+class TotpTokenResource:
+    """Trade a TOTP code for a token proving it was checked now."""
+
+    auth = SESSION
+    body_models = {"post": MfaCode}
+
+    def __init__(self, ctrl: Controller) -> None:
+        self.manager = ctrl.managers.mfa
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """Create a TOTP token (a valid TOTP code; recovery codes do not count)."""
+        model = read_model(req, MfaCode)
+        token = self.manager.totp_token(req.context.session, model.code)
+        ok(resp, {"token": token.token, "issuedAt": ts(token.issued_at)})
+
+
 def register(routes: Routes) -> None:
     ctrl = routes.ctrl
     routes.both("/authenticate/mfa", AuthenticateMfa(ctrl))
@@ -175,3 +193,4 @@ def register(routes: Routes) -> None:
     routes.both("/current-identity/mfa/verify", mfa, suffix="verify")
     routes.both("/current-identity/mfa/qr-code", mfa, suffix="qr")
     routes.both("/current-identity/mfa/recovery-codes", RecoveryCodes(ctrl))
+    routes.both("/current-api-session/totp-token", TotpTokenResource(ctrl))

@@ -12,7 +12,14 @@ Seed 000's MFA state table, with OpenZiti's rules (``model/mfa_manager.go``,
   code; both only once verified (404 before);
 - completing a login's MFA (``/authenticate/mfa``) takes a TOTP code or a recovery code, which is
   then removed; an identity without a verified enrollment gets ``MFA_NOT_ENROLLED``;
-- an administrator can remove any identity's MFA.
+- an administrator can remove any identity's MFA;
+- a fully authenticated session trades a valid TOTP code (recovery codes do not count) for a TOTP
+  token (``/current-api-session/totp-token``): a JWT the controller signs that proves a code was
+  checked at ``iat``, bound to the identity (``sub``) and the API session (``z_asid``), type
+  ``z_t: "t"``, without expiry (OpenZiti's ``TotpClaims``). An empty code is
+  ``MFA_INVALID_TOKEN``, no verified enrollment ``MFA_NOT_ENROLLED``. OpenZiti issues these only
+  to OIDC (JWT) sessions and answers ``INVALID_BACKING_TOKEN_TYPE`` to ``zt-session`` ones;
+  Trellis has only the latter, so it issues them to those.
 
 Bad codes are ``MFA_INVALID_TOKEN``; a missing (or, where it must be verified, an unverified)
 enrollment is ``NOT_FOUND``. Codes are checked against the controller's clock.
@@ -21,6 +28,8 @@ enrollment is ``NOT_FOUND``. Codes are checked against the controller's clock.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
 
 from engine.entities.identities import ApiSession, Identity, Mfa
 from engine.errors import MfaExistsError, MfaInvalidTokenError, MfaNotEnrolledError, NotFoundError
@@ -28,13 +37,27 @@ from engine.managers._base import EntityManager, Env
 from engine.managers.api_sessions import ApiSessionManager, forget_mfa, mark_mfa_complete
 from engine.ports import UnitOfWork
 
+#: A TOTP token's ``z_t`` claim and audience (OpenZiti's ``TokenTypeTotp`` and its access tokens').
+TOTP_TOKEN_TYPE = "t"
+TOTP_TOKEN_AUDIENCE = "openziti"
+
+
+@dataclass(frozen=True)
+class TotpToken:
+    """A signed proof that the session's identity gave a valid TOTP code at ``issued_at``."""
+
+    token: str
+    issued_at: datetime
+
 
 class MfaManager(EntityManager[Mfa]):
     kind = Mfa
 
-    def __init__(self, env: Env, sessions: ApiSessionManager) -> None:
+    def __init__(self, env: Env, sessions: ApiSessionManager, issuer: str = "") -> None:
         super().__init__(env)
         self.sessions = sessions
+        #: The ``iss`` of TOTP tokens: the client API's ``https://host:port``.
+        self.issuer = issuer
 
     # -- reads -----------------------------------------------------------------------------------
     def of_identity(self, identity_id: str) -> Mfa | None:
@@ -160,6 +183,27 @@ class MfaManager(EntityManager[Mfa]):
             updated = mark_mfa_complete(uow, session, self.env.clock.now())
             self.env.commit(uow)
             return updated
+
+    def totp_token(self, session: ApiSession, code: str) -> TotpToken:
+        """A TOTP token for ``session`` once ``code`` is a valid TOTP code of its identity."""
+        if not code:
+            raise MfaInvalidTokenError()
+        mfa = self.of_identity(session.identity_id)
+        if mfa is None or not mfa.is_verified:
+            raise MfaNotEnrolledError()
+        if not self._totp_ok(mfa, code):
+            raise MfaInvalidTokenError()
+        now = self.env.clock.now()
+        claims = {
+            "iss": self.issuer,
+            "sub": session.identity_id,
+            "aud": [TOTP_TOKEN_AUDIENCE],
+            "iat": int(now.timestamp()),
+            "jti": self.env.ids.new_token(),
+            "z_asid": session.id,
+            "z_t": TOTP_TOKEN_TYPE,
+        }
+        return TotpToken(token=self.env.tokens.sign(claims), issued_at=now)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _require_verified(self, identity_id: str, uow: UnitOfWork | None = None) -> Mfa:

@@ -108,7 +108,7 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
         external_jwt_signers=ExternalJwtSignerManager(env),
         identities=IdentityManager(env),
         identity_traces=IdentityTraceManager(env),
-        mfa=MfaManager(env, sessions),
+        mfa=MfaManager(env, sessions, issuer=enrollment.issuer),
         posture=posture,
         posture_checks=PostureCheckManager(env),
         routers=RouterManager(env, enrollment),

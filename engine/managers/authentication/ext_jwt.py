@@ -5,13 +5,11 @@ every refusal is 401 ``INVALID_AUTH`` with a ``WWW-Authenticate`` challenge nami
 that would have been accepted (realm ``openziti-primary-ext-jwt``, error ``missing``,
 ``invalid`` or ``expired``):
 
-- the signer is the one whose ``issuer`` equals the token's ``iss`` exactly, and it is enabled;
-- the token's header names a ``kid``; the signer's key for it (its certificate, or its JWKS
-  through the :class:`~engine.ports.ExternalJwtVerifier` port) verifies the signature;
-- when the signer has an ``audience``, the token's ``aud`` contains it;
-- ``exp`` has not passed and ``nbf`` has come (by the controller's clock);
-- the signer's ``claimsProperty`` (default ``sub``; a ``/``-separated path reaches into nested
-  claims) holds a non-empty string: the identity's id, or its ``externalId`` when the signer has
+- the token passes :func:`~engine.managers.external_jwts.verify_token`: the signer its ``iss``
+  names is enabled, its key for the token's ``kid`` verifies the signature, the audience matches,
+  ``exp`` has not passed and ``nbf`` has come;
+- the signer's ``claimsProperty`` (default ``sub``; a JSON pointer reaches into nested claims)
+  holds a non-empty string: the identity's id, or its ``externalId`` when the signer has
   ``useExternalId``;
 - the identity's auth policy allows ``extJwt`` and, when it lists ``allowedSigners``, this signer.
 
@@ -23,22 +21,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
 from engine.entities.identities import Authenticator, Identity
 from engine.entities.trust import ExternalJwtSigner
 from engine.errors import InvalidAuthError
 from engine.managers._base import Env
 from engine.managers.auth_policies import rules_for
-from engine.ports import JwtKeySource
+from engine.managers.external_jwts import EXPIRED, INVALID, MAX_CANDIDATES, MISSING, claim_value, verify_token
 
 REALM_PRIMARY = "openziti-primary-ext-jwt"
 REALM_SECONDARY = "openziti-secondary-ext-jwt"
-#: Bearer tokens looked at per request (OpenZiti's ``MaxCandidateJwtProcessing`` is 2).
-MAX_CANDIDATES = 2
 
-MISSING, INVALID, EXPIRED = "missing", "invalid", "expired"
 _DESCRIPTIONS = {
     MISSING: "no matching token was provided",
     INVALID: "token is invalid",
@@ -59,29 +52,6 @@ def challenge(realm: str, error: str, signers: Sequence[ExternalJwtSigner]) -> s
         f'Bearer realm="{realm}" error="{error}" error_description="{_DESCRIPTIONS[error]}" '
         f'id="{ids}" issuer="{issuers}"'
     )
-
-
-def claim_value(claims: dict[str, Any], selector: str) -> Any:
-    """The claim a selector names: a name, or a ``/``-separated path (JSON pointer) into objects."""
-    value: Any = claims
-    for part in (selector or "sub").strip("/").split("/"):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
-
-
-def _audiences(claims: dict[str, Any]) -> list[str]:
-    aud = claims.get("aud")
-    if isinstance(aud, str):
-        return [aud]
-    if isinstance(aud, list):
-        return [a for a in aud if isinstance(a, str)]
-    return []
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -150,27 +120,10 @@ class ExtJwtCheck:
 
     # -- one token -------------------------------------------------------------------------------
     def _check(self, token: str) -> _Outcome:
-        verifier = self.env.jwt_verifier
-        peeked = verifier.peek(token)
-        if peeked is None or peeked.kid is None:
-            return _Outcome()
-        issuer = peeked.claims.get("iss")
-        signer = (
-            self.env.store.find_unique(ExternalJwtSigner, "issuer", issuer)
-            if isinstance(issuer, str)
-            else None
-        )
-        if signer is None or not signer.enabled:
-            return _Outcome()
-        if signer.audience and signer.audience not in _audiences(peeked.claims):
-            return _Outcome()
-        source = JwtKeySource(cert_pem=signer.cert_pem, jwks_endpoint=signer.jwks_endpoint, kid=signer.kid)
-        claims = verifier.verify(token, source)
-        if claims is None:
-            return _Outcome()
-        timing = self._timing(claims, self.env.clock.now())
-        if timing is not None:
-            return _Outcome(error=timing)
+        verified = verify_token(self.env, token)
+        signer, claims = verified.signer, verified.claims
+        if signer is None or claims is None:
+            return _Outcome(error=verified.error)
         value = claim_value(claims, signer.claims_property)
         if not isinstance(value, str) or not value:
             return _Outcome()
@@ -181,17 +134,6 @@ class ExtJwtCheck:
         if identity is None:
             return _Outcome()
         return _Outcome(identity=identity, signer=signer, error="")
-
-    @staticmethod
-    def _timing(claims: dict[str, Any], now: datetime) -> str | None:
-        moment = now.timestamp()
-        exp = _number(claims.get("exp"))
-        if "exp" in claims and (exp is None or moment >= exp):
-            return EXPIRED
-        nbf = _number(claims.get("nbf"))
-        if "nbf" in claims and (nbf is None or moment < nbf):
-            return INVALID
-        return None
 
     @staticmethod
     def _stand_in(identity: Identity, signer: ExternalJwtSigner) -> Authenticator:

@@ -6,6 +6,8 @@ One module per method, sharing :mod:`._core`:
 - :mod:`.ottca`: token + a certificate from the enrollment's third-party CA;
 - :mod:`.updb`: token -> username and password;
 - :mod:`.ca`: CA auto-enrollment, a trusted third-party certificate creates its identity;
+- :mod:`.token`: an external identity provider's JWT creates its identity (with a certificate
+  when a CSR comes along);
 - :mod:`.router`: edge (``erott``) and transit (``trott``) routers, and their certificate extension.
 
 :class:`EnrollManager` is the one entry point the API calls.
@@ -19,7 +21,7 @@ from engine.entities.identities import Authenticator, Enrollment, Identity
 from engine.entities.routers import EdgeRouter, Router
 from engine.errors import InvalidEnrollmentTokenError, InvalidEnrollMethodError
 from engine.managers._base import Env
-from engine.managers.enrollment import ca, ott, ottca, router, updb
+from engine.managers.enrollment import ca, ott, ottca, router, token, updb
 from engine.managers.enrollment._core import (
     CA,
     EDGE_ROUTER_OTT,
@@ -34,6 +36,7 @@ from engine.managers.enrollment._core import (
     check_token_format,
 )
 from engine.managers.enrollment.router import RouterCertificates
+from engine.managers.enrollment.token import TokenEnrollment
 from engine.ports import IssuedCertificate
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "EnrollManager",
     "EnrollmentSettings",
     "RouterCertificates",
+    "TokenEnrollment",
 ]
 
 
@@ -69,6 +73,11 @@ class EnrollManager:
 
     def ca(self, chain: Sequence[str], requested_name: str | None = None) -> Identity:
         return ca.enroll(self.env, chain, requested_name)
+
+    def token(self, tokens: Sequence[str], issuer_id: str | None, csr: str | None) -> TokenEnrollment:
+        """Enroll with the first valid external JWT of ``tokens`` (bearer tokens); ``issuer_id``
+        names the signer to check them with, else each token's ``iss`` does."""
+        return token.enroll(self.env, self.settings, tokens, issuer_id, csr)
 
     def router(
         self, method: str, token: str | None, server_csr: str | None, client_csr: str | None

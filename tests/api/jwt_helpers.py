@@ -1,0 +1,127 @@
+"""Builders for tests with external JWTs: a JWKS endpoint on 127.0.0.1, identity providers with
+real keys (an RSA certificate signer or an EC JWKS signer) registered as external JWT signers, and
+their tokens."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import jwt
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
+
+from api.settings import Settings
+from engine.managers.bootstrap import create_default_admin
+from engine.testing import FixedClock
+from pki import JwksVerifier
+from tests.api.certs import unique
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
+
+AUDIENCE = "openziti"
+
+
+# -- a JWKS endpoint on 127.0.0.1 -----------------------------------------------------------------
+class Jwks:
+    """JWKS documents served per path, counting the fetches of each."""
+
+    def __init__(self) -> None:
+        self.documents: dict[str, dict[str, Any]] = {}
+        self.fetches: dict[str, int] = {}
+        jwks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                jwks.fetches[self.path] = jwks.fetches.get(self.path, 0) + 1
+                document = jwks.documents.get(self.path)
+                body = json.dumps(document).encode() if document is not None else b"{}"
+                self.send_response(200 if document is not None else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def publish(self, path: str, *keys: tuple[str, Any]) -> None:
+        entries = []
+        for kid, key in keys:
+            entry = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()))
+            entries.append({**entry, "kid": kid, "use": "sig", "alg": "ES256"})
+        self.documents[path] = {"keys": entries}
+
+
+# -- signers and tokens ---------------------------------------------------------------------------
+def self_signed(key: Any, cn: str) -> str:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=30))
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+class Signer:
+    """An external identity provider: a key, an issuer, and the signer registered for it."""
+
+    def __init__(
+        self, api: Api, clock: FixedClock, key: Any, token_kid: str, alg: str, **fields: Any
+    ) -> None:
+        self.api, self.clock, self.key, self.kid, self.alg = api, clock, key, token_kid, alg
+        self.issuer = f"https://{unique('idp')}.example.test"
+        body = {
+            "name": unique("signer"),
+            "issuer": self.issuer,
+            "audience": AUDIENCE,
+            "enabled": True,
+            **fields,
+        }
+        self.id = api.create("/external-jwt-signers", body)
+
+    def token(self, sub: str, *, kid: str | None = "", key: Any = None, **claims: Any) -> str:
+        now = int(self.clock.now().timestamp())
+        payload = {"iss": self.issuer, "sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + 300, **claims}
+        payload = {k: v for k, v in payload.items() if v is not None}
+        headers = {} if kid is None else {"kid": kid or self.kid}
+        return jwt.encode(payload, key or self.key, algorithm=self.alg, headers=headers)
+
+
+def make_cert_signer(api: Api, clock: FixedClock, **fields: Any) -> Signer:
+    """A signer with an RSA certificate and a kid of its own (kids are unique among signers)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    kid = unique("kid")
+    return Signer(api, clock, key, kid, "RS256", certPem=self_signed(key, "idp"), kid=kid, **fields)
+
+
+def open_admin_api(home_parent: Path, pki_template: Path, clock: FixedClock) -> Api:
+    """A logged-in admin over an app on ``clock`` whose JWKS fetches are not rate limited."""
+    home = home_parent / "home"
+    home.mkdir()
+    shutil.copytree(pki_template, home / "pki")
+    verifier = JwksVerifier(timeout=5.0, min_refetch=0.0)
+    app = open_app(Settings(home=home, bind="127.0.0.1:1280"), clock=clock, jwt_verifier=verifier)
+    create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
+    admin = Api(app)
+    admin.token = admin.login(ADMIN_USER, ADMIN_PASSWORD)
+    return admin
