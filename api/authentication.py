@@ -12,7 +12,7 @@ from api.resources import Family, FamilyCollection, FamilyItem
 from api.routing import Routes
 from api.schemas.api_sessions import Authenticate, info_dict, render_api_session
 from api.schemas.identities import render_identity
-from engine.errors import FieldError, InvalidAuthError, InvalidAuthMethodError
+from engine.errors import FieldError, InvalidAuthMethodError
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.authentication import LoginInfo
 from engine.query import Symbol, SymbolTable, SymbolType
@@ -54,8 +54,9 @@ class AuthenticateResource:
         )
         auth = self.ctrl.managers.authentication
         if method == "password":
-            if model.username is None or model.password is None:
-                raise InvalidAuthError()
+            if not model.username or not model.password:  # OpenZiti: 400, not a failed login
+                missing = "username" if not model.username else "password"
+                raise FieldError(missing, "username and password fields are required")
             login = auth.password(model.username, model.password, info)
         elif method == "cert":
             login = auth.cert(presented_chain(req), info)
@@ -66,6 +67,8 @@ class AuthenticateResource:
         if login.authenticator.is_extend_requested:
             resp.set_header("ziti-authenticator-extend-requested", "true")
         pending = auth.pending(login.session, login.identity, bearer_tokens(req))
+        if pending.challenge:  # a secondary external JWT is missing or failed (OpenZiti: 200 + header)
+            resp.set_header("WWW-Authenticate", pending.challenge)
         ok(
             resp,
             render_api_session(self.ctrl, login.session, token=login.token, auth_queries=pending.queries),

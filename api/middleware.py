@@ -8,6 +8,8 @@ full session. What a session owes is worked out on every request (``req.context.
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 import falcon
@@ -38,14 +40,29 @@ _CORS = {
 MAX_BEARER_TOKENS = 4
 
 
+def _is_jwt(token: str) -> bool:
+    """Whether ``token`` parses as a JWS compact JWT: three segments, the first two base64url
+    JSON objects. Anything else is no candidate at all (OpenZiti counts it as a parse error, so
+    a malformed token alone is a ``missing`` one, not an ``invalid`` one)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return False
+    try:
+        decoded = [json.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4))) for p in parts[:2]]
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return all(isinstance(d, dict) for d in decoded)
+
+
 def bearer_tokens(req: falcon.Request) -> tuple[str, ...]:
-    """The ``Authorization: Bearer`` tokens of a request (several headers arrive comma-joined)."""
+    """The ``Authorization: Bearer`` JWTs of a request (several headers arrive comma-joined)."""
     header = req.get_header("Authorization") or ""
     out: list[str] = []
     for part in header.split(","):
         part = part.strip()
-        if part[:7].lower() == "bearer " and part[7:].strip():
-            out.append(part[7:].strip())
+        token = part[7:].strip() if part[:7].lower() == "bearer " else ""
+        if token and _is_jwt(token):
+            out.append(token)
     return tuple(out[:MAX_BEARER_TOKENS])
 
 

@@ -2,9 +2,10 @@
 
 A signer's key comes from its certificate (the ``kid`` is the signer's, or the certificate's
 fingerprint when it has none, as OpenZiti's ``TokenIssuerExtJwt.Resolve``) or from its JWKS
-endpoint. A JWKS is fetched over HTTP(S) with a timeout and cached per endpoint; a token whose
-``kid`` the cache does not know refetches it, at most once per ``min_refetch`` seconds (OpenZiti's
-``JwksQueryTimeout`` is one second). A key with an ``x5c`` chain is the first certificate's key.
+endpoint. A JWKS is fetched over HTTP(S) with a timeout (never from, nor redirected to, a
+link-local address) and cached per endpoint; a token whose ``kid`` the cache does not know
+refetches it, at most once per ``min_refetch`` seconds (OpenZiti's ``JwksQueryTimeout`` is one
+second). A key with an ``x5c`` chain is the first certificate's key.
 
 Only asymmetric algorithms matching the key's type verify (never ``none`` or an HMAC keyed with a
 public key). Claims are not checked here: the engine decides on issuer, audience and expiry.
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +28,7 @@ import jwt
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
+from engine.managers.external_jwt_signers import is_forbidden_address, jwks_endpoint_problem
 from engine.ports import JwtKeySource, UnverifiedJwt
 from pki.certs import fingerprint
 
@@ -60,12 +64,34 @@ def algorithms_for(key: Any) -> frozenset[str]:
     return frozenset()
 
 
+def check_fetchable(url: str) -> None:
+    """Refuse a URL the controller must never fetch: not http(s), or a host that is (or resolves
+    to) a link-local address such as the cloud instance metadata service's."""
+    if jwks_endpoint_problem(url) is not None:
+        raise ValueError(f"unsupported JWKS endpoint {url!r}")
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return  # the fetch itself will fail
+    if any(is_forbidden_address(str(address)) for address in addresses):
+        raise ValueError(f"JWKS endpoint {url!r} resolves to a forbidden address")
+
+
+class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to a URL :func:`check_fetchable` accepts."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+        check_fetchable(newurl)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def fetch_url(url: str, timeout: float) -> bytes:
     """GET ``url`` (http or https only) and return at most :data:`MAX_JWKS_BYTES` of its body."""
-    if not url.lower().startswith(("http://", "https://")):
-        raise ValueError(f"unsupported JWKS endpoint {url!r}")
+    check_fetchable(url)
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    opener = urllib.request.build_opener(_CheckedRedirects())
+    with opener.open(request, timeout=timeout) as response:
         data: bytes = response.read(MAX_JWKS_BYTES + 1)
     if len(data) > MAX_JWKS_BYTES:
         raise ValueError("JWKS document too large")

@@ -90,7 +90,7 @@ class IdentityServiceConfigs:
     """``/identities/{id}/service-configs``: the identity's service-config overrides.
 
     OpenZiti (``routes/identity_router.go``): the list is every pair, unpaged (``limit`` is the
-    count); POST assigns and DELETE removes pairs (an empty DELETE removes nothing), both 200.
+    count); POST assigns and DELETE removes pairs (a DELETE without pairs removes them all), both 200.
     """
 
     auth = ADMIN

@@ -17,8 +17,10 @@ An update's ``primary``/``secondary`` are merged key by key into the stored ones
 sends every key, a patch only the keys it changes). Values are normalised as OpenZiti's
 ``db/auth_policy_store.go`` does: negative ``maxAttempts``/``lockoutDurationMinutes`` become 0
 (unlimited / indefinite), ``minPasswordLength`` is at least 5. Referenced external JWT signers
-must exist. The built-in ``default`` policy can be updated but never deleted; a policy still used
-by identities (or as a signer's enrolment policy) can not be deleted.
+must exist (404 ``NOT_FOUND`` naming the field, as OpenZiti's ``verifyExtJwt``). The built-in
+``default`` policy can be updated but never deleted; a policy still used by identities (or as a
+signer's enrolment policy) can not be deleted (409, as OpenZiti's references answer; the default
+policy is always in use: every identity without a policy has it).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, Identity
 from engine.entities.trust import AuthPolicy, ExternalJwtSigner
-from engine.errors import EntityCanNotBeDeletedError, FieldError, ReferencedEntityError
+from engine.errors import FieldError, NotFoundError, ReferencedEntityError
 from engine.managers._base import EntityManager
 from engine.ports import Store, UnitOfWork
 
@@ -177,6 +179,17 @@ def rules_for(store: Store | UnitOfWork, identity: Identity) -> PolicyRules:
     return PolicyRules.from_policy(policy) if policy is not None else NO_LOGIN
 
 
+def secondary_for(store: Store | UnitOfWork, identity: Identity) -> SecondaryRules:
+    """The secondary factors the identity's auth policy imposes. None for the default admin: a
+    required factor it could not give (an external JWT it has no provider for) would leave nobody
+    able to administer the network, as a lockout would (the admin's own verified MFA still
+    counts; OpenZiti's ``auth_policy_test.go`` keeps using the admin after requiring both on the
+    default policy)."""
+    if identity.is_default_admin:
+        return SecondaryRules()
+    return rules_for(store, identity).secondary
+
+
 def password_problem(rules: UpdbRules | Mapping[str, Any], password: str) -> str | None:
     """Why ``password`` breaks a policy's ``primary.updb`` rules, or None."""
     if not isinstance(rules, UpdbRules):
@@ -258,18 +271,21 @@ class AuthPolicyManager(EntityManager[AuthPolicy]):
     def validate(self, uow: UnitOfWork, new: AuthPolicy, old: AuthPolicy | None) -> None:
         if not new.name:
             raise FieldError("name", "name in body is required")
+        # OpenZiti's verifyExtJwt: an unknown signer is 404, the field in the cause.
         signers = new.primary.get("extJwt", {}).get("allowedSigners") or []
-        for signer_id in signers:
+        for index, signer_id in enumerate(signers):
             if uow.get(ExternalJwtSigner, signer_id) is None:
-                raise FieldError("primary.extJwt.allowedSigners", "external jwt signer not found", signer_id)
+                raise NotFoundError(
+                    field=f"primary.extJwt.allowedExtJwtSigners[{index}]", value=signer_id, reason="not found"
+                )
         required = new.secondary.get("requireExtJwtSigner")
         if required is not None and uow.get(ExternalJwtSigner, required) is None:
-            raise FieldError("secondary.requireExtJwtSigner", "external jwt signer not found", required)
+            raise NotFoundError(field="secondary.requiredExtJwtSigner", value=required, reason="not found")
 
     def before_delete(self, uow: UnitOfWork, entity: AuthPolicy) -> None:
-        if entity.id == DEFAULT_AUTH_POLICY_ID:
-            raise EntityCanNotBeDeletedError(
-                reason=f"cannot delete system authPolicy in a non-system context (id={entity.id})"
+        if entity.id == DEFAULT_AUTH_POLICY_ID:  # every identity without a policy uses it: 409
+            raise ReferencedEntityError(
+                reason=f"cannot delete the default authPolicy (id={entity.id}): identities without a policy use it"
             )
         users = sorted(i.id for i in uow.all(Identity) if i.auth_policy_id == entity.id)
         if users:

@@ -8,11 +8,18 @@ certPem may be defined"). The certificate's details (``common_name``, ``fingerpr
 with ``cert_pem``. ``name``, ``issuer``, ``kid`` and ``fingerprint`` are unique. Blank
 ``externalAuthUrl``/``audience`` are stored as null, a blank ``claimsProperty`` as ``sub``, a
 blank enrolment auth policy as ``default``. A signer used by an auth policy can not be deleted.
+
+The controller fetches a ``jwksEndpoint`` itself, so one it must never fetch is refused when the
+signer is saved (OpenZiti's ``external_jwt_signer_jwks_endpoint_test.go``): only ``http`` and
+``https`` URLs with a host, and never a link-local address (the cloud instance metadata service
+lives there). Hostnames are accepted: their addresses are checked when the JWKS is fetched.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
+from urllib.parse import urlsplit
 
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID
 from engine.entities.trust import AuthPolicy, ExternalJwtSigner
@@ -50,6 +57,34 @@ def _normalize(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def is_forbidden_address(host: str) -> bool:
+    """Whether ``host`` (an IP literal) is an address the controller must never fetch from:
+    link-local (IPv4 169.254.0.0/16, IPv6 fe80::/10, and AWS's IPv6 metadata fd00:ec2::254)."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_link_local or address == ipaddress.ip_address("fd00:ec2::254")
+
+
+def jwks_endpoint_problem(endpoint: str) -> str | None:
+    """Why the controller may not fetch ``endpoint``, or None."""
+    try:
+        parts = urlsplit(endpoint)
+        host = parts.hostname
+    except ValueError:
+        return "jwksEndpoint must be a valid URL"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "jwksEndpoint must be an http or https URL"
+    if not host:
+        return "jwksEndpoint must name a host"
+    if is_forbidden_address(host):
+        return "jwksEndpoint may not point at a link-local address"
+    return None
+
+
 def policies_using(uow: UnitOfWork, signer_id: str) -> list[str]:
     """Ids of the auth policies that name the signer (allowed primary or required secondary)."""
     out: list[str] = []
@@ -82,6 +117,8 @@ class ExternalJwtSignerManager(EntityManager[ExternalJwtSigner]):
             raise FieldError(
                 "jwksEndpoint", "only one of jwksEndpoint or certPem may be defined", new.jwks_endpoint
             )
+        if new.jwks_endpoint is not None and (problem := jwks_endpoint_problem(new.jwks_endpoint)):
+            raise FieldError("jwksEndpoint", problem, new.jwks_endpoint)
         if new.target_token not in TARGET_TOKENS:
             raise FieldError(
                 "targetToken", f"targetToken must be one of {list(TARGET_TOKENS)}", new.target_token

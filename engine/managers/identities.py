@@ -269,12 +269,15 @@ class IdentityManager(EntityManager[Identity]):
     def remove_service_configs(self, id: str, pairs: Sequence[tuple[str, str]]) -> Identity:
         """Drop, for each pair, the identity's override of the service for the config's type.
 
-        As OpenZiti's ``RemoveServiceConfigs``: the config must exist (404); no pairs, no change.
+        As OpenZiti's ``RemoveServiceConfigs``: the config must exist (404); no pairs at all
+        removes every override of the identity (its ``Test_ServiceListWithConfigs``).
         """
         with self.env.store.write_lock():
             uow = UnitOfWork(self.env.store)
             old = self.require(id)
             overrides = {service: dict(by_type) for service, by_type in old.service_configs.items()}
+            if not pairs:
+                overrides = {}
             for service_id, config_id in pairs:
                 config = _require_config(uow, config_id)
                 overrides.get(service_id, {}).pop(config.config_type_id, None)

@@ -9,7 +9,8 @@ MAC        ``macAddresses`` (non-empty; lower-cased, non-hex characters removed)
 OS         ``operatingSystems`` [{type, versions}] (non-empty; one entry per type, the last wins,
            ordered by type as OpenZiti's per-type buckets are)
 PROCESS    ``process`` {osType, path, hashes, signerFingerprint} (hashes/fingerprint lower-cased)
-PROCESS_MULTI ``processes`` [{osType, path, hashes, signerFingerprints}] (non-empty), ``semantic``
+PROCESS_MULTI ``processes`` [{osType, path, hashes, signerFingerprints}] (non-empty; kept as given,
+           ``db/posture_check_process_multi.go`` does not lower-case), ``semantic``
 MFA        ``timeoutSeconds`` (<= 0 means no timeout, stored as -1), ``promptOnWake``,
            ``promptOnUnlock``, ``ignoreLegacyEndpoints``
 ========== ====================================================================================
@@ -84,8 +85,8 @@ def _normalize_process_multi(details: dict[str, Any]) -> dict[str, Any]:
         {
             "osType": p.get("osType"),
             "path": p.get("path"),
-            "hashes": _lower_all(p.get("hashes")),
-            "signerFingerprints": _lower_all(p.get("signerFingerprints")),
+            "hashes": list(p.get("hashes") or []),
+            "signerFingerprints": list(p.get("signerFingerprints") or []),
         }
         for p in details.get("processes") or []
     ]

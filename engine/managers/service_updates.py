@@ -7,7 +7,7 @@ events, policy-semantics §3.3):
 - a service appears in or leaves the identity's list, or its ``permissions`` change (Dial or Bind
   gained or lost: a pair's last linking policy of a type goes, or its first comes);
 - a service in the list is created, updated or deleted, or a config it uses is updated or
-  deleted, or a posture check its policies use changes;
+  deleted, or a posture check its policies use changes, or a policy's posture checks change;
 - the identity's own service-config overrides change.
 
 Edge router policies and service edge router policies change no service list (OpenZiti emits no
@@ -49,6 +49,7 @@ class _PolicyState:
     type: str
     identities: frozenset[str]
     services: frozenset[str]
+    posture_checks: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -190,14 +191,21 @@ def _policy_state(graph: PolicyGraph, policy_id: str) -> _PolicyState | None:
         type=str(record.type or "Dial"),
         identities=frozenset(graph.policy_members(SERVICE_POLICY, policy_id, IDENTITY)),
         services=frozenset(graph.policy_members(SERVICE_POLICY, policy_id, SERVICE)),
+        posture_checks=frozenset(graph.policy_members(SERVICE_POLICY, policy_id, POSTURE_CHECK)),
     )
 
 
 def _policy_marks(
     graph: PolicyGraph, policy_id: str, old: _PolicyState | None, new: _PolicyState | None
 ) -> set[str]:
-    """Identities whose access changed because one service policy went from ``old`` to ``new``."""
+    """Identities whose access changed because one service policy went from ``old`` to ``new``,
+    and those whose services' posture queries changed with the policy's posture checks."""
     marked: set[str] = set()
+    if old is not None and new is not None and old.posture_checks != new.posture_checks:
+        if new.services:
+            marked |= new.identities
+        if old.services:
+            marked |= old.identities
     for policy_type in TYPES:
         old_i, old_s = _product(old, policy_type)
         new_i, new_s = _product(new, policy_type)

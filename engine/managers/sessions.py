@@ -16,7 +16,8 @@ granted it (those of its type whose posture passed).
 
 Sessions end with their API session and their service, when the identity loses that type of
 access to the service (OpenZiti's ``ServicePolicyEnforcer``; admins' sessions are spared), and when
-new posture data makes them fail their posture (OpenZiti's posture cache).
+new posture data, or the removal of the identity's MFA, makes them fail their posture (OpenZiti's
+posture cache).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from engine.errors import (
 from engine.managers._base import EntityManager, Env
 from engine.managers.access import AccessManager
 from engine.managers.posture import PostureManager
-from engine.ports import Change, Delete, UnitOfWork
+from engine.ports import Change, Delete, Put, UnitOfWork
 
 #: At most this many edge routers are named in a session (``ListForIdentityAndService``).
 MAX_SESSION_ROUTERS = 25
@@ -179,6 +180,7 @@ class SessionManager(EntityManager[Session]):
         that entity's sessions.
         """
         candidates: dict[str, Session] = {}
+        mfa_lost: dict[str, Session] = {}
         rescan_all = False
         store = self.env.store
         for change in changes:
@@ -188,10 +190,23 @@ class SessionManager(EntityManager[Session]):
                 rescan_all = True
             elif kind in (ApiSession, Identity, Service):
                 column = {ApiSession: "api_session_id", Identity: "identity_id", Service: "service_id"}[kind]
-                candidates.update((s.id, s) for s in store.find_by(Session, column, entity_id))
+                found = store.find_by(Session, column, entity_id)
+                candidates.update((s.id, s) for s in found)
+                entity = change.entity if isinstance(change, Put) else None
+                if isinstance(entity, ApiSession) and entity.mfa_completed_at is None:
+                    mfa_lost.update((s.id, s) for s in found)
         if rescan_all:
             candidates = {s.id: s for s in store.all(Session)}
-        self._end(s for s in candidates.values() if not self._still_allowed(s))
+        doomed = {s.id: s for s in candidates.values() if not self._still_allowed(s)}
+        # an API session that no longer counts as having passed MFA (its identity's MFA was removed)
+        # keeps only the sessions that still pass posture (OpenZiti's posture cache on MFA delete)
+        doomed.update(
+            (s.id, s)
+            for s in mfa_lost.values()
+            if s.id not in doomed
+            and not self.posture.evaluate(s.identity_id, s.api_session_id, s.service_id, s.type).passed
+        )
+        self._end(doomed.values())
 
     def enforce_posture(self, identity_id: str) -> None:
         """End the identity's sessions that no longer pass posture (after new posture data)."""

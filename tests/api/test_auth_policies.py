@@ -65,13 +65,13 @@ def test_default_policy_is_listed(api: Api) -> None:
 def test_default_policy_can_not_be_deleted(api: Api) -> None:
     result = api.delete("/auth-policies/default")
 
-    assert result.status_code == 400
-    assert result.json["error"]["code"] == "ENTITY_CAN_NOT_BE_DELETED"
+    assert result.status_code == 409  # OpenZiti's auth_policy_test.go
+    assert result.json["error"]["code"] == "CAN_NOT_DELETE_REFERENCED_ENTITY"
     assert api.get("/auth-policies/default").status_code == 200
 
 
 def test_default_policy_can_be_updated(api: Api) -> None:
-    # (requireTotp here would make the admin's own session owe MFA at once: see test_mfa.py)
+    # (requireTotp here binds every identity on the default policy but the default admin)
     result = api.patch("/auth-policies/default", json={"primary": {"updb": {"maxAttempts": 7}}})
 
     assert result.status_code == 200, result.text
@@ -158,11 +158,13 @@ def test_unknown_signers_are_refused(api: Api) -> None:
     first = api.post("/auth-policies", json=allowed)
     second = api.post("/auth-policies", json=required)
 
-    assert first.status_code == 400
-    assert first.json["error"]["cause"]["field"] == "primary.extJwt.allowedSigners"
+    # OpenZiti's verifyExtJwt: 404 NOT_FOUND, the field in the cause
+    assert first.status_code == 404
+    assert first.json["error"]["code"] == "NOT_FOUND"
+    assert first.json["error"]["cause"]["field"] == "primary.extJwt.allowedExtJwtSigners[0]"
     assert first.json["error"]["cause"]["value"] == "nope"
-    assert second.status_code == 400
-    assert second.json["error"]["cause"]["field"] == "secondary.requireExtJwtSigner"
+    assert second.status_code == 404
+    assert second.json["error"]["cause"]["field"] == "secondary.requiredExtJwtSigner"
 
 
 def test_existing_signers_are_accepted(api: Api) -> None:

@@ -211,11 +211,25 @@ def test_a_refused_password_is_never_echoed(anon: Api, base: str) -> None:
     assert "abc" not in result.text
 
 
-@pytest.mark.parametrize("asked", [["all"], ["intercept.v1", "host.v1"], ["unknown-type"], []])
-def test_config_types_are_kept_as_asked(anon: Api, asked: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("asked", "kept"),
+    [
+        (["all"], ["all"]),
+        (["host.v1", "all"], ["all"]),
+        (["intercept.v1", "host.v1"], ["intercept.v1", "host.v1"]),
+        (["unknown-type"], []),
+        ([], []),
+    ],
+)
+def test_config_types_are_kept_as_openziti_keeps_them(anon: Api, asked: list[str], kept: list[str]) -> None:
+    """``all`` stays ``["all"]``; names become ids, unknown types are dropped (OpenZiti's
+    ``mapConfigTypeNamesToIds``)."""
+    ids = {t.name: t.id for t in anon.app.ctrl.managers.config_types.list()}
+    expected = [ids.get(name, name) for name in kept]
+
     result = _auth(anon, {"username": ADMIN_USER, "password": ADMIN_PASSWORD, "configTypes": asked})
 
     assert result.status_code == 200
-    assert result.json["data"]["configTypes"] == asked
+    assert result.json["data"]["configTypes"] == expected
     token = result.json["data"]["token"]
-    assert anon.get("/current-api-session", token=token).json["data"]["configTypes"] == asked
+    assert anon.get("/current-api-session", token=token).json["data"]["configTypes"] == expected

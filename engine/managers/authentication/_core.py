@@ -4,11 +4,14 @@ A method module proves who the caller is (an :class:`Authenticator`); :func:`ope
 then applies the rules every method shares, in OpenZiti's order: the identity exists, its auth
 policy allows the method, it is not disabled; the SDK and environment info it reports is recorded
 and an API session is started. The session needs a second factor (``isMfaRequired``) when the
-identity has a verified TOTP enrollment or its auth policy requires TOTP.
+identity has a verified TOTP enrollment or its auth policy requires TOTP (never for the default
+admin: :func:`~engine.managers.auth_policies.secondary_for`).
 
-The ``configTypes`` asked for at login are kept as asked (names, ids or ``all``), as OpenZiti
-shows them; :func:`resolve_config_types` turns such a list into config type ids when services
-are rendered.
+The ``configTypes`` asked for at login are kept as OpenZiti's ``mapConfigTypeNamesToIds`` keeps
+them (:func:`session_config_types`): ``["all"]`` when ``all`` is among them, else the ids of the
+named or given config types, unknown ones dropped (its ``api_session_test.go`` expects names
+resolved to ids). :func:`resolve_config_types` turns such a list into config type ids when
+services are rendered.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from engine.entities.services import ConfigType
 from engine.errors import InvalidAuthError, UnauthorizedError
 from engine.managers._base import Env
 from engine.managers.api_sessions import ApiSessionManager
-from engine.managers.auth_policies import PolicyRules, rules_for
+from engine.managers.auth_policies import PolicyRules, rules_for, secondary_for
 from engine.managers.identities import disabled_at
 from engine.ports import Store, UnitOfWork
 
@@ -83,6 +86,13 @@ def resolve_config_types(env: Env, requested: list[str] | tuple[str, ...]) -> li
     return out
 
 
+def session_config_types(env: Env, requested: list[str] | tuple[str, ...]) -> list[str]:
+    """A login's ``configTypes`` as its API session keeps them: ``["all"]``, or known type ids."""
+    if any(r == "all" for r in requested):
+        return ["all"]
+    return resolve_config_types(env, requested)
+
+
 def record_info(env: Env, identity: Identity, info: LoginInfo) -> Identity:
     changes: dict[str, Any] = {}
     if info.env_info and info.env_info != identity.env_info:
@@ -117,12 +127,12 @@ def open_session(
     check_allowed(rules, method)
     check_enabled(env, identity)
     identity = record_info(env, identity, info)
-    mfa_required = rules.secondary.require_totp or has_verified_mfa(env.store, identity.id)
+    mfa_required = secondary_for(env.store, identity).require_totp or has_verified_mfa(env.store, identity.id)
     session, token = sessions.start(
         identity,
         authenticator,
         ip_address=info.ip_address,
-        config_types=list(info.config_types),
+        config_types=session_config_types(env, info.config_types),
         mfa_required=mfa_required,
         ca_id=ca_id,
     )

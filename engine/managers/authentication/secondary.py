@@ -11,7 +11,8 @@ identity's current auth policy:
   carry a bearer token of that signer naming the session's identity.
 
 Each unmet factor is an :class:`AuthQuery` in the session's ``authQueries``; while there is one,
-the session is partially authenticated.
+the session is partially authenticated. The default admin owes only its own MFA, never factors
+its policy imposes (:func:`~engine.managers.auth_policies.secondary_for`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from engine.entities.identities import ApiSession, Identity
 from engine.entities.trust import ExternalJwtSigner
 from engine.managers._base import Env
-from engine.managers.auth_policies import rules_for
+from engine.managers.auth_policies import secondary_for
 from engine.managers.authentication.ext_jwt import ExtJwtCheck
 
 #: TOTP codes are 6 digits; recovery codes 6 characters (OpenZiti's ``TotpMinLength``/``MaxLength``).
@@ -73,7 +74,7 @@ class Pending:
 def pending(
     env: Env, ext_jwt: ExtJwtCheck, session: ApiSession, identity: Identity, tokens: Sequence[str]
 ) -> Pending:
-    rules = rules_for(env.store, identity).secondary
+    rules = secondary_for(env.store, identity)
     queries: list[AuthQuery] = []
     challenge = None
     if (session.is_mfa_required or rules.require_totp) and not session.is_mfa_complete:
