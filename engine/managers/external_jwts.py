@@ -90,7 +90,8 @@ class Verification:
 
     signer: ExternalJwtSigner | None = None
     claims: dict[str, Any] | None = None
-    #: ``""`` when the token verified, else :data:`INVALID` or :data:`EXPIRED`.
+    #: ``""`` when the token verified, else :data:`INVALID` or :data:`EXPIRED`, or :data:`MISSING`
+    #: when no enabled signer issues it (OpenZiti does not count such a token as a candidate).
     error: str = INVALID
 
 
@@ -107,7 +108,7 @@ def verify_token(env: Env, token: str, signer: ExternalJwtSigner | None = None) 
     if signer is None:
         signer = env.store.find_unique(ExternalJwtSigner, "issuer", issuer)
     if signer is None or signer.issuer != issuer or not signer.enabled:
-        return Verification()
+        return Verification(error=MISSING)
     if signer.audience and signer.audience not in _audiences(peeked.claims):
         return Verification()
     source = JwtKeySource(cert_pem=signer.cert_pem, jwks_endpoint=signer.jwks_endpoint, kid=signer.kid)

@@ -69,6 +69,14 @@ class _Outcome:
     error: str = INVALID
 
 
+def _challenge_error(errors: Sequence[str]) -> str:
+    """The challenge's ``error``: ``missing`` unless some token was a candidate (issued by a signer)."""
+    candidates = [e for e in errors if e != MISSING]
+    if not candidates:
+        return MISSING
+    return EXPIRED if EXPIRED in candidates else INVALID
+
+
 class ExtJwtCheck:
     def __init__(self, env: Env) -> None:
         self.env = env
@@ -90,7 +98,7 @@ class ExtJwtCheck:
                 signer=outcome.signer,
                 authenticator=self._stand_in(outcome.identity, outcome.signer),
             )
-        error = (EXPIRED if EXPIRED in errors else INVALID) if errors else MISSING
+        error = _challenge_error(errors)
         signers = [s for s in self.env.store.all(ExternalJwtSigner) if s.enabled]
         raise InvalidAuthError(
             reason="no valid external JWT was provided",
@@ -114,9 +122,16 @@ class ExtJwtCheck:
     def secondary_challenge(self, signer_id: str, tokens: Sequence[str]) -> str:
         """The ``WWW-Authenticate`` value of a missing or failing secondary ext-jwt."""
         signer = self.env.store.get(ExternalJwtSigner, signer_id)
-        errors = [self._check(token).error for token in list(tokens)[:MAX_CANDIDATES]]
-        error = (EXPIRED if EXPIRED in errors else INVALID) if errors else MISSING
-        return challenge(REALM_SECONDARY, error, [signer] if signer is not None else [])
+        errors = []
+        for token in list(tokens)[:MAX_CANDIDATES]:
+            # only tokens the required signer issued are candidates (OpenZiti's
+            # GetExternalTokenForExtJwtSigner); any other token counts as not sent
+            peeked = self.env.jwt_verifier.peek(token)
+            if signer is None or peeked is None or peeked.claims.get("iss") != signer.issuer:
+                errors.append(MISSING)
+            else:
+                errors.append(self._check(token).error)
+        return challenge(REALM_SECONDARY, _challenge_error(errors), [signer] if signer is not None else [])
 
     # -- one token -------------------------------------------------------------------------------
     def _check(self, token: str) -> _Outcome:
