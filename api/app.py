@@ -19,6 +19,8 @@ from api.client import register_all as register_client
 from api.controller import Controller
 from api.info import ZITI_COMPAT_VERSION
 from api.json_schemas import JsonSchemaChecker
+from api.limits import RequestLimits
+from api.maintenance import Maintenance
 from api.management import register_all as register_management
 from api.middleware import RequestMiddleware
 from api.routing import Routes
@@ -105,6 +107,10 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
     ctrl: Controller
     routes: Routes
     trust: TlsTrust
+    #: Per-client request budgets and the per-request time budget.
+    limits: RequestLimits
+    #: The expired-session purge ticker (stopped until ``maintenance.start()``: ``trellis serve``).
+    maintenance: Maintenance
 
     def tls_context(self) -> ssl.SSLContext:
         """The TLS context for a new connection: trusts our CA and the verified third-party CAs now."""
@@ -134,8 +140,11 @@ def create_app(
         totp=totp,
         jwt_verifier=jwt_verifier,
     )
-    app = TrellisApp(middleware=[RequestMiddleware(ctrl)], cors_enable=False)
+    limits = RequestLimits(settings)
+    app = TrellisApp(middleware=[RequestMiddleware(ctrl, limits)], cors_enable=False)
     app.ctrl = ctrl
+    app.limits = limits
+    app.maintenance = Maintenance(ctrl.sessions, ctrl.env.clock, limits, settings.purge_interval)
     app.trust = TlsTrust(PkiPaths.in_directory(settings.pki_dir), ctrl.managers)
     json = media.JSONHandler(dumps=orjson.dumps, loads=orjson.loads)
     app.req_options.media_handlers[falcon.MEDIA_JSON] = json

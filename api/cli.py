@@ -1,4 +1,5 @@
-"""The ``trellis`` command: ``init`` prepares the data directory, ``serve`` runs the API.
+"""The ``trellis`` command: ``init`` prepares the data directory, ``serve`` runs the API,
+``restore`` puts a database snapshot back in place while the server is stopped.
 
 Secrets at rest: the process umask is ``077`` before anything is created, so ``TRELLIS_HOME``
 (0700), the database, its WAL and the keys (0600) are never readable by others, not even
@@ -124,12 +125,32 @@ def serve_without_password() -> None:
     os.execve(sys.executable, [sys.executable, "-m", "api.cli", "serve"], env)
 
 
+def restore(settings: Settings, snapshot: Path, *, out: TextIO = sys.stdout) -> None:
+    """Replace the home's database with ``snapshot`` (``POST /database/snapshot`` made it).
+
+    Refused, with nothing changed, while a server holds the database; the replaced database is
+    kept beside it. Failures end the command with their reason (``SystemExit``).
+    """
+    from storage.duckdb import RestoreError, restore_snapshot
+
+    restrict_umask()
+    try:
+        aside = restore_snapshot(settings.db_path, snapshot, datetime.now(UTC))
+    except RestoreError as ex:
+        raise SystemExit(f"trellis restore: {ex}") from None
+    print(f"restored {settings.db_path} from {snapshot}", file=out)
+    if aside is not None:
+        print(f"the replaced database is kept as {aside}", file=out)
+
+
 def main(argv: list[str] | None = None) -> int:
     restrict_umask()  # before anything is created; gunicorn and its worker inherit it
     parser = argparse.ArgumentParser(prog="trellis", description="OpenZiti-compatible controller")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("init", help="create the data directory, PKI and admin if absent")
     sub.add_parser("serve", help="serve the client and management APIs over HTTPS")
+    restoring = sub.add_parser("restore", help="replace the database with a snapshot (server stopped)")
+    restoring.add_argument("snapshot", type=Path, help="a snapshot file made by POST /database/snapshot")
     args = parser.parse_args(argv)
     if args.command == "serve":
         serve_without_password()
@@ -145,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
             secure_home(settings)
         print(f"serving https://{settings.bind} (home {settings.home})", flush=True)
         serve(settings)
+        return 0
+    if args.command == "restore":
+        restore(settings, args.snapshot)
         return 0
     return 2
 

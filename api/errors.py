@@ -33,6 +33,7 @@ STATUS: dict[type[e.ControllerError], int] = {
     e.CertificateIsNotCaError: 400,
     e.InvalidCertPemError: 400,
     e.RequestEntityTooLargeError: 413,
+    e.RateLimitedError: 429,
     e.EnrollmentError: 400,
     e.AlreadyEnrolledError: 409,
     e.EnrollmentNotAllowedError: 409,
@@ -51,6 +52,8 @@ STATUS: dict[type[e.ControllerError], int] = {
     e.MfaNotEnrolledError: 404,
     e.InvalidPostureError: 409,
     e.NoEdgeRoutersAvailableError: 400,
+    e.TooManyRequestsError: 429,
+    e.RequestTimeoutError: 503,
     authenticator_errors.AuthenticatorMethodMaxError: 409,
     authenticator_errors.AuthenticatorCanNotBeUpdatedError: 409,
 }
@@ -91,7 +94,9 @@ def handle_controller_error(
     req: falcon.Request, resp: falcon.Response, ex: e.ControllerError, params: dict[str, Any]
 ) -> None:
     status = status_of(ex)
-    if status >= 500:
+    if isinstance(ex, e.RequestTimeoutError):
+        log.warning("request %s %s %s ran out of time", _request_id(req), req.method, req.path)
+    elif status >= 500:
         log.exception("request %s failed", _request_id(req))
     for name, value in ex.headers.items():
         resp.set_header(name, value)

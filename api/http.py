@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import falcon
+import orjson
 from pydantic import ValidationError
 
 from api.errors import ERROR_META, field_error_from_validation
-from api.wire import WireModel
+from api.limits import within_deadline
+from api.wire import INT64_MAX, INT64_MIN, WireModel
 from engine.errors import CouldNotParseBodyError, InvalidPaginationError, RequestEntityTooLargeError
 from engine.query import Symbol, SymbolTable, SymbolType, compile_query, execute
 
@@ -21,13 +24,31 @@ UNLIMITED = 9223372036854775807
 
 
 def read_body(req: falcon.Request, limit: int) -> bytes:
+    """The whole body, at most ``limit`` bytes (413 past it). A body of no declared length (sent
+    chunked to a WSGI server that passes it on as is, ``wsgi.input_terminated``) is read too."""
     length = req.content_length
     if length is not None and length > limit:
         raise RequestEntityTooLargeError()
-    data = req.bounded_stream.read(limit + 1)
+    if length is None and req.env.get("wsgi.input_terminated"):
+        data = req.stream.read(limit + 1)
+    else:
+        data = req.bounded_stream.read(limit + 1)
     if len(data) > limit:
         raise RequestEntityTooLargeError()
     return data
+
+
+def read_json(req: falcon.Request) -> Any:
+    """The JSON body as Python values, for bodies no single wire model describes: any JSON
+    value; COULD_NOT_PARSE_BODY when it is missing, not JSON (``NaN`` and ``Infinity`` are not)
+    or nested deeper than orjson's limit (where ``json.loads`` would exhaust the stack)."""
+    data = read_body(req, req.context.max_body_bytes)
+    if not data.strip():
+        raise CouldNotParseBodyError(reason="a request body is required")
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as ex:
+        raise CouldNotParseBodyError(reason=str(ex)) from None
 
 
 def read_model(req: falcon.Request, model: type[M], *, allow_empty: bool = False) -> M:
@@ -64,21 +85,30 @@ def created(resp: falcon.Response, entity: str, id: str) -> None:
     resp.media = {"data": {"_links": {"self": {"href": f"./{entity}/{id}"}}, "id": id}, "meta": meta()}
 
 
+#: What Go's ``strconv.ParseInt`` reads: ASCII digits with an optional sign (Python's ``int()``
+#: would also take ``1_0``, other scripts' digits and surrounding blanks).
+_GO_INT = re.compile(r"[+-]?[0-9]{1,19}")
+
+
 def _int_param(req: falcon.Request, name: str) -> int | None:
+    """A paging parameter as go-swagger reads an ``integer``: an int64, else INVALID_PAGINATION."""
     raw = req.get_param(name)
     if raw is None or raw == "":
         return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidPaginationError(field=name, value=raw, reason=f"{name} must be an integer") from None
+    if _GO_INT.fullmatch(raw) and INT64_MIN <= (value := int(raw)) <= INT64_MAX:
+        return value
+    shown = raw if len(raw) <= 64 else raw[:61] + "..."
+    raise InvalidPaginationError(field=name, value=shown, reason=f"{name} must be a 64-bit integer")
 
 
 def page(req: falcon.Request, items: Iterable[T], symbols: SymbolTable) -> tuple[list[T], dict[str, Any]]:
     """Filter, sort and page ``items`` by the request's ``filter``/``sort``/``limit``/``offset``."""
     query = compile_query(req.get_param("filter"), symbols, sort_param=req.get_param("sort"))
     rows, total, limit, offset = execute(
-        query, items, limit_param=_int_param(req, "limit"), offset_param=_int_param(req, "offset")
+        query,
+        within_deadline(req, items),
+        limit_param=_int_param(req, "limit"),
+        offset_param=_int_param(req, "offset"),
     )
     meta = {
         "filterableFields": symbols.names(),
@@ -99,7 +129,7 @@ def list_response(
     render: Callable[[T], Any],
 ) -> None:
     rows, meta = page(req, items, symbols)
-    ok(resp, [render(row) for row in rows], meta)
+    ok(resp, [render(row) for row in within_deadline(req, rows)], meta)
 
 
 def list_strings(req: falcon.Request, resp: falcon.Response, values: Sequence[str]) -> None:

@@ -1,4 +1,5 @@
-"""Per-request plumbing: request ids, path aliases, the API session, auth levels, headers.
+"""Per-request plumbing: request ids, path aliases, the API session, request limits, auth levels,
+headers (CORS only for the configured origins).
 
 A resource's ``auth`` attribute says who may call it (``auth_by_method`` may override it for one
 HTTP method): ``NONE`` anyone, ``SESSION`` a fully authenticated API session, ``PARTIAL`` also a
@@ -9,12 +10,13 @@ full session. What a session owes is worked out on every request (``req.context.
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 import falcon
+import orjson
 
 from api.controller import CLIENT_BASE, Controller
+from api.limits import RequestLimits
 from api.peer import parse_networks
 from api.wire import ts
 from engine.errors import UnauthorizedError
@@ -28,12 +30,66 @@ MISSING_CHALLENGE = (
 )
 INVALID_CHALLENGE = 'zt-session realm="zt-session" error="invalid" error_description="token is invalid"'
 
-_CORS = {
-    "Access-Control-Allow-Origin": "*",
+#: Answered to a CORS preflight from an allowed origin.
+CORS_PREFLIGHT = {
     "Access-Control-Allow-Headers": "content-type, accept, authorization, zt-session",
-    "Access-Control-Allow-Methods": "GET, HEAD, POST, PUT, PATCH, DELETE",
-    "Access-Control-Allow-Credentials": "true",
+    "Access-Control-Allow-Methods": "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
+    "Access-Control-Max-Age": "600",
 }
+#: Response headers a browser script from an allowed origin may read (the login's token, ...).
+CORS_EXPOSE = "zt-session, expiration-seconds, expires-at, ziti-instance-id, retry-after, www-authenticate"
+
+
+class Cors:
+    """CORS for an allow-list of origins; an empty list turns CORS off (no header at all).
+
+    An allowed ``Origin`` is echoed (with ``Vary: Origin``) and may send credentials; ``*`` in the
+    list allows any origin, answered ``*`` and never with credentials.
+    """
+
+    def __init__(self, origins: tuple[str, ...]) -> None:
+        self.any = "*" in origins
+        self.origins = frozenset(o for o in origins if o != "*")
+
+    @property
+    def enabled(self) -> bool:
+        return self.any or bool(self.origins)
+
+    def apply(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if not self.enabled:
+            return
+        origin = req.get_header("Origin")
+        if self.origins:  # the answer depends on the Origin (echoed or not)
+            resp.append_header("Vary", "Origin")
+        if not origin:
+            return
+        if origin.rstrip("/").lower() in self.origins:
+            resp.set_header("Access-Control-Allow-Origin", origin)
+            resp.set_header("Access-Control-Allow-Credentials", "true")
+        elif self.any:
+            resp.set_header("Access-Control-Allow-Origin", "*")
+        else:
+            return
+        resp.set_header("Access-Control-Expose-Headers", CORS_EXPOSE)
+        if req.method == "OPTIONS" and req.get_header("Access-Control-Request-Method"):
+            resp.set_headers(CORS_PREFLIGHT)
+
+
+def wsgi_header_value(value: str) -> str:
+    """``value`` as a WSGI server can send it (PEP 3333: latin-1 text, one line).
+
+    A header may quote what an administrator typed (an external JWT signer's issuer in a
+    ``WWW-Authenticate`` challenge). As Go's ``net/http`` writes OpenZiti's headers, line breaks
+    become blanks and the text goes as its UTF-8 bytes; ``value`` itself when it is plain ASCII.
+    """
+    if value.isascii() and "\r" not in value and "\n" not in value:
+        return value
+    value = value.replace("\r", " ").replace("\n", " ")
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode("utf-8").decode("latin-1")
+    return value
 
 
 #: Bearer tokens read from one request's ``Authorization`` headers.
@@ -48,7 +104,8 @@ def _is_jwt(token: str) -> bool:
     if len(parts) != 3:
         return False
     try:
-        decoded = [json.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4))) for p in parts[:2]]
+        # orjson: a deeply nested segment is a decode error, not a RecursionError
+        decoded = [orjson.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4))) for p in parts[:2]]
     except (ValueError, UnicodeDecodeError):
         return False
     return all(isinstance(d, dict) for d in decoded)
@@ -72,11 +129,14 @@ def auth_level(resource: Any, method: str) -> str:
 
 
 class RequestMiddleware:
-    def __init__(self, ctrl: Controller) -> None:
+    def __init__(self, ctrl: Controller, limits: RequestLimits) -> None:
         self.ctrl = ctrl
+        self.limits = limits
+        self.cors = Cors(ctrl.settings.cors_origins)
         self.cert_proxies = parse_networks(ctrl.settings.cert_proxies)
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        req.context.deadline = self.limits.deadline()
         req.context.request_id = self.ctrl.env.ids.new_id()
         req.context.max_body_bytes = self.ctrl.settings.max_body_bytes
         req.context.cert_proxies = self.cert_proxies
@@ -110,6 +170,7 @@ class RequestMiddleware:
     ) -> None:
         if resource is None or req.method == "OPTIONS":
             return
+        self.limits.admit(req)
         level = auth_level(resource, req.method)
         if level == NONE:
             return
@@ -132,11 +193,14 @@ class RequestMiddleware:
         if "gunicorn.socket" not in req.env:  # gunicorn writes its own Server header (see serve.py)
             resp.set_header("server", f"ziti-controller/{self.ctrl.version}")
         resp.set_header("ziti-instance-id", self.ctrl.instance_id)
-        for name, value in _CORS.items():
-            resp.set_header(name, value)
+        self.cors.apply(req, resp)
         session = getattr(req.context, "session", None)
         if session is not None and self.ctrl.sessions.get(session.id) is not None:
             expires = self.ctrl.sessions.expires_at(session)
             seconds = int((expires - self.ctrl.env.clock.now()).total_seconds())
             resp.set_header("expiration-seconds", str(max(seconds, 0)))
             resp.set_header("expires-at", ts(expires) or "")
+        for name, value in resp.headers.items():
+            sendable = wsgi_header_value(value)
+            if sendable is not value:
+                resp.set_header(name, sendable)

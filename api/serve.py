@@ -67,8 +67,10 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
             gunicorn.http.wsgi.SERVER = f"ziti-controller/{ZITI_COMPAT_VERSION}"
 
         def worker_exit(arbiter: Any, worker: Any) -> None:
-            # Close the database cleanly (a checkpoint) when the worker stops, e.g. on Ctrl-C.
+            # Stop the maintenance ticker, then close the database cleanly (a checkpoint) when the
+            # worker stops, e.g. on Ctrl-C.
             if server._app is not None:
+                server._app.maintenance.stop()
                 server._app.ctrl.env.store.close()
 
         options = {
@@ -100,6 +102,7 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         from api.app import create_app
 
         self._app = create_app(self.settings)
+        self._app.maintenance.start()  # in the worker, after the fork: the expired-session purge
         return self._app
 
 

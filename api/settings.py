@@ -28,6 +28,19 @@ class Settings:
     body_timeout: float = 30.0
     write_timeout: float = 30.0
     keepalive_timeout: float = 5.0
+    #: Per-client request budgets (token buckets; 0 requests per minute turns one off):
+    #: authentication (``/authenticate``, ``/authenticate/mfa``, enrollment, MFA verification) per
+    #: client address, and writes (POST/PUT/PATCH/DELETE) per API session, else per address.
+    rate_auth_per_minute: int = 600
+    rate_auth_burst: int = 600
+    rate_write_per_minute: int = 30000
+    rate_write_burst: int = 5000
+    #: A request's time budget in the app (0: none); long operations check it and answer 503.
+    request_timeout: float = 30.0
+    #: How often the serving process deletes expired API sessions (and their sessions).
+    purge_interval: float = 60.0
+    #: Origins (``scheme://host[:port]``) answered with CORS headers; none: CORS off.
+    cors_origins: tuple[str, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -68,6 +81,13 @@ class Settings:
             body_timeout=limits["body_timeout"],
             write_timeout=limits["write_timeout"],
             keepalive_timeout=limits["keepalive_timeout"],
+            rate_auth_per_minute=_count(env, "TRELLIS_RATE_AUTH_PER_MINUTE", 600),
+            rate_auth_burst=_count(env, "TRELLIS_RATE_AUTH_BURST", 600),
+            rate_write_per_minute=_count(env, "TRELLIS_RATE_WRITE_PER_MINUTE", 30000),
+            rate_write_burst=_count(env, "TRELLIS_RATE_WRITE_BURST", 5000),
+            request_timeout=_seconds(env, "TRELLIS_REQUEST_TIMEOUT_SECONDS", 30.0, allow_zero=True),
+            purge_interval=_seconds(env, "TRELLIS_PURGE_INTERVAL_SECONDS", 60.0),
+            cors_origins=parse_origins(env.get("TRELLIS_CORS_ORIGINS", "")),
         )
 
 
@@ -81,13 +101,46 @@ TIMEOUT_VARIABLES = {
 }
 
 
-def _seconds(env: dict[str, str], name: str, default: float) -> float:
-    """A positive number of seconds (0 allowed only for keep-alive, where it turns it off)."""
+def _seconds(env: dict[str, str], name: str, default: float, *, allow_zero: bool = False) -> float:
+    """A positive number of seconds (0 allowed where it turns a limit off: keep-alive, ``allow_zero``)."""
     raw = env.get(name, "")
     try:
         seconds = float(raw) if raw.strip() else default
     except ValueError:
         raise SystemExit(f"{name} must be a number of seconds, not {raw!r}") from None
-    if seconds != seconds or seconds < 0 or (seconds == 0 and name != "TRELLIS_TIMEOUT_KEEPALIVE_SECONDS"):
+    zero_ok = allow_zero or name == "TRELLIS_TIMEOUT_KEEPALIVE_SECONDS"
+    if seconds != seconds or seconds < 0 or (seconds == 0 and not zero_ok):
         raise SystemExit(f"{name} must be more than 0 seconds")
     return seconds
+
+
+def _count(env: dict[str, str], name: str, default: int) -> int:
+    """A whole number, 0 or more."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or len(raw) > 12:
+        raise SystemExit(f"{name} must be a whole number (0 or more), not {raw!r}")
+    return int(raw)
+
+
+def parse_origins(raw: str) -> tuple[str, ...]:
+    """A comma-separated CORS allow-list, each origin normalised (lowercase, no trailing slash).
+
+    An origin is ``scheme://host[:port]`` exactly as browsers send it; ``*`` allows any origin
+    (answered ``Access-Control-Allow-Origin: *``, never with credentials).
+    """
+    out: list[str] = []
+    for part in raw.split(","):
+        origin = part.strip().rstrip("/").lower()
+        if not origin:
+            continue
+        if origin != "*":
+            scheme, sep, rest = origin.partition("://")
+            if scheme not in ("http", "https") or not sep or not rest or any(c in rest for c in "/?#@ "):
+                raise SystemExit(
+                    f"TRELLIS_CORS_ORIGINS: {part.strip()!r} is not an origin (scheme://host[:port])"
+                )
+        if origin not in out:
+            out.append(origin)
+    return tuple(out)

@@ -2,22 +2,73 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from engine.entities import Entity
 from engine.errors import FieldError
 
+#: OpenZiti's integers are Go ``int64``s; no number outside this range is ever stored.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: The longest Go ``time.Duration`` in whole seconds (about 292 years). OpenZiti multiplies a
+#: seconds field such as ``timeoutSeconds`` into a Duration, which wraps around beyond it; here a
+#: larger value is refused (Python's date arithmetic would overflow on it).
+MAX_DURATION_SECONDS = INT64_MAX // 1_000_000_000
+
+
+def json_number_problem(value: Any) -> tuple[str, str] | None:
+    """``(path, reason)`` for the first number in a JSON value that cannot be stored: an integer
+    outside ``int64`` or a non-finite float (pydantic reads ``NaN``/``Infinity`` and ``1e400``,
+    which are no JSON numbers for a Go client). Walks without recursion; ``path`` is relative
+    (``""`` for ``value`` itself, ``a.b[2]`` inside it). Nested wire models are skipped: they
+    check their own fields."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, bool) or item is None or isinstance(item, str | BaseModel):
+            continue
+        if isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                return path, f"integer {item} does not fit in a signed 64-bit integer"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return path, f"{item} is not a JSON number"
+        elif isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k)) for k, v in reversed(item.items()))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
+
 
 class WireModel(BaseModel):
-    """A request body: camelCase on the wire, unknown keys ignored (as go-swagger does)."""
+    """A request body: camelCase on the wire, unknown keys ignored (as go-swagger does).
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", strict=True)
+    Every field, free-form maps (``appData``, config ``data``, a config type's ``schema``)
+    included, is refused with COULD_NOT_VALIDATE when it holds a number no Go client could send
+    and storage could not keep: an integer outside ``int64``, ``NaN`` or an infinity.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", strict=True, allow_inf_nan=False
+    )
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable_numbers(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str | bool | BaseModel):
+            return value
+        problem = json_number_problem(value)
+        if problem is not None:
+            path, reason = problem
+            text = f"{path}: {reason}" if path else reason
+            raise PydanticCustomError("number_range", "{reason}", {"reason": text})
+        return value
 
     def fields_set(self) -> dict[str, Any]:
         """The fields the client sent, snake_case (a PATCH's changes)."""

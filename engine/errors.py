@@ -40,11 +40,14 @@ The tree (HTTP statuses live only in ``api/errors.py``)::
     ├── UnsupportedMediaError               UNSUPPORTED_MEDIA
     ├── NameConflictError                   COULD_NOT_VALIDATE (duplicate unique field)
     ├── RequestEntityTooLargeError          REQUEST_ENTITY_TOO_LARGE
+    ├── RateLimitedError                    RATE_LIMITED (a database snapshot or integrity run)
     ├── MfaExistsError                      MFA_EXISTS
     ├── MfaInvalidTokenError                MFA_INVALID_TOKEN
     ├── MfaNotEnrolledError                 MFA_NOT_ENROLLED
     ├── InvalidPostureError                 INVALID_POSTURE (cause: failed policies)
-    └── NoEdgeRoutersAvailableError         NO_EDGE_ROUTERS_AVAILABLE
+    ├── NoEdgeRoutersAvailableError         NO_EDGE_ROUTERS_AVAILABLE
+    ├── TooManyRequestsError                SERVER_TOO_MANY_REQUESTS (a client's budget is spent)
+    └── RequestTimeoutError                 TIMEOUT (the request's time budget ran out)
 """
 
 from __future__ import annotations
@@ -199,6 +202,16 @@ class RequestEntityTooLargeError(ControllerError):
     default_message = "The request body is too large"
 
 
+class RateLimitedError(ControllerError):
+    """An operation that may not run again yet: a second data integrity run while one runs, a
+    database snapshot within a minute of the last (OpenZiti's ``apierror.NewRateLimited``)."""
+
+    code = "RATE_LIMITED"
+    default_message = (
+        "The resource is rate limited and the rate limit has been exceeded. Please try again later"
+    )
+
+
 class EnrollmentError(ControllerError):
     """Base of the refusals of an enrollment request."""
 
@@ -342,3 +355,20 @@ class InvalidPostureError(ControllerError):
 class NoEdgeRoutersAvailableError(ControllerError):
     code = "NO_EDGE_ROUTERS_AVAILABLE"
     default_message = "No edge routers are assigned and online to handle the requested connection"
+
+
+class TooManyRequestsError(ControllerError):
+    """A client spent its request budget (authentication or writes); ``Retry-After`` says when to
+    come back. OpenZiti's code and text (``apierror.NewTooManyUpdatesError``)."""
+
+    code = "SERVER_TOO_MANY_REQUESTS"
+    default_message = (
+        "Too many requests to alter state have been issued. Please slow your request rate or try again later."
+    )
+
+
+class RequestTimeoutError(ControllerError):
+    """The request ran past its time budget (OpenZiti ``apierror.TimeoutCode``)."""
+
+    code = "TIMEOUT"
+    default_message = "The requested operation took too much time to reply"

@@ -323,7 +323,21 @@ class Store(Protocol):
 
     def put_setting(self, key: str, value: str) -> None: ...
 
+    def snapshot(self, at: datetime) -> str:
+        """A consistent copy of the durable database, next to it, named for ``at``; its path.
+
+        Taken under the write lock (no batch is half in it; re-entrant, so a writer holding it may
+        snapshot) while reads go on. The name is the database file's plus ``-YYYYMMDD-HHMMSS``
+        (``at`` in UTC, OpenZiti's snapshot naming); an existing file of that name is kept and its
+        path returned. A store without a database file raises :class:`SnapshotUnsupportedError`.
+        """
+        ...
+
     def close(self) -> None: ...
+
+
+class SnapshotUnsupportedError(RuntimeError):
+    """The store keeps no database file to copy (the in-memory store)."""
 
 
 class UnitOfWork:

@@ -40,6 +40,8 @@ PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519Public
 _RSA_ALGS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
 _EC_ALGS = frozenset({"ES256", "ES384", "ES512"})
 _ED_ALGS = frozenset({"EdDSA"})
+#: What loading a malformed JWK raises (pyjwt indexes and converts members unchecked).
+_JWK_ERRORS = (jwt.PyJWTError, ValueError, TypeError, KeyError, IndexError, AttributeError)
 
 #: Checks pyjwt would make on claims; the engine makes them against its own clock.
 _NO_CLAIM_CHECKS = {
@@ -99,8 +101,13 @@ def fetch_url(url: str, timeout: float) -> bytes:
 
 
 def jwks_keys(document: bytes) -> dict[str, Any]:
-    """``kid`` -> public key for every usable key of a JWKS document (others are skipped)."""
-    parsed = json.loads(document)
+    """``kid`` -> public key for every usable key of a JWKS document (others are skipped).
+
+    ValueError when the document is no JSON (nested too deeply to parse included)."""
+    try:
+        parsed = json.loads(document)
+    except RecursionError:
+        raise ValueError("JWKS document nested too deeply") from None
     keys = parsed.get("keys") if isinstance(parsed, dict) else None
     out: dict[str, Any] = {}
     for entry in keys if isinstance(keys, list) else []:
@@ -113,8 +120,8 @@ def jwks_keys(document: bytes) -> dict[str, Any]:
                 out[entry["kid"]] = x509.load_der_x509_certificate(der).public_key()
             else:
                 out[entry["kid"]] = jwt.PyJWK(entry).key
-        except (jwt.PyJWTError, ValueError, TypeError):
-            continue
+        except _JWK_ERRORS:
+            continue  # pyjwt reads members without checking them: a malformed key is skipped
     return out
 
 

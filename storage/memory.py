@@ -10,10 +10,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import TypeVar
 
 from engine.entities import Entity
-from engine.ports import Change, Delete, Put
+from engine.ports import Change, Delete, Put, SnapshotUnsupportedError
 
 E = TypeVar("E", bound=Entity)
 
@@ -75,6 +76,10 @@ class MemoryStore:
         """Fill memory from durable storage at start-up (no write-through)."""
         for entity in entities:
             self._apply(Put(entity))
+
+    def snapshot(self, at: datetime) -> str:
+        """Memory has no database file to copy: a durable subclass (``DuckDBStore``) does it."""
+        raise SnapshotUnsupportedError("the in-memory store keeps no database file to snapshot")
 
     def close(self) -> None:
         """Nothing to release in memory."""

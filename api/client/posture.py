@@ -6,27 +6,19 @@ event); it is empty otherwise. Seed 000 gives the bulk form 200 (OpenZiti answer
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import falcon
 
-from api.http import ok, read_body
+from api.http import ok, read_json
 from api.middleware import SESSION
 from api.routing import Routes
 from api.schemas.posture import parse_posture_responses, render_posture_response
-from engine.errors import CouldNotParseBodyError
 from engine.managers.posture import PostureManager
 
 
 def _json(req: falcon.Request) -> Any:
-    data = read_body(req, req.context.max_body_bytes)
-    if not data.strip():
-        raise CouldNotParseBodyError(reason="a request body is required")
-    try:
-        return json.loads(data)
-    except ValueError as ex:
-        raise CouldNotParseBodyError(reason=str(ex)) from None
+    return read_json(req)
 
 
 class PostureResponseResource:

@@ -3,6 +3,10 @@
 The client API sees only the ``edge-client`` addresses and no ``ctrlAddress`` (OpenZiti's
 ``MapControllerToClientRestModel``). ``createdAt`` is the controller's first start (the built-in
 ``default`` auth policy's creation), ``lastJoinedAt``/``updatedAt`` this process's start.
+
+Any authenticated identity lists it on the client API (OpenZiti's ``IsAuthenticated``); on the
+management API it is for administrators, as seed 001 says of every management operation but the
+current identity's.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import falcon
 
 from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
 from api.http import list_response
-from api.middleware import SESSION
+from api.middleware import ADMIN, SESSION
 from api.routing import Routes
 from api.wire import base, ts
 from engine.entities import Entity
@@ -72,11 +76,10 @@ def render_controller(info: ControllerInfo) -> dict[str, Any]:
 
 
 class ControllerCollection:
-    auth = SESSION
-
-    def __init__(self, ctrl: Controller) -> None:
+    def __init__(self, ctrl: Controller, started_at: datetime, *, auth: str) -> None:
         self.ctrl = ctrl
-        self.started_at = ctrl.env.clock.now()
+        self.started_at = started_at
+        self.auth = auth
 
     def info(self, client: bool) -> ControllerInfo:
         ctrl = self.ctrl
@@ -104,4 +107,6 @@ class ControllerCollection:
 
 
 def register(routes: Routes) -> None:
-    routes.both("/controllers", ControllerCollection(routes.ctrl))
+    started_at = routes.ctrl.env.clock.now()
+    routes.client("/controllers", ControllerCollection(routes.ctrl, started_at, auth=SESSION))
+    routes.management("/controllers", ControllerCollection(routes.ctrl, started_at, auth=ADMIN))

@@ -21,8 +21,12 @@ def _method(value: str) -> str:
 
 
 def _utc(value: datetime) -> datetime:
-    """RFC 3339 date-times; one without an offset is taken as UTC."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    """RFC 3339 date-times; one without an offset is taken as UTC (and must stay within years
+    1 to 9999 once it is)."""
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("date-time out of range") from None
 
 
 Method = Annotated[str, AfterValidator(_method)]

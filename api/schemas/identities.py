@@ -12,7 +12,7 @@ from api.controller import Controller
 from api.wire import Attributes, Cost, Tags, WireModel, base, ref, ts
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, Enrollment, Identity
 from engine.entities.services import Config, Service
-from engine.managers.identities import DEFAULT_TYPE, ROUTER_TYPE, EnrollmentRequest
+from engine.managers.identities import DEFAULT_TYPE, MAX_DISABLE_MINUTES, ROUTER_TYPE, EnrollmentRequest
 from engine.query import Symbol, SymbolTable, SymbolType
 
 IDENTITY_TYPES = (DEFAULT_TYPE, ROUTER_TYPE)
@@ -78,7 +78,7 @@ class IdentityPatch(WireModel):
 
 
 class DisableParams(WireModel):
-    duration_minutes: Annotated[int, Field(ge=0)]
+    duration_minutes: Annotated[int, Field(ge=0, le=MAX_DISABLE_MINUTES)]
 
 
 def type_id_of(wire_type: str) -> str:
@@ -221,11 +221,16 @@ def render_identity(ctrl: Controller, identity: Identity) -> dict[str, Any]:
             "envInfo": identity.env_info,
             "externalId": identity.external_id,
             "hasApiSession": has_session,
+            # No edge router reports connections to Trellis yet: "offline", as OpenZiti says of
+            # an identity without an edge router connection (a required field of identityDetail).
+            "edgeRouterConnectionStatus": "offline",
             "hasEdgeRouterConnection": False,
             "isAdmin": identity.is_admin,
             "isDefaultAdmin": identity.is_default_admin,
             "isMfaEnabled": identity.is_mfa_enabled,
             "name": identity.name,
+            # identityDetail requires it: the fine-grained admin permissions, none granted here.
+            "permissions": [],
             "roleAttributes": identity.role_attributes,
             "sdkInfo": identity.sdk_info,
             "serviceHostingCosts": identity.service_hosting_costs,

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from api.controller import Controller
-from api.wire import Attributes, Semantic, Tags, WireModel, base
+from api.wire import MAX_DURATION_SECONDS, Attributes, Semantic, Tags, WireModel, base
 from engine.entities.posture import PostureCheck
 from engine.managers.posture_checks import (
     DOMAIN,
@@ -118,7 +118,7 @@ class _ProcessMultiPatch(WireModel):
 
 
 class _Mfa(WireModel):
-    timeout_seconds: int | None = None
+    timeout_seconds: Annotated[int, Field(le=MAX_DURATION_SECONDS)] | None = None
     prompt_on_wake: bool | None = None
     prompt_on_unlock: bool | None = None
     ignore_legacy_endpoints: bool | None = None

@@ -3,11 +3,14 @@ filterable fields and the detail renderers)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from api.wire import Tags, WireModel, base, ts
 from engine.entities.trust import AuthPolicy, Ca, ExternalJwtSigner
 from engine.managers.auth_policies import DEFAULT_PRIMARY, DEFAULT_SECONDARY, merge
+from engine.managers.identities import MAX_DISABLE_MINUTES
 from engine.query import Symbol, SymbolTable, SymbolType
 
 # -- auth policies ----------------------------------------------------------------------------
@@ -32,7 +35,8 @@ class AuthPolicyPrimaryUpdb(WireModel):
     require_number_char: bool | None = None
     require_mixed_case: bool | None = None
     max_attempts: int | None = None
-    lockout_duration_minutes: int | None = None
+    #: A lockout is a disable: no longer than the longest Go Duration.
+    lockout_duration_minutes: Annotated[int, Field(le=MAX_DISABLE_MINUTES)] | None = None
 
 
 class AuthPolicyPrimary(WireModel):
@@ -102,7 +106,12 @@ def auth_policy_fields(model: WireModel, mode: str) -> dict[str, Any]:
 def render_auth_policy(policy: AuthPolicy) -> dict[str, Any]:
     """``authPolicyDetail``."""
     out = base(policy)
-    out.update({"name": policy.name, "primary": policy.primary, "secondary": policy.secondary})
+    primary = dict(policy.primary)
+    ext_jwt = primary.get("extJwt")
+    if isinstance(ext_jwt, dict) and ext_jwt.get("allowedSigners") is None:
+        # Stored as nil (the default policy, a patch to null); OpenZiti renders it as [].
+        primary["extJwt"] = {**ext_jwt, "allowedSigners": []}
+    out.update({"name": policy.name, "primary": primary, "secondary": policy.secondary})
     return out
 
 

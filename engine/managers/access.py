@@ -197,6 +197,15 @@ class AccessManager:
         with self._lock:
             return self._graph.copy()
 
+    def rebuild(self) -> None:
+        """Replace the graph by one resolved afresh from the store (a data integrity fix).
+
+        Call it under the store's write lock, so that no batch lands between the read and the swap.
+        """
+        graph = build_graph(self.store)
+        with self._lock:
+            self._graph = graph
+
     # -- helpers -------------------------------------------------------------------------------
     def _load(self, kind: type[E], ids: Sequence[str]) -> list[E]:
         return [e for e in (self.store.get(kind, i) for i in ids) if e is not None]

@@ -23,6 +23,8 @@ from engine.ports import UnitOfWork
 
 #: Activity is kept in memory and written to storage at most this often per session.
 ACTIVITY_FLUSH = timedelta(seconds=60)
+#: Expired sessions deleted per transaction by :meth:`ApiSessionManager.purge_expired`.
+PURGE_BATCH = 500
 
 
 def token_hash(token: str) -> str:
@@ -100,6 +102,32 @@ class ApiSessionManager(EntityManager[ApiSession]):
     def active(self) -> list[ApiSession]:
         now = self.env.clock.now()
         return [s for s in self.list() if not self.is_expired(s, now)]
+
+    def purge_expired(self, now: datetime) -> int:
+        """Delete every API session expired at ``now`` with what belongs to it (its Dial/Bind
+        sessions and ephemeral certificates, :func:`delete_session`); returns how many went.
+
+        Batches of :data:`PURGE_BATCH` per transaction, so the write lock is never held long; a
+        session used again since it was picked (its activity refreshed) is kept.
+        """
+        expired = [s.id for s in self.list() if self.is_expired(s, now)]
+        purged = 0
+        for start in range(0, len(expired), PURGE_BATCH):
+            gone: list[str] = []
+            with self.env.store.write_lock():
+                uow = UnitOfWork(self.env.store)
+                for session_id in expired[start : start + PURGE_BATCH]:
+                    current = self.env.store.get(ApiSession, session_id)
+                    if current is not None and self.is_expired(current, now):
+                        delete_session(uow, session_id)
+                        gone.append(session_id)
+                if gone:
+                    self.env.commit(uow)
+            with self._activity_lock:
+                for session_id in gone:
+                    self._activity.pop(session_id, None)
+            purged += len(gone)
+        return purged
 
     def end_for_identity(self, uow: UnitOfWork, identity_id: str, *, keep: str | None = None) -> None:
         """End every API session of ``identity_id`` but ``keep`` (the caller's own, if given)."""

@@ -70,7 +70,13 @@ def _audiences(claims: dict[str, Any]) -> list[str]:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A NumericDate claim as a float; None when it is not a number or too large for one."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def _timing(claims: dict[str, Any], now: datetime) -> str | None:

@@ -15,7 +15,10 @@ OpenZiti's rules kept here (``controller/model/identity_*.go``, ``db/identity_st
   go with a deleted service, and a config in use by one cannot be deleted;
 * disabling an identity (for ``durationMinutes``, 0 = until enabled) ends its API sessions at
   once; the default admin can not be disabled (OpenZiti allows it, and then nobody can log in to
-  enable anyone again): 400 ``ENTITY_CAN_NOT_BE_UPDATED``;
+  enable anyone again): 400 ``ENTITY_CAN_NOT_BE_UPDATED``; a duration beyond the longest Go
+  ``time.Duration`` (:data:`MAX_DISABLE_MINUTES`, about 292 years, where OpenZiti's
+  ``durationMinutes * time.Minute`` wraps around) is a field error on ``durationMinutes`` (a
+  lockout's duration is capped there instead);
 * a password set at creation must satisfy the identity's auth policy.
 """
 
@@ -132,12 +135,17 @@ def disabled_at(identity: Identity, moment: datetime) -> bool:
     return until is None or until > moment
 
 
+#: The longest disable: the longest Go ``time.Duration`` (int64 nanoseconds) in whole minutes.
+MAX_DISABLE_MINUTES = (2**63 - 1) // 60_000_000_000
+
+
 def disable_identity(uow: UnitOfWork, identity: Identity, minutes: int, now: datetime) -> Identity:
     """Lock ``identity`` out from ``now`` for ``minutes`` (0: until enabled); its API sessions end.
 
-    Shared by the administrator's disable and the password lockout of an auth policy.
+    Shared by the administrator's disable and the password lockout of an auth policy. Durations
+    are capped at :data:`MAX_DISABLE_MINUTES`.
     """
-    minutes = max(minutes, 0)
+    minutes = min(max(minutes, 0), MAX_DISABLE_MINUTES)
     until = now + timedelta(minutes=minutes) if minutes else None
     new = dataclasses.replace(identity, disabled=True, disabled_at=now, disabled_until=until, updated_at=now)
     uow.put(new)
@@ -202,6 +210,12 @@ class IdentityManager(EntityManager[Identity]):
     # -- disable / enable ----------------------------------------------------------------------
     def disable(self, id: str, duration_minutes: int) -> Identity:
         """Lock the identity out (``0`` = until enabled) and end its API sessions."""
+        if not 0 <= duration_minutes <= MAX_DISABLE_MINUTES:
+            raise FieldError(
+                "durationMinutes",
+                f"durationMinutes must be between 0 and {MAX_DISABLE_MINUTES}",
+                duration_minutes,
+            )
         with self.env.store.write_lock():
             old = self.require(id)
             if old.is_default_admin:

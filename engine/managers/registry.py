@@ -20,6 +20,7 @@ from engine.managers.bootstrap import ensure_builtins
 from engine.managers.cas import CaManager
 from engine.managers.config_types import ConfigTypeManager, ensure_builtin_config_types
 from engine.managers.configs import ConfigManager
+from engine.managers.database import DatabaseManager
 from engine.managers.edge_router_policies import EdgeRouterPolicyManager
 from engine.managers.edge_routers import EdgeRouterManager
 from engine.managers.enrollment import EnrollManager, EnrollmentSettings
@@ -28,6 +29,7 @@ from engine.managers.enrollments import EnrollmentManager
 from engine.managers.external_jwt_signers import ExternalJwtSignerManager
 from engine.managers.identities import IdentityManager
 from engine.managers.identity_traces import IdentityTraceManager
+from engine.managers.integrity import IntegrityManager
 from engine.managers.mfa import MfaManager
 from engine.managers.posture import PostureManager
 from engine.managers.posture_checks import PostureCheckManager
@@ -53,6 +55,7 @@ class Managers:
     cas: CaManager
     config_types: ConfigTypeManager
     configs: ConfigManager
+    database: DatabaseManager
     edge_router_policies: EdgeRouterPolicyManager
     edge_routers: EdgeRouterManager
     enroll: EnrollManager
@@ -61,6 +64,7 @@ class Managers:
     external_jwt_signers: ExternalJwtSignerManager
     identities: IdentityManager
     identity_traces: IdentityTraceManager
+    integrity: IntegrityManager
     mfa: MfaManager
     posture: PostureManager
     posture_checks: PostureCheckManager
@@ -88,6 +92,7 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
     dial_bind = SessionManager(env, access, posture)
     env.listeners.append(dial_bind.on_commit)
     posture.add_listener(dial_bind.enforce_posture)
+    database = DatabaseManager(env)
     return Managers(
         env=env,
         enrollment_settings=enrollment,
@@ -100,6 +105,7 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
         cas=CaManager(env, enrollment),
         config_types=ConfigTypeManager(env),
         configs=ConfigManager(env),
+        database=database,
         edge_router_policies=EdgeRouterPolicyManager(env),
         edge_routers=EdgeRouterManager(env, enrollment),
         enroll=EnrollManager(env, enrollment),
@@ -108,6 +114,7 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
         external_jwt_signers=ExternalJwtSignerManager(env),
         identities=IdentityManager(env),
         identity_traces=IdentityTraceManager(env),
+        integrity=IntegrityManager(env, access, database, service_updates),
         mfa=MfaManager(env, sessions, issuer=enrollment.issuer),
         posture=posture,
         posture_checks=PostureCheckManager(env),

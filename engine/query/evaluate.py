@@ -270,12 +270,18 @@ def _operation(node: ql.Compare | ql.InList | ql.Between, table: SymbolTable) ->
     return pred
 
 
-def _both(a: Predicate, b: Predicate) -> Predicate:
-    return lambda item: a(item) and b(item)
+def _all_of(parts: list[Predicate]) -> Predicate:
+    if len(parts) == 2:
+        a, b = parts
+        return lambda item: a(item) and b(item)
+    return lambda item: all(part(item) for part in parts)
 
 
-def _either(a: Predicate, b: Predicate) -> Predicate:
-    return lambda item: a(item) or b(item)
+def _any_of(parts: list[Predicate]) -> Predicate:
+    if len(parts) == 2:
+        a, b = parts
+        return lambda item: a(item) or b(item)
+    return lambda item: any(part(item) for part in parts)
 
 
 def compile_filter(expr: ql.Expr | None, table: SymbolTable) -> Predicate:
@@ -288,12 +294,9 @@ def compile_filter(expr: ql.Expr | None, table: SymbolTable) -> Predicate:
         inner = compile_filter(expr.expr, table)
         return lambda item: not inner(item)
     if isinstance(expr, (ql.And, ql.Or)):
+        # One flat predicate per chain: a chain of thousands of terms is no deeper than two.
         parts = [compile_filter(e, table) for e in expr.items]
-        join = _both if isinstance(expr, ql.And) else _either
-        combined = parts[0]
-        for part in parts[1:]:
-            combined = join(combined, part)
-        return combined
+        return _all_of(parts) if isinstance(expr, ql.And) else _any_of(parts)
     if isinstance(expr, ql.BareSymbol):
         symbol = _scalar_symbol(table, expr.ref)
         if symbol.type not in (SymbolType.BOOL, SymbolType.ANY):

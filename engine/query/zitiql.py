@@ -11,6 +11,10 @@ Grammar notes (mirroring OpenZiti's ``ZitiQl.g4``):
   ``sort``, ``by``, ``skip`` and ``limit``; it is optional around comparison operators;
 * digits are not allowed in identifiers, so ``name1`` is a syntax error.
 
+Hostile input is bounded: parentheses, ``not`` and subqueries nest at most
+:data:`MAX_NESTING` levels deep (upstream's ANTLR parser has no limit; a recursive-descent parser
+needs one), and a number literal too long for Python's ``int`` is refused like any other bad token.
+
 Every error is an :class:`InvalidFilterError` whose message starts with ``line L:C`` (1-based line,
 0-based column, as ANTLR reports it).
 """
@@ -88,6 +92,8 @@ KEYWORDS = frozenset({
 })
 # fmt: on
 _WS = " \t\r\n"
+#: How deep parentheses, ``not`` and subqueries may nest (each level a few Python frames).
+MAX_NESTING = 100
 _PUNCT = {"(": Tok.LPAREN, ")": Tok.RPAREN, "[": Tok.LBRACKET, "]": Tok.RBRACKET, ",": Tok.COMMA}
 _IDENT_RE = re.compile(r"[A-Za-z][A-Za-z_]*(?:\.[A-Za-z][A-Za-z_\-]*)*")
 _QUOTED_IDENT_RE = re.compile(r"'([A-Za-z][A-Za-z_]*(?:\.[A-Za-z][A-Za-z_\-]*)*)'")
@@ -115,17 +121,20 @@ class _Source:
 
 
 def _parse_datetime(m: re.Match[str], pos: Pos) -> datetime:
-    year, month, day, hour, minute, second = (int(m.group(i)) for i in range(1, 7))
-    micros = int((m.group(7) or "0")[:6].ljust(6, "0"))
-    if m.group(8) in ("Z", "z"):
-        tz = UTC
-    else:
-        offset = timedelta(hours=int(m.group(10)), minutes=int(m.group(11)))
-        tz = timezone(-offset if m.group(9) == "-" else offset)
+    literal = m.group(0) if len(m.group(0)) <= 64 else m.group(0)[:61] + "..."
+    if len(m.group(1)) > 4:
+        raise filter_error(pos, f"invalid datetime {literal!r}: year out of range")
     try:
+        year, month, day, hour, minute, second = (int(m.group(i)) for i in range(1, 7))
+        micros = int((m.group(7) or "0")[:6].ljust(6, "0"))
+        if m.group(8) in ("Z", "z"):
+            tz = UTC
+        else:
+            offset = timedelta(hours=int(m.group(10)), minutes=int(m.group(11)))
+            tz = timezone(-offset if m.group(9) == "-" else offset)
         return datetime(year, month, day, hour, minute, second, micros, tzinfo=tz)
     except ValueError as exc:
-        raise filter_error(pos, f"invalid datetime {m.group(0)!r}: {exc}") from None
+        raise filter_error(pos, f"invalid datetime {literal!r}: {exc}") from None
 
 
 def _scan_string_error(text: str, start: int, src: _Source) -> InvalidFilterError:
@@ -189,7 +198,11 @@ def tokenize(text: str) -> list[Token]:
                 raise filter_error(src.pos(i), f"token recognition error at: {c!r}")
             i = nm.end()
             is_float = nm.group(1) is not None or nm.group(2) is not None
-            add(Tok.NUMBER, start, i, float(nm.group(0)) if is_float else int(nm.group(0)))
+            try:  # int() refuses literals of thousands of digits
+                number: float | int = float(nm.group(0)) if is_float else int(nm.group(0))
+            except ValueError:
+                raise filter_error(src.pos(start), "number literal too long") from None
+            add(Tok.NUMBER, start, i, number)
         elif text.startswith("datetime(", i):
             dm = _DATETIME_RE.match(text, i)
             if dm is None:
@@ -225,6 +238,13 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.toks = tokenize(text)
         self.i = 0
+        self.nesting = 0
+
+    def nest(self) -> None:
+        """Enter one more level of parentheses, ``not`` or subquery (see :data:`MAX_NESTING`)."""
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise filter_error(self.peek().pos, f"filter nested more than {MAX_NESTING} levels deep")
 
     # -- token helpers --------------------------------------------------------------------------
     def peek(self, k: int = 0) -> Token:
@@ -318,15 +338,20 @@ class _Parser:
     def parse_unary(self) -> Expr:
         if self.at_kw("not"):
             self.advance()
-            return Not(self.parse_or())  # `not` swallows the rest, like upstream's boolExpr(1)
+            self.nest()
+            inner = self.parse_or()  # `not` swallows the rest, like upstream's boolExpr(1)
+            self.nesting -= 1
+            return Not(inner)
         return self.parse_primary()
 
     def parse_primary(self) -> Expr:
         tok = self.peek()
         if tok.kind is Tok.LPAREN:
             self.advance()
+            self.nest()
             inner = self.parse_or()
             self.expect(Tok.RPAREN)
+            self.nesting -= 1
             return inner
         if tok.kind is Tok.IDENT:
             self.advance()
@@ -358,7 +383,9 @@ class _Parser:
             self.advance()
             name = self.expect(Tok.IDENT)
             self.expect_kw("where")
+            self.nest()
             target = SubQuery(str(name.value), self.parse_query(), tok.pos)
+            self.nesting -= 1
         else:
             name = self.expect(Tok.IDENT)
             target = SymbolRef(str(name.value), name.pos)

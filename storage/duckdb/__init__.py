@@ -1,5 +1,5 @@
-"""DuckDB persistence: numbered migrations and the write-through store."""
+"""DuckDB persistence: numbered migrations, the write-through store, snapshots and restore."""
 
-from storage.duckdb.store import DuckDBStore
+from storage.duckdb.store import DuckDBStore, RestoreError, restore_snapshot, snapshot_path
 
-__all__ = ["DuckDBStore"]
+__all__ = ["DuckDBStore", "RestoreError", "restore_snapshot", "snapshot_path"]

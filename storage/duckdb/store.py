@@ -8,14 +8,21 @@ The database holds secrets (password hashes, enrollment tokens, API-session toke
 its directory is private (0700) and the database and its WAL are 0600 from the moment they
 exist: opening a store tightens the process umask (:func:`restrict_umask`) and the modes of an
 existing directory, database and WAL.
+
+Snapshots (``POST /database/snapshot``, and before a data integrity fix) are DuckDB's own copy of
+the database into a fresh file next to it, taken under the write lock while reads go on from
+memory; :func:`restore_snapshot` puts one back in place while the server is stopped
+(``trellis restore``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -23,7 +30,14 @@ import duckdb
 from engine.entities import ALL_KINDS
 from engine.ports import Change, Delete, Put
 from storage.codec import decode, encode
-from storage.duckdb.migrations import COMPACT_TASK, MAINTENANCE_TABLE, migrate, pending_tasks, table_name
+from storage.duckdb.migrations import (
+    COMPACT_TASK,
+    MAINTENANCE_TABLE,
+    MIGRATIONS,
+    migrate,
+    pending_tasks,
+    table_name,
+)
 from storage.files import restrict_umask, tighten
 from storage.memory import MemoryStore
 
@@ -38,6 +52,7 @@ _CONFIG = {
 _CHUNK_ROWS = 500
 
 _COMPACT_ALIAS = "trellis_compact"
+_SNAPSHOT_ALIAS = "trellis_snapshot"
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +74,28 @@ def _fsync(path: Path, *, directory: bool = False) -> None:
         os.close(fd)
 
 
+def _stamp(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y%m%d-%H%M%S")
+
+
+def snapshot_path(path: Path, at: datetime) -> Path:
+    """Where a snapshot of the database at ``path`` taken at ``at`` goes: next to it, named as
+    OpenZiti names its snapshots (``<db file>-YYYYMMDD-HHMMSS``; here in UTC)."""
+    return path.with_name(f"{path.name}-{_stamp(at)}")
+
+
+def _database_name(con: duckdb.DuckDBPyConnection) -> str:
+    """The connection's own database, quoted for SQL (``COPY FROM DATABASE``)."""
+    row = con.execute("SELECT current_database()").fetchone()
+    name = str(row[0]) if row else ""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _remove(*paths: Path) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
 class DuckDBStore(MemoryStore):
     """A write-through ``Store`` on a DuckDB file."""
 
@@ -73,6 +110,7 @@ class DuckDBStore(MemoryStore):
             **_CONFIG,
             "memory_limit": memory_limit,
         }
+        self.path = path
         self._con = duckdb.connect(str(path), config=self._config)
         self._con_lock = threading.Lock()
         self.schema_version = migrate(self._con)
@@ -93,9 +131,7 @@ class DuckDBStore(MemoryStore):
             leftover.unlink(missing_ok=True)
         con = self._con
         try:
-            row = con.execute("SELECT current_database()").fetchone()
-            name = str(row[0]) if row else ""
-            quoted = '"' + name.replace('"', '""') + '"'
+            quoted = _database_name(con)
             con.execute("CHECKPOINT")
             con.execute(f"ATTACH ? AS {_COMPACT_ALIAS}", [str(fresh)])
             try:
@@ -158,6 +194,123 @@ class DuckDBStore(MemoryStore):
         with self._con_lock:
             self._con.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [key, value])
 
+    def snapshot(self, at: datetime) -> str:
+        """Copy the database into ``<db>-YYYYMMDD-HHMMSS`` next to it; return that path.
+
+        DuckDB copies it (``ATTACH`` a fresh file, ``COPY FROM DATABASE``, ``DETACH``) under the
+        write lock (re-entrant: a writer holding it may snapshot), so no batch is half in the
+        copy; reads are served from memory meanwhile and only writers wait. The copy holds the
+        committed rows and nothing of the old file's freed blocks. It is written as
+        ``<name>.partial``, fsynced, then renamed into place, so a snapshot file is always
+        complete. An existing snapshot of the same name is kept.
+        """
+        target = snapshot_path(self.path, at)
+        partial = target.with_name(target.name + ".partial")
+        with self._lock:
+            if target.exists():
+                log.info("database snapshot already made: %s", target)
+                return str(target)
+            _remove(partial, wal_path(partial))
+            try:
+                with self._con_lock:
+                    con = self._con
+                    con.execute(f"ATTACH ? AS {_SNAPSHOT_ALIAS}", [str(partial)])
+                    try:
+                        con.execute(f"COPY FROM DATABASE {_database_name(con)} TO {_SNAPSHOT_ALIAS}")
+                    finally:
+                        con.execute(f"DETACH {_SNAPSHOT_ALIAS}")
+                if wal_path(partial).exists():
+                    raise RuntimeError(f"the snapshot {partial} was not fully checkpointed")
+                _fsync(partial)
+                os.replace(partial, target)
+                _fsync(target.parent, directory=True)
+            except BaseException:
+                _remove(partial, wal_path(partial))
+                raise
+        tighten(target)
+        log.info("created database snapshot %s", target)
+        return str(target)
+
     def close(self) -> None:
         with self._con_lock:
             self._con.close()
+
+
+class RestoreError(Exception):
+    """Why a snapshot cannot be restored, in words for the operator."""
+
+
+def restore_snapshot(path: Path, snapshot: Path, at: datetime) -> Path | None:
+    """Replace the database at ``path`` with a copy of ``snapshot`` (the server must be stopped).
+
+    The running server holds DuckDB's lock on the database: then nothing is touched and a
+    :class:`RestoreError` says so. The snapshot is copied beside the database, checked to be a
+    Trellis database no newer than this code's schema, and made self-contained (a WAL beside the
+    snapshot is replayed into the copy); only then is the current database moved aside to
+    ``<db>.pre-restore-YYYYMMDD-HHMMSS`` and the copy renamed into its place. Returns where the
+    previous database was kept (None when there was none). The snapshot file itself is unchanged.
+    """
+    restrict_umask()
+    if not snapshot.is_file():
+        raise RestoreError(f"{snapshot}: no such snapshot file")
+    if path.exists() and snapshot.resolve() == path.resolve():
+        raise RestoreError(f"{snapshot} is the database itself, not a snapshot of it")
+    aside = path.with_name(f"{path.name}.pre-restore-{_stamp(at)}")
+    if aside.exists():
+        raise RestoreError(f"{aside} already exists: try again in a second")
+    if path.exists():
+        _checkpoint_unlocked(path)
+    staged = path.with_name(path.name + ".restore")
+    _remove(staged, wal_path(staged))
+    try:
+        shutil.copyfile(snapshot, staged)
+        if wal_path(snapshot).exists():
+            shutil.copyfile(wal_path(snapshot), wal_path(staged))
+        _check_snapshot(staged, snapshot)
+        _fsync(staged)
+        if path.exists():
+            os.replace(path, aside)
+        os.replace(staged, path)
+        _fsync(path.parent, directory=True)
+    except BaseException:
+        _remove(staged, wal_path(staged))
+        raise
+    return aside if aside.exists() else None
+
+
+def _checkpoint_unlocked(path: Path) -> None:
+    """Fold the database's WAL into it, refusing while another process (the server) holds it."""
+    try:
+        con = duckdb.connect(str(path), config=dict(_CONFIG))
+    except duckdb.IOException as ex:
+        if "lock" in str(ex).lower():
+            raise RestoreError(f"{path} is in use by a running server: stop it first ({ex})") from None
+        raise RestoreError(f"cannot open {path}: {ex}") from None
+    try:
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    if wal_path(path).exists():
+        raise RestoreError(f"{path} could not be checkpointed; nothing was changed")
+
+
+def _check_snapshot(staged: Path, snapshot: Path) -> None:
+    """``staged`` is a Trellis database this code can open (its WAL, if any, folded in)."""
+    latest = max(version for version, _ in MIGRATIONS)
+    try:
+        con = duckdb.connect(str(staged), config=dict(_CONFIG))
+    except duckdb.Error as ex:
+        raise RestoreError(f"{snapshot} is not a DuckDB database: {ex}") from None
+    try:
+        row = con.execute("SELECT max(version) FROM schema_migrations").fetchone()
+        con.execute("SELECT count(*) FROM identities").fetchone()
+        con.execute("CHECKPOINT")
+    except duckdb.Error as ex:
+        raise RestoreError(f"{snapshot} is not a Trellis database: {ex}") from None
+    finally:
+        con.close()
+    version = int(row[0]) if row and row[0] is not None else 0
+    if version > latest:
+        raise RestoreError(f"{snapshot} has schema version {version}; this Trellis knows up to {latest}")
+    if wal_path(staged).exists():
+        raise RestoreError(f"{snapshot} could not be made self-contained")

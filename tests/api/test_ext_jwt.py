@@ -4,6 +4,7 @@ secondary external JWT."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -391,3 +392,25 @@ def test_a_required_secondary_signer_must_be_presented_on_every_request(api: Api
     assert someone_else.status_code == 401
     current = api.get("/current-api-session", token=token, base=CLIENT).json["data"]
     assert [q["typeId"] for q in current["authQueries"]] == ["EXT-JWT"]
+
+
+@pytest.mark.parametrize("claim", ["exp", "nbf"])
+def test_a_signed_token_with_an_absurd_numeric_date_is_refused(
+    api: Api, cert_signer: Signer, claim: str
+) -> None:
+    """A properly signed token whose ``exp``/``nbf`` overflows a float is invalid, never a 500."""
+    person = identity(api)
+    result = ext_login(api, cert_signer.token(person, **{claim: 10**400}))
+
+    assert result.status_code == 401
+    assert error(result)["code"] == "INVALID_AUTH"
+
+
+def test_a_deeply_nested_bearer_token_is_no_candidate(api: Api) -> None:
+    """A token whose header or payload nests deeper than a JSON parser's stack is a missing one."""
+    nested = base64.urlsafe_b64encode(("[" * 4000 + "]" * 4000).encode()).rstrip(b"=").decode()
+    header = base64.urlsafe_b64encode(b'{"alg":"RS256","kid":"k"}').rstrip(b"=").decode()
+    result = ext_login(api, f"{header}.{nested}.sig", f"{nested}.{nested}.sig")
+
+    assert result.status_code == 401
+    assert challenge(result)["error"] == "missing"

@@ -119,13 +119,6 @@ def test_timestamps_are_rfc3339_with_milliseconds(api: Api) -> None:
     assert len(created) == len("2026-01-02T03:04:05.678Z")
 
 
-def test_cors_preflight_is_answered(anon: Api) -> None:
-    result = anon.client.simulate_options(MGMT + "/api-sessions")
-    assert result.status_code == 200
-    assert result.headers["access-control-allow-origin"] == "*"
-    assert "zt-session" in result.headers["access-control-allow-headers"]
-
-
 def test_est_cacerts_is_base64_pkcs7(anon: Api) -> None:
     import base64
 

@@ -1,0 +1,197 @@
+"""Request limits: per-client budgets (429 with ``Retry-After``) and a per-request time budget (503).
+
+Budgets are token buckets, one per client and kind, owned by the controller's app (no global
+state: two apps in one process share nothing):
+
+- **authentication** (``/authenticate``, ``/authenticate/mfa``, the enrollment endpoints and MFA
+  verification, every method but GET/HEAD) per client address, checked before any credential is
+  looked at, so guessing costs the server nothing once the budget is spent;
+- **writes** (POST/PUT/PATCH/DELETE anywhere else) per API session, else per client address.
+
+A refused request is answered 429 ``SERVER_TOO_MANY_REQUESTS`` (OpenZiti's code for its command
+rate limiter) with ``Retry-After``: the whole seconds until one more request fits. A refused
+request does nothing: it neither counts towards an auth policy's lockout nor clears it.
+
+The time budget cannot stop a thread, so it is cooperative: the middleware puts a
+:class:`Deadline` on ``req.context`` and the loops that can grow with the data (ZitiQL filtering
+over a collection, rendering a page) check it through :func:`within_deadline`, raising
+:class:`~engine.errors.RequestTimeoutError` (503 ``TIMEOUT``). Writes never check it: a write
+that has started finishes.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import falcon
+
+from api.controller import CLIENT_BASE, MANAGEMENT_BASE
+from api.settings import Settings
+from engine.errors import RequestTimeoutError, TooManyRequestsError
+
+T = TypeVar("T")
+
+#: Buckets kept per limiter; past this the least recently used client's bucket is dropped.
+MAX_CLIENTS = 65536
+#: A deadline is checked every this many items of a loop (and on the first).
+CHECK_EVERY = 64
+
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_BASES = (CLIENT_BASE, MANAGEMENT_BASE)
+
+
+def is_authentication(path: str) -> bool:
+    """Whether ``path`` (under an API base) authenticates or enrolls: the per-address budget."""
+    for base in _BASES:
+        if path.startswith(base):
+            rest = path[len(base) :]
+            break
+    else:
+        return False
+    return rest in ("/authenticate", "/enroll", "/current-identity/mfa/verify") or rest.startswith(
+        ("/authenticate/", "/enroll/")
+    )
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+class RateLimiter:
+    """Token buckets per client key: ``burst`` requests at once, refilled at ``per_minute``.
+
+    ``seconds`` is the clock the buckets refill by (monotonic seconds; a clock that goes backwards
+    refills nothing). ``per_minute`` 0 turns the limiter off.
+    """
+
+    def __init__(
+        self,
+        per_minute: int,
+        burst: int,
+        seconds: Callable[[], float],
+        *,
+        max_clients: int = MAX_CLIENTS,
+    ) -> None:
+        self.rate = per_minute / 60.0
+        self.capacity = float(max(1, burst))
+        self.seconds = seconds
+        self.max_clients = max_clients
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self.rate > 0
+
+    def take(self, key: str) -> int | None:
+        """Spend one request of ``key``'s budget: None if allowed, else the seconds to wait."""
+        if not self.enabled:
+            return None
+        now = self.seconds()
+        with self._lock:
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                bucket = self._buckets[key] = _Bucket(self.capacity, now)
+                while len(self._buckets) > self.max_clients:
+                    self._buckets.popitem(last=False)
+            else:
+                self._buckets.move_to_end(key)
+                self._refill(bucket, now)
+            if bucket.tokens >= 1.0:
+                bucket.tokens -= 1.0
+                return None
+            return max(1, math.ceil((1.0 - bucket.tokens) / self.rate))
+
+    def prune(self) -> int:
+        """Forget clients whose budget is whole again (they would start full anyway)."""
+        now = self.seconds()
+        with self._lock:
+            full = []
+            for key, bucket in self._buckets.items():
+                self._refill(bucket, now)
+                if bucket.tokens >= self.capacity:
+                    full.append(key)
+            for key in full:
+                del self._buckets[key]
+            return len(full)
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def _refill(self, bucket: _Bucket, now: float) -> None:
+        elapsed = now - bucket.at
+        if elapsed > 0:
+            bucket.tokens = min(self.capacity, bucket.tokens + elapsed * self.rate)
+            bucket.at = now
+
+
+class Deadline:
+    """The monotonic time by which a request must be done; :meth:`check` raises past it."""
+
+    __slots__ = ("at", "monotonic")
+
+    def __init__(self, seconds: float, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.monotonic = monotonic
+        self.at = monotonic() + seconds
+
+    @property
+    def expired(self) -> bool:
+        return self.monotonic() >= self.at
+
+    def check(self) -> None:
+        if self.expired:
+            raise RequestTimeoutError()
+
+
+def within_deadline(req: falcon.Request, items: Iterable[T]) -> Iterable[T]:
+    """``items``, checking the request's deadline on the first and every ``CHECK_EVERY``-th one."""
+    deadline: Deadline | None = getattr(req.context, "deadline", None)
+    if deadline is None:
+        return items
+    return _checked(items, deadline)
+
+
+def _checked(items: Iterable[T], deadline: Deadline) -> Iterator[T]:
+    for i, item in enumerate(items):
+        if i % CHECK_EVERY == 0:
+            deadline.check()
+        yield item
+
+
+class RequestLimits:
+    """One controller's request budgets and time budget (built once by ``create_app``)."""
+
+    def __init__(self, settings: Settings, seconds: Callable[[], float] = time.monotonic) -> None:
+        self.auth = RateLimiter(settings.rate_auth_per_minute, settings.rate_auth_burst, seconds)
+        self.writes = RateLimiter(settings.rate_write_per_minute, settings.rate_write_burst, seconds)
+        self.timeout = settings.request_timeout
+
+    def deadline(self) -> Deadline | None:
+        """A new request's deadline (None when requests have no time budget)."""
+        return Deadline(self.timeout) if self.timeout > 0 else None
+
+    def admit(self, req: falcon.Request) -> None:
+        """Spend the request's budget, or raise 429 with ``Retry-After``."""
+        if req.method not in _WRITES:
+            return
+        address = str(req.remote_addr or "")
+        if is_authentication(req.path):
+            wait = self.auth.take(address)
+        else:
+            session: Any = getattr(req.context, "session", None)
+            wait = self.writes.take(f"session:{session.id}" if session is not None else f"ip:{address}")
+        if wait is not None:
+            raise TooManyRequestsError(headers={"Retry-After": str(wait)})
+
+    def prune(self) -> None:
+        """Forget idle clients (the maintenance ticker calls this)."""
+        self.auth.prune()
+        self.writes.prune()
