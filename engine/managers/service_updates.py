@@ -15,10 +15,12 @@ service event for them), nor do other identities' changes.
 
 The tracker observes every committed batch on the policy graph (:meth:`AccessManager.observe`):
 ``before`` notes what the batch may change while the graph still holds the old state, ``after``
-compares. A service policy change is checked pair by pair (identity, service, type): the pair's
-access changed iff the policy was its only link of that type. When a change would need more pair
-checks than :data:`PAIR_BUDGET` (an ``#all`` policy over a large population), every identity the
-policy selects, before or after, is marked instead: a few spare refreshes, never a missed one.
+compares. A service policy change is checked per service it selected before or after: an
+identity whose pair with the service entered or left the policy's product changed iff no other
+policy of that type links the pair (pair by pair for a few candidates, by one set difference
+against the other policies' members for many). A change whose candidates exceed
+:data:`PAIR_BUDGET` pairs over more than :data:`SERVICE_BUDGET` services (an ``#all`` policy
+swapping many services) marks every candidate instead: a few spare refreshes, never a missed one.
 
 Times live in memory, as OpenZiti's do: after a restart every session falls back to the
 controller's start time, so clients refresh once.
@@ -39,8 +41,12 @@ from engine.entities.services import Config, Service
 from engine.policy import IDENTITY, POSTURE_CHECK, SERVICE, SERVICE_POLICY, PolicyGraph
 from engine.ports import Change, Clock, Delete, Put, Store
 
-#: Pair checks one service policy change may cost before its identities are simply all marked.
+#: A service policy change touching more candidate pairs than this, over more services than
+#: :data:`SERVICE_BUDGET`, marks every candidate identity instead of checking each.
 PAIR_BUDGET = 50_000
+SERVICE_BUDGET = 200
+#: Up to this many candidates of one service are checked pair by pair; more, by set difference.
+PAIR_CHECKS = 64
 TYPES = ("Dial", "Bind")
 
 
@@ -198,8 +204,15 @@ def _policy_state(graph: PolicyGraph, policy_id: str) -> _PolicyState | None:
 def _policy_marks(
     graph: PolicyGraph, policy_id: str, old: _PolicyState | None, new: _PolicyState | None
 ) -> set[str]:
-    """Identities whose access changed because one service policy went from ``old`` to ``new``,
-    and those whose services' posture queries changed with the policy's posture checks."""
+    """Identities whose access changed because one service policy went from ``old`` to ``new``.
+
+    Per type and per service ``s`` the policy selected before or after, the identities whose pair
+    with ``s`` is in exactly one of the old and new products are candidates; a candidate changed
+    unless another policy of that type links it to ``s``. Few candidates are checked pair by pair;
+    many against the union of the other policies' members (one set difference per service).
+    A change of the policy's posture checks changes the posture queries of every service it
+    links: all its identities, before and after, are marked.
+    """
     marked: set[str] = set()
     if old is not None and new is not None and old.posture_checks != new.posture_checks:
         if new.services:
@@ -209,31 +222,47 @@ def _policy_marks(
     for policy_type in TYPES:
         old_i, old_s = _product(old, policy_type)
         new_i, new_s = _product(new, policy_type)
-        at_risk: list[tuple[str, frozenset[str]]] = []
-        cost = 0
-        for identity_id in old_i | new_i:
-            risky = (old_s if identity_id in old_i else frozenset()) ^ (
-                new_s if identity_id in new_i else frozenset()
-            )
-            if risky:
-                at_risk.append((identity_id, risky))
-                cost += len(risky)
-        if cost > PAIR_BUDGET:
-            marked.update(identity_id for identity_id, _ in at_risk)
+        if not (old_i or new_i):
             continue
-        for identity_id, risky in at_risk:
-            if not graph.has_entity(IDENTITY, identity_id):
+        flipped = old_i ^ new_i
+        services = [
+            (
+                service_id,
+                flipped
+                if service_id in old_s and service_id in new_s
+                else old_i
+                if service_id in old_s
+                else new_i,
+            )
+            for service_id in old_s | new_s
+        ]
+        services = [(service_id, group) for service_id, group in services if group]
+        if sum(len(group) for _, group in services) > PAIR_BUDGET and len(services) > SERVICE_BUDGET:
+            for _, group in services:
+                marked |= group
+            continue
+        for service_id, group in services:
+            if not graph.has_entity(SERVICE, service_id):
                 continue
-            for service_id in risky:
-                if not graph.has_entity(SERVICE, service_id):
-                    continue
-                others = [
-                    p for p in graph.link_policies(identity_id, service_id, policy_type) if p != policy_id
-                ]
-                if not others:
-                    marked.add(identity_id)
-                    break
+            candidates = group - marked
+            if len(candidates) <= PAIR_CHECKS:
+                for identity_id in candidates:
+                    if graph.has_entity(IDENTITY, identity_id) and not any(
+                        p != policy_id for p in graph.link_policies(identity_id, service_id, policy_type)
+                    ):
+                        marked.add(identity_id)
+            else:
+                marked |= candidates - _other_members(graph, policy_id, service_id, policy_type)
     return marked
+
+
+def _other_members(graph: PolicyGraph, policy_id: str, service_id: str, policy_type: str) -> set[str]:
+    """Identities linked to the service with ``policy_type`` by policies other than ``policy_id``."""
+    out: set[str] = set()
+    for other in graph.policies_for_entity(SERVICE, service_id, SERVICE_POLICY):
+        if other != policy_id and graph.policy(SERVICE_POLICY, other).type == policy_type:
+            out.update(graph.policy_members(SERVICE_POLICY, other, IDENTITY))
+    return out
 
 
 def _product(state: _PolicyState | None, policy_type: str) -> tuple[frozenset[str], frozenset[str]]:
