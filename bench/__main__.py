@@ -2,7 +2,9 @@
 
 ``python -m bench engine --tier L`` prints the policy engine table (see :mod:`bench.engine`);
 ``python -m bench startup --tier L`` the controller start-up figures (see :mod:`bench.startup`);
-``python -m bench serving`` the API workers under stalled connections (see :mod:`bench.serving`).
+``python -m bench serving`` the API workers under stalled connections (see :mod:`bench.serving`);
+``python -m bench updates --tier L`` the service-update tracker's cost per write (see
+:mod:`bench.updates`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import engine, serving, startup
+from bench import engine, serving, startup, updates
 from bench.topology import TIERS
 
 
@@ -35,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--tier", choices=sorted(TIERS), default="S")
     start.add_argument("--seed", type=int, default=1)
     serving.add_arguments(commands.add_parser("serving", help="the API worker under stalled connections"))
+    tracker = commands.add_parser("updates", help="the service-update tracker's cost per write")
+    tracker.add_argument("--tier", choices=sorted(TIERS), default="S")
+    tracker.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     if args.command == "engine":
         run_baseline = args.baseline if args.baseline is not None else args.tier != "XL"
@@ -44,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         print(startup.run(args.tier, args.seed), flush=True)
     elif args.command == "serving":
         print(serving.main(args), flush=True)
+    elif args.command == "updates":
+        print(updates.run(args.tier, args.seed), flush=True)
     return 0
 
 

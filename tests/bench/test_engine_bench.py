@@ -120,3 +120,12 @@ def test_runner_table(topology: Topology) -> None:
     assert "full resolve (s)" in table
     assert "advice, warm (us)" in table
     assert table.endswith("note")
+
+
+def test_service_update_tracker_runner_at_tier_s() -> None:
+    """``python -m bench updates`` runs end to end at tier S (its table has the measured rows)."""
+    from bench.updates import run
+
+    table = run("S")
+    assert "| service policy gains one `@identity` |" in table
+    assert "| identity attribute change |" in table
