@@ -144,7 +144,14 @@ def create_app(
     app = TrellisApp(middleware=[RequestMiddleware(ctrl, limits)], cors_enable=False)
     app.ctrl = ctrl
     app.limits = limits
-    app.maintenance = Maintenance(ctrl.sessions, ctrl.env.clock, limits, settings.purge_interval)
+    app.maintenance = Maintenance(
+        ctrl.sessions,
+        ctrl.env.clock,
+        limits,
+        settings.purge_interval,
+        dial_bind=ctrl.managers.sessions,
+        posture_interval=settings.posture_interval,
+    )
     app.trust = TlsTrust(PkiPaths.in_directory(settings.pki_dir), ctrl.managers)
     json = media.JSONHandler(dumps=orjson.dumps, loads=orjson.loads)
     app.req_options.media_handlers[falcon.MEDIA_JSON] = json

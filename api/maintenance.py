@@ -1,6 +1,8 @@
 """The serving process's maintenance ticker: every ``settings.purge_interval`` seconds it deletes
 expired API sessions (with their Dial/Bind sessions and ephemeral certificates) and forgets idle
-clients' request budgets.
+clients' request budgets; every ``settings.posture_interval`` seconds it ends the Dial/Bind
+sessions that no longer pass posture (OpenZiti's 5-second posture sweep: an MFA check's timeout
+lapses with time alone).
 
 ``create_app`` builds it stopped: ``trellis serve`` starts it in the worker and stops it before the
 database is closed; a test app has none running unless the test starts it.
@@ -10,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from api.limits import RequestLimits
 from engine.managers.api_sessions import ApiSessionManager
+from engine.managers.sessions import SessionManager
 from engine.ports import Clock
 
 log = logging.getLogger("trellis.maintenance")
@@ -20,12 +24,21 @@ log = logging.getLogger("trellis.maintenance")
 
 class Maintenance:
     def __init__(
-        self, sessions: ApiSessionManager, clock: Clock, limits: RequestLimits, interval: float
+        self,
+        sessions: ApiSessionManager,
+        clock: Clock,
+        limits: RequestLimits,
+        interval: float,
+        *,
+        dial_bind: SessionManager | None = None,
+        posture_interval: float = 5.0,
     ) -> None:
         self.sessions = sessions
         self.clock = clock
         self.limits = limits
         self.interval = interval
+        self.dial_bind = dial_bind
+        self.posture_interval = posture_interval
         #: Completed runs (successful or not), for whoever waits on :attr:`ticked`.
         self.runs = 0
         self.ticked = threading.Condition()
@@ -42,7 +55,17 @@ class Maintenance:
         if purged:
             log.info("deleted %d expired API sessions", purged)
         self.limits.prune()
+        self.sweep_posture()
         return purged
+
+    def sweep_posture(self) -> int:
+        """End the Dial/Bind sessions that no longer pass posture; how many ended."""
+        if self.dial_bind is None:
+            return 0
+        ended = self.dial_bind.enforce_posture_all()
+        if ended:
+            log.info("ended %d sessions that no longer pass posture", ended)
+        return ended
 
     def start(self) -> None:
         if self.running:
@@ -64,9 +87,16 @@ class Maintenance:
             return self.ticked.wait_for(lambda: self.runs >= count, timeout)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        tick = min(self.interval, self.posture_interval) if self.dial_bind is not None else self.interval
+        next_round = time.monotonic() + self.interval
+        while not self._stop.wait(tick):
             try:
-                self.run_once()
+                if time.monotonic() >= next_round:
+                    next_round = time.monotonic() + self.interval
+                    self.run_once()
+                else:
+                    self.sweep_posture()
+                    continue
             except Exception:  # a failed round must not end the ticker
                 log.exception("maintenance round failed")
             with self.ticked:

@@ -39,6 +39,8 @@ class Settings:
     request_timeout: float = 30.0
     #: How often the serving process deletes expired API sessions (and their sessions).
     purge_interval: float = 60.0
+    #: Seconds between sweeps ending sessions that no longer pass posture (OpenZiti: 5).
+    posture_interval: float = 5.0
     #: Origins (``scheme://host[:port]``) answered with CORS headers; none: CORS off.
     cors_origins: tuple[str, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
@@ -87,6 +89,7 @@ class Settings:
             rate_write_burst=_count(env, "TRELLIS_RATE_WRITE_BURST", 5000),
             request_timeout=_seconds(env, "TRELLIS_REQUEST_TIMEOUT_SECONDS", 30.0, allow_zero=True),
             purge_interval=_seconds(env, "TRELLIS_PURGE_INTERVAL_SECONDS", 60.0),
+            posture_interval=_seconds(env, "TRELLIS_POSTURE_INTERVAL_SECONDS", 5.0),
             cors_origins=parse_origins(env.get("TRELLIS_CORS_ORIGINS", "")),
         )
 

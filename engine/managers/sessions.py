@@ -208,6 +208,23 @@ class SessionManager(EntityManager[Session]):
         )
         self._end(doomed.values())
 
+    def enforce_posture_all(self) -> int:
+        """End every session that no longer passes posture; how many ended.
+
+        OpenZiti's posture cache re-evaluates all legacy sessions every few seconds, so posture
+        that lapses with time alone (an MFA check's ``timeoutSeconds``) ends sessions too. Nothing
+        is evaluated when no posture check exists (§6).
+        """
+        if not self.access.has_posture_checks():
+            return 0
+        doomed = [
+            s
+            for s in self.env.store.all(Session)
+            if not self.posture.evaluate(s.identity_id, s.api_session_id, s.service_id, s.type).passed
+        ]
+        self._end(doomed)
+        return len(doomed)
+
     def enforce_posture(self, identity_id: str) -> None:
         """End the identity's sessions that no longer pass posture (after new posture data)."""
         doomed = [

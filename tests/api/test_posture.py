@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -154,6 +155,59 @@ def test_new_posture_data_ends_sessions_that_now_fail(api: Api) -> None:
     respond(api, g.user.token, domain(g.check, "elsewhere"))
 
     assert api.get(f"/sessions/{created}").status_code == 404
+
+
+def test_the_posture_sweep_ends_sessions_whose_mfa_posture_lapsed(api: Api) -> None:
+    """OpenZiti's periodic posture sweep: an MFA check's timeout ends a session with time alone."""
+    g = guarded(api, check_type="MFA", timeoutSeconds=600)
+    current = client_get(api, "/current-api-session", g.user.token).json["data"]["id"]
+    session = api.app.ctrl.env.store.get(ApiSession, current)
+    put(api.app, dataclasses.replace(session, is_mfa_complete=True, mfa_completed_at=datetime.now(UTC)))
+    created = dial(api, g.user.token, g.service)
+    assert created.status_code == 201, created.text
+    path = f"/sessions/{created.json['data']['id']}"
+
+    api.app.maintenance.sweep_posture()
+    kept = api.get(path).status_code
+    session = api.app.ctrl.env.store.get(ApiSession, current)
+    put(api.app, dataclasses.replace(session, mfa_completed_at=datetime(2020, 1, 1, tzinfo=UTC)))
+    ended = api.app.maintenance.sweep_posture()
+
+    assert kept == 200
+    assert ended >= 1
+    assert api.get(path).status_code == 404
+
+
+def test_the_maintenance_ticker_sweeps_posture_on_its_own_cadence(api: Api) -> None:
+    from api.maintenance import Maintenance
+
+    g = guarded(api, check_type="MFA", timeoutSeconds=600)
+    current = client_get(api, "/current-api-session", g.user.token).json["data"]["id"]
+    session = api.app.ctrl.env.store.get(ApiSession, current)
+    put(api.app, dataclasses.replace(session, is_mfa_complete=True, mfa_completed_at=datetime.now(UTC)))
+    created = dial(api, g.user.token, g.service).json["data"]["id"]
+    session = api.app.ctrl.env.store.get(ApiSession, current)
+    put(api.app, dataclasses.replace(session, mfa_completed_at=datetime(2020, 1, 1, tzinfo=UTC)))
+    ctrl = api.app.ctrl
+    ticker = Maintenance(
+        ctrl.sessions,
+        ctrl.env.clock,
+        api.app.limits,
+        3600,
+        dial_bind=ctrl.managers.sessions,
+        posture_interval=0.01,
+    )
+
+    ticker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while api.get(f"/sessions/{created}").status_code != 404 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        ticker.stop()
+
+    assert api.get(f"/sessions/{created}").status_code == 404
+    assert ticker.runs == 0  # the hourly purge round never came: only the posture sweep ran
 
 
 # == posture responses =============================================================================
