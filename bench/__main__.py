@@ -4,7 +4,9 @@
 ``python -m bench startup --tier L`` the controller start-up figures (see :mod:`bench.startup`);
 ``python -m bench serving`` the API workers under stalled connections (see :mod:`bench.serving`);
 ``python -m bench updates --tier L`` the service-update tracker's cost per write (see
-:mod:`bench.updates`).
+:mod:`bench.updates`);
+``python -m bench writes`` acknowledged durable writes per second with 1, 8 and 32 writers
+against a real server (see :mod:`bench.writes`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import engine, serving, startup, updates
+from bench import engine, serving, startup, updates, writes
 from bench.topology import TIERS
 
 
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     tracker = commands.add_parser("updates", help="the service-update tracker's cost per write")
     tracker.add_argument("--tier", choices=sorted(TIERS), default="S")
     tracker.add_argument("--seed", type=int, default=1)
+    writes.add_arguments(commands.add_parser("writes", help="acknowledged durable writes per second"))
     args = parser.parse_args(argv)
     if args.command == "engine":
         run_baseline = args.baseline if args.baseline is not None else args.tier != "XL"
@@ -51,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         print(serving.main(args), flush=True)
     elif args.command == "updates":
         print(updates.run(args.tier, args.seed), flush=True)
+    elif args.command == "writes":
+        print(writes.main(args), flush=True)
     return 0
 
 

@@ -83,7 +83,8 @@ class Server:
     ``"TRELLIS_*"``), plus ``TRELLIS_HOME``, ``TRELLIS_BIND`` and ``TRELLIS_ADMIN_PASSWORD``
     (``password``), then ``env`` (a value of None removes the variable). ``init`` and ``start``
     take more variables for that one run. The log of ``serve`` goes to ``log`` (default: beside
-    ``home``, so that the home holds only what trellis writes there).
+    ``home``, so that the home holds only what trellis writes there). With ``own_group``, ``serve``
+    runs in a session (and so a process group) of its own, which :meth:`kill` ends at once.
     """
 
     def __init__(
@@ -95,8 +96,10 @@ class Server:
         unset: Iterable[str] = (),
         log: Path | None = None,
         umask: int = -1,
+        own_group: bool = False,
     ) -> None:
         self.home = home
+        self.own_group = own_group
         self.password = password
         self.port = free_port()
         self.log = log if log is not None else home.parent / "serve.log"
@@ -164,6 +167,7 @@ class Server:
                 stdout=sink,
                 stderr=sink,
                 umask=self.umask,
+                start_new_session=self.own_group,
             )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
@@ -186,6 +190,22 @@ class Server:
         if self.proc is not None:
             end_process(self.proc, signal.SIGINT, STOP_TIMEOUT)
         self.proc = None
+
+    def kill(self) -> None:
+        """``kill -9`` the whole process group (``serve`` and its gunicorn worker), as a crash
+        would, and wait until none of its processes runs (zombies hold no file, so the database
+        is free for the next ``start``). Needs ``own_group``."""
+        assert self.own_group, "kill() ends a process group: construct the server with own_group=True"
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        os.killpg(proc.pid, signal.SIGKILL)  # not yet waited for: the group exists
+        proc.wait(timeout=STOP_TIMEOUT)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while group_alive(proc.pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"process group {proc.pid} still runs {STOP_TIMEOUT:.0f} s after SIGKILL")
+            time.sleep(0.05)
 
     def __enter__(self) -> Self:
         return self
@@ -267,6 +287,20 @@ def running(home: Path, **options: Any) -> Iterator[Server]:
     """A fixture's body: ``yield from running(home, ...)`` yields a started server, then stops it."""
     with Server(home, **options) as server:
         yield server.up()
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies do not count; Linux ``/proc``)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after it.
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def _merged(*layers: Mapping[str, str | None]) -> dict[str, str]:
