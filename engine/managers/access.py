@@ -286,9 +286,15 @@ class AccessManager:
 
     # -- answers -------------------------------------------------------------------------------
     def permissions(self, identity_id: str, service_id: str) -> list[str]:
-        """``Bind``/``Dial`` the identity holds on the service (sorted, as OpenZiti lists them)."""
+        """``Bind``/``Dial`` the identity holds on the service (sorted, as OpenZiti lists them).
+
+        Nothing when either is unknown to the graph: a list read the service (or identity) just
+        before another request deleted it, and renders it as it was.
+        """
         with self._lock:
-            if not self._graph.has_entity(IDENTITY, identity_id):
+            if not self._graph.has_entity(IDENTITY, identity_id) or not self._graph.has_entity(
+                SERVICE, service_id
+            ):
                 return []
             return sorted(self._graph.permissions(identity_id, service_id))
 

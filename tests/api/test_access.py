@@ -307,3 +307,13 @@ def test_s3_service_edge_router_policy_members_and_update(api: Api) -> None:
     assert api.patch(f"/service-edge-router-policies/{ids['P1']}", json=patch).status_code == 200
     assert _ids(api, f"/service-edge-router-policies/{ids['P1']}/edge-routers") == {er["ER2"]}
     assert _ids(api, f"/service-edge-router-policies/{ids['P1']}/services") == {sv["S2"], sv["S3"]}
+
+
+def test_permissions_of_a_service_deleted_meanwhile_are_empty(api: Api, s1: dict[str, str]) -> None:
+    """A list that read a service just before another request deleted it renders it, not a 500
+    (found by the soak: the graph no longer knew the service when its permissions were asked)."""
+    access = api.app.ctrl.access
+    assert api.delete(f"/services/{s1['S1']}").status_code == 200
+
+    assert access.permissions(s1["I1"], s1["S1"]) == []
+    assert access.permissions("no-such-identity", s1["S2"]) == []

@@ -414,3 +414,22 @@ def test_a_deeply_nested_bearer_token_is_no_candidate(api: Api) -> None:
 
     assert result.status_code == 401
     assert challenge(result)["error"] == "missing"
+
+
+def test_challenge_parameters_are_quoted_strings() -> None:
+    """An issuer holding ``"`` or ``\\`` is escaped in the challenge (RFC 7235 quoted-string)."""
+    from datetime import UTC, datetime
+
+    from engine.entities.trust import ExternalJwtSigner
+    from engine.managers.authentication.ext_jwt import REALM_PRIMARY
+    from engine.managers.authentication.ext_jwt import challenge as make_challenge
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    signer = ExternalJwtSigner(
+        id="s1", created_at=now, updated_at=now, name="odd", issuer='https://idp.test/"a\\b'
+    )
+
+    value = make_challenge(REALM_PRIMARY, "missing", [signer])
+
+    assert 'issuer="https://idp.test/\\"a\\\\b"' in value
+    assert 'id="s1"' in value

@@ -44,10 +44,15 @@ def authenticator_id(signer: ExternalJwtSigner) -> str:
     return f"extJwtId:{signer.id}"
 
 
+def _quoted(value: str) -> str:
+    """``value`` escaped for a quoted-string of an auth-param (RFC 7235: ``\\`` and ``"``)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def challenge(realm: str, error: str, signers: Sequence[ExternalJwtSigner]) -> str:
     """A ``WWW-Authenticate`` value naming the acceptable signers (ids and issuers ``|``-joined)."""
-    ids = "|".join(s.id for s in signers)
-    issuers = "|".join(s.issuer for s in signers)
+    ids = _quoted("|".join(s.id for s in signers))
+    issuers = _quoted("|".join(s.issuer for s in signers))
     return (
         f'Bearer realm="{realm}" error="{error}" error_description="{_DESCRIPTIONS[error]}" '
         f'id="{ids}" issuer="{issuers}"'
