@@ -51,7 +51,9 @@ class MemoryStore:
         return None if entity_id is None else self.get(kind, entity_id)
 
     def find_by(self, kind: type[E], field: str, value: object) -> list[E]:
-        ids = self._indexed.get((kind.ENTITY, field), {}).get(value, ())
+        # tuple() copies the set in one step under the GIL: a commit changing the bucket meanwhile
+        # cannot make this iteration fail ("Set changed size during iteration")
+        ids = tuple(self._indexed.get((kind.ENTITY, field), {}).get(value, ()))
         return [e for e in (self.get(kind, i) for i in ids) if e is not None]
 
     def get_setting(self, key: str) -> str | None:
