@@ -164,10 +164,7 @@ class ServiceView(View[Service]):
 
     def visible(self, identity: Identity, service_id: str) -> Service:
         """The service if the identity may Dial or Bind it; else 404 (policy-semantics §5.1)."""
-        service = self.managers.services.require(service_id)
-        if not self.managers.access.permissions(identity.id, service.id):
-            raise NotFoundError()
-        return service
+        return self.managers.access.service_for_identity(identity.id, service_id)[0]
 
     def for_identity(self, identity: Identity) -> list[Service]:
         """The services the identity may Dial or Bind (the client API never lists as an admin)."""

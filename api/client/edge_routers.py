@@ -8,27 +8,14 @@ import falcon
 from api.http import list_response, ok
 from api.middleware import SESSION
 from api.routing import Routes
-from api.schemas.client_edge_routers import render_common_edge_router, render_current_identity_edge_router
+from api.schemas.client_edge_routers import (
+    CURRENT_IDENTITY_EDGE_ROUTER_SYMBOLS,
+    render_common_edge_router,
+    render_current_identity_edge_router,
+)
 from engine.entities.routers import EdgeRouter
 from engine.managers.access import AccessManager
 from engine.managers.sessions import SessionManager
-from engine.query import Symbol, SymbolTable, SymbolType
-
-SYMBOLS = SymbolTable(
-    {
-        "id": Symbol(SymbolType.STRING, lambda r: r.id),
-        "name": Symbol(SymbolType.STRING, lambda r: r.name),
-        "roleAttributes": Symbol(SymbolType.STRING, lambda r: r.role_attributes, is_set=True),
-        "isOnline": Symbol(SymbolType.BOOL, lambda r: False),
-        "isVerified": Symbol(SymbolType.BOOL, lambda r: r.is_verified),
-        "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
-        "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
-        "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),
-        "createdAt": Symbol(SymbolType.DATETIME, lambda r: r.created_at),
-        "updatedAt": Symbol(SymbolType.DATETIME, lambda r: r.updated_at),
-    },
-    tags_getter=lambda r: r.tags,
-)
 
 
 class CurrentIdentityEdgeRouters:
@@ -39,7 +26,9 @@ class CurrentIdentityEdgeRouters:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         routers: list[EdgeRouter] = self.access.usable_edge_routers(req.context.identity)
-        list_response(req, resp, routers, SYMBOLS, render_current_identity_edge_router)
+        list_response(
+            req, resp, routers, CURRENT_IDENTITY_EDGE_ROUTER_SYMBOLS, render_current_identity_edge_router
+        )
 
 
 class ServiceEdgeRouters:

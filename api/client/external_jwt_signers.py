@@ -8,51 +8,13 @@ listed (OpenZiti's ``PublicQuery``); the list takes ``filter``, ``limit`` and ``
 
 from __future__ import annotations
 
-from typing import Any
-
 import falcon
 
 from api.controller import Controller
 from api.http import list_response
 from api.middleware import NONE
 from api.routing import Routes
-from api.wire import base
-from engine.entities.trust import ExternalJwtSigner
-from engine.query import Symbol, SymbolTable, SymbolType
-
-
-def client_signer_symbols() -> SymbolTable:
-    string, when = SymbolType.STRING, SymbolType.DATETIME
-    return SymbolTable(
-        {
-            "id": Symbol(string, lambda s: s.id),
-            "name": Symbol(string, lambda s: s.name),
-            "createdAt": Symbol(when, lambda s: s.created_at),
-            "updatedAt": Symbol(when, lambda s: s.updated_at),
-            "externalAuthUrl": Symbol(string, lambda s: s.external_auth_url),
-            "clientId": Symbol(string, lambda s: s.client_id),
-            "audience": Symbol(string, lambda s: s.audience),
-        },
-        tags_getter=lambda s: s.tags,
-    )
-
-
-def render_client_signer(signer: ExternalJwtSigner) -> dict[str, Any]:
-    """``clientExternalJwtSignerDetail``."""
-    out = base(signer)
-    out.update(
-        {
-            "name": signer.name,
-            "externalAuthUrl": signer.external_auth_url,
-            "audience": signer.audience,
-            "clientId": signer.client_id,
-            "scopes": list(signer.scopes),
-            "targetToken": signer.target_token,
-            "enrollToCertEnabled": signer.enroll_to_cert_enabled,
-            "enrollToTokenEnabled": signer.enroll_to_token_enabled,
-        }
-    )
-    return out
+from api.schemas.trust import client_external_jwt_signer_symbols, render_client_external_jwt_signer
 
 
 class ClientExternalJwtSigners:
@@ -62,11 +24,11 @@ class ClientExternalJwtSigners:
 
     def __init__(self, ctrl: Controller) -> None:
         self.manager = ctrl.managers.external_jwt_signers
-        self.symbols = client_signer_symbols()
+        self.symbols = client_external_jwt_signer_symbols()
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         """List external JWT signers for client authentication."""
-        list_response(req, resp, self.manager.enabled(), self.symbols, render_client_signer)
+        list_response(req, resp, self.manager.enabled(), self.symbols, render_client_external_jwt_signer)
 
 
 def register(routes: Routes) -> None:

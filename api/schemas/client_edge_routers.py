@@ -12,6 +12,7 @@ from typing import Any
 from api.schemas.routers import SYNC_UNKNOWN
 from api.wire import base
 from engine.entities.routers import EdgeRouter
+from engine.query import Symbol, SymbolTable, SymbolType
 
 
 def render_common_edge_router(router: EdgeRouter) -> dict[str, Any]:
@@ -41,3 +42,21 @@ def render_current_identity_edge_router(router: EdgeRouter) -> dict[str, Any]:
     out = base(router)
     out.update(render_common_edge_router(router))
     return out
+
+
+#: What ``/current-identity/edge-routers`` filters on.
+CURRENT_IDENTITY_EDGE_ROUTER_SYMBOLS = SymbolTable(
+    {
+        "id": Symbol(SymbolType.STRING, lambda r: r.id),
+        "name": Symbol(SymbolType.STRING, lambda r: r.name),
+        "roleAttributes": Symbol(SymbolType.STRING, lambda r: r.role_attributes, is_set=True),
+        "isOnline": Symbol(SymbolType.BOOL, lambda r: False),
+        "isVerified": Symbol(SymbolType.BOOL, lambda r: r.is_verified),
+        "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
+        "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
+        "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda r: r.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda r: r.updated_at),
+    },
+    tags_getter=lambda r: r.tags,
+)

@@ -351,3 +351,37 @@ CA_SYMBOLS = SymbolTable(
     },
     tags_getter=lambda e: e.tags,
 )
+
+
+def client_external_jwt_signer_symbols() -> SymbolTable:
+    string, when = SymbolType.STRING, SymbolType.DATETIME
+    return SymbolTable(
+        {
+            "id": Symbol(string, lambda s: s.id),
+            "name": Symbol(string, lambda s: s.name),
+            "createdAt": Symbol(when, lambda s: s.created_at),
+            "updatedAt": Symbol(when, lambda s: s.updated_at),
+            "externalAuthUrl": Symbol(string, lambda s: s.external_auth_url),
+            "clientId": Symbol(string, lambda s: s.client_id),
+            "audience": Symbol(string, lambda s: s.audience),
+        },
+        tags_getter=lambda s: s.tags,
+    )
+
+
+def render_client_external_jwt_signer(signer: ExternalJwtSigner) -> dict[str, Any]:
+    """``clientExternalJwtSignerDetail``."""
+    out = base(signer)
+    out.update(
+        {
+            "name": signer.name,
+            "externalAuthUrl": signer.external_auth_url,
+            "audience": signer.audience,
+            "clientId": signer.client_id,
+            "scopes": list(signer.scopes),
+            "targetToken": signer.target_token,
+            "enrollToCertEnabled": signer.enroll_to_cert_enabled,
+            "enrollToTokenEnabled": signer.enroll_to_token_enabled,
+        }
+    )
+    return out

@@ -298,6 +298,16 @@ class AccessManager:
                 return []
             return sorted(self._graph.permissions(identity_id, service_id))
 
+    def service_for_identity(self, identity_id: str, service_id: str | None) -> tuple[Service, list[str]]:
+        """The service and the identity's permissions on it, as OpenZiti's ``ReadForIdentity``:
+        ``NOT_FOUND`` when the service is missing or the identity may neither Dial nor Bind it
+        (policy-semantics §5.1; the client API, sessions and terminators share this rule)."""
+        service = self.store.get(Service, service_id) if service_id else None
+        permissions = self.permissions(identity_id, service.id) if service is not None else []
+        if service is None or not permissions:
+            raise NotFoundError()
+        return service, permissions
+
     def usable_edge_routers(self, identity: Identity) -> list[EdgeRouter]:
         """``/current-identity/edge-routers`` (§5.3): verified routers an edge router policy gives
         the identity; every verified router for an admin."""

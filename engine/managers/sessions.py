@@ -75,10 +75,7 @@ class SessionManager(EntityManager[Session]):
     ) -> Session:
         """A Dial or Bind session for the API session's identity (§5.2 checks, in order)."""
         identity_id = api_session.identity_id
-        service = self.env.store.get(Service, service_id) if service_id else None
-        permissions = self.access.permissions(identity_id, service.id) if service else []
-        if service is None or not permissions:
-            raise NotFoundError()
+        service, permissions = self.access.service_for_identity(identity_id, service_id)
         wanted = session_type or DIAL
         if wanted not in (DIAL, BIND):
             raise FieldError("type", "invalid session type", wanted)
@@ -165,10 +162,7 @@ class SessionManager(EntityManager[Session]):
         """
         if token is not None:
             self.require_token(api_session, token)
-        if not self.env.store.get(Service, service_id) or not self.access.permissions(
-            api_session.identity_id, service_id
-        ):
-            raise NotFoundError()
+        self.access.service_for_identity(api_session.identity_id, service_id)
         return self.access.common_edge_routers(api_session.identity_id, service_id)[:MAX_SESSION_ROUTERS]
 
     # -- enforcement -----------------------------------------------------------------------------

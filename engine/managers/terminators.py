@@ -55,10 +55,7 @@ class TerminatorManager(EntityManager[Terminator]):
 
     def of_service_for_identity(self, identity_id: str, service_id: str) -> list[Terminator]:
         """The terminators of a service the identity may Dial or Bind (client API); else not found."""
-        if self.env.store.get(Service, service_id) is None or not self.access.permissions(
-            identity_id, service_id
-        ):
-            raise NotFoundError()
+        self.access.service_for_identity(identity_id, service_id)
         return self.env.store.find_by(Terminator, "service_id", service_id)
 
     def service_of(self, terminator: Terminator) -> Service | None:

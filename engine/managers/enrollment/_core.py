@@ -272,3 +272,29 @@ def sign_csr(
         )
     except FieldError as ex:
         raise CouldNotProcessCsrError(field=ex.field, reason=ex.reason) from None
+
+
+def issue_client_certificate(
+    uow: UnitOfWork,
+    env: Env,
+    settings: EnrollmentSettings,
+    identity_id: str,
+    csr: str | None,
+    *,
+    field: str,
+    missing: type[ControllerError] = MissingOrInvalidCsrError,
+) -> IssuedCertificate:
+    """Our CA's client certificate for ``csr`` (CN = the identity's id), put in ``uow`` as the
+    identity's network-issued cert authenticator; ``CERT_IN_USE`` if another holds it."""
+    issued = sign_csr(
+        env,
+        csr,
+        profile="client",
+        common_name=identity_id,
+        validity=settings.client_cert_validity,
+        field=field,
+        missing=missing,
+    )
+    check_cert_unused(uow, issued.fingerprint)
+    uow.put(cert_authenticator(env, identity_id, issued.info, issued_by_network=True))
+    return issued

@@ -7,12 +7,10 @@ from engine.managers._base import Env
 from engine.managers.enrollment._core import (
     OTT,
     EnrollmentSettings,
-    cert_authenticator,
-    check_cert_unused,
     claim,
     claim_identity,
     has_cert_authenticator,
-    sign_csr,
+    issue_client_certificate,
 )
 from engine.ports import IssuedCertificate, UnitOfWork
 
@@ -25,16 +23,7 @@ def enroll(env: Env, settings: EnrollmentSettings, token: str | None, csr: str |
         identity = claim_identity(uow, enrollment)
         if has_cert_authenticator(uow, identity.id):
             raise AlreadyEnrolledError()
-        issued = sign_csr(
-            env,
-            csr,
-            profile="client",
-            common_name=identity.id,
-            validity=settings.client_cert_validity,
-            field="csr",
-        )
-        check_cert_unused(uow, issued.fingerprint)
-        uow.put(cert_authenticator(env, identity.id, issued.info, issued_by_network=True))
+        issued = issue_client_certificate(uow, env, settings, identity.id, csr, field="csr")
         uow.delete(type(enrollment), enrollment.id)
         env.commit(uow)
         return issued

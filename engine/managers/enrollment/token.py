@@ -45,12 +45,7 @@ from engine.errors import (
 )
 from engine.managers._base import Env, check_attributes
 from engine.managers.auth_policies import PolicyRules
-from engine.managers.enrollment._core import (
-    EnrollmentSettings,
-    cert_authenticator,
-    check_cert_unused,
-    sign_csr,
-)
+from engine.managers.enrollment._core import EnrollmentSettings, issue_client_certificate
 from engine.managers.external_jwts import MAX_CANDIDATES, MISSING_CLAIM, resolve_claim, verify_token
 from engine.ports import IssuedCertificate, UnitOfWork
 
@@ -180,16 +175,8 @@ def enroll(
         if not certificate:
             env.commit(uow)
             return TokenEnrollment(identity=identity)
-        issued = sign_csr(
-            env,
-            csr,
-            profile="client",
-            common_name=identity.id,
-            validity=settings.client_cert_validity,
-            field="clientCsr",
-            missing=CouldNotProcessCsrError,
+        issued = issue_client_certificate(
+            uow, env, settings, identity.id, csr, field="clientCsr", missing=CouldNotProcessCsrError
         )
-        check_cert_unused(uow, issued.fingerprint)
-        uow.put(cert_authenticator(env, identity.id, issued.info, issued_by_network=True))
         env.commit(uow)
         return TokenEnrollment(identity=identity, issued=issued, ca_pem=env.ca.ca_bundle_pem())
