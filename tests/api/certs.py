@@ -144,11 +144,11 @@ def first_pem(chain: str) -> str:
     return chain.split(end, 1)[0] + end + "\n"
 
 
-def enroll_ott(api: Any, name: str, *, key: Key | None = None) -> NetworkCert:
-    """A new non-admin identity enrolled with ``ott``: it holds a cert authenticator."""
-    created = api.post(
-        "/identities", json={"name": name, "type": "User", "isAdmin": False, "enrollment": {"ott": True}}
-    )
+def enroll_ott(api: Any, name: str, *, key: Key | None = None, **fields: Any) -> NetworkCert:
+    """A new non-admin identity enrolled with ``ott``: it holds a cert authenticator. ``fields``
+    add to (or replace) the identity's create body, e.g. ``authPolicyId``."""
+    body = {"name": name, "type": "User", "isAdmin": False, "enrollment": {"ott": True}, **fields}
+    created = api.post("/identities", json=body)
     if created.status_code != 201:
         raise RuntimeError(created.text)
     identity_id = str(created.json["data"]["id"])
@@ -301,9 +301,10 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def admin_api(directory: Any, pki_template: Any) -> Any:
+def admin_api(directory: Any, pki_template: Any, **collaborators: Any) -> Any:
     """A logged-in admin ``Api`` over a new app whose home is under ``directory`` (a copy of the
-    session PKI), for module-scoped fixtures; the caller closes ``api.app.ctrl.env.store``."""
+    session PKI), for module-scoped fixtures; ``collaborators`` go to ``open_app`` (a clock, a
+    JWT verifier). The caller closes ``api.app.ctrl.env.store``."""
     import shutil
 
     from api.settings import Settings
@@ -315,7 +316,8 @@ def admin_api(directory: Any, pki_template: Any) -> Any:
     shutil.copytree(pki_template, home / "pki")
     # budgets off: a module's shared app sends thousands of requests (rate limits have their own tests)
     app = open_app(
-        Settings(home=home, bind="127.0.0.1:1280", rate_auth_per_minute=0, rate_write_per_minute=0)
+        Settings(home=home, bind="127.0.0.1:1280", rate_auth_per_minute=0, rate_write_per_minute=0),
+        **collaborators,
     )
     create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
     api = Api(app)

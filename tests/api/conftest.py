@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from api.settings import Settings
+from engine.managers.bootstrap import create_default_admin
 from tests.api.certs import ThirdPartyCa, admin_api
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
 
 
 def shared_admin_api(label: str) -> Callable[..., Iterator[Api]]:
@@ -44,3 +47,22 @@ def acme() -> ThirdPartyCa:
 def other() -> ThirdPartyCa:
     """A second CA of the test's own."""
     return ThirdPartyCa("Other Root CA")
+
+
+@pytest.fixture
+def make_api(settings: Settings) -> Iterator[Callable[..., Api]]:
+    """``make_api(**settings)``: a logged-in admin over an app of the test's own whose settings
+    differ from the test's by ``settings`` (budgets, limits, timeouts)."""
+    apps: list[Any] = []
+
+    def make(**overrides: Any) -> Api:
+        app = open_app(dataclasses.replace(settings, **overrides))
+        apps.append(app)
+        create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
+        admin = Api(app)
+        admin.token = admin.login(ADMIN_USER, ADMIN_PASSWORD)
+        return admin
+
+    yield make
+    for app in apps:
+        app.ctrl.env.store.close()

@@ -5,7 +5,6 @@ their tokens."""
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,12 +17,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from api.settings import Settings
-from engine.managers.bootstrap import create_default_admin
 from engine.testing import FixedClock
 from pki import JwksVerifier
-from tests.api.certs import unique
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
+from tests.api.certs import admin_api, unique
+from tests.conftest import Api
 
 AUDIENCE = "openziti"
 
@@ -116,12 +113,6 @@ def make_cert_signer(api: Api, clock: FixedClock, **fields: Any) -> Signer:
 
 def open_admin_api(home_parent: Path, pki_template: Path, clock: FixedClock) -> Api:
     """A logged-in admin over an app on ``clock`` whose JWKS fetches are not rate limited."""
-    home = home_parent / "home"
-    home.mkdir()
-    shutil.copytree(pki_template, home / "pki")
     verifier = JwksVerifier(timeout=5.0, min_refetch=0.0)
-    app = open_app(Settings(home=home, bind="127.0.0.1:1280"), clock=clock, jwt_verifier=verifier)
-    create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
-    admin = Api(app)
-    admin.token = admin.login(ADMIN_USER, ADMIN_PASSWORD)
+    admin: Api = admin_api(home_parent, pki_template, clock=clock, jwt_verifier=verifier)
     return admin

@@ -1290,26 +1290,7 @@ def _closed_policy(api: Api) -> str:
 
 def test_disabled_auth_modules_stop_cert_authentication(api: Api) -> None:
     policy_id = _closed_policy(api)
-    created = api.post(
-        "/identities",
-        json={
-            "name": unique("cert-not-allowed"),
-            "type": "Device",
-            "isAdmin": False,
-            "authPolicyId": policy_id,
-            "enrollment": {"ott": True},
-        },
-    )
-    identity_id = created.json["data"]["id"]
-    token = api.get(f"/identities/{identity_id}").json["data"]["enrollment"]["ott"]["token"]
-    from tests.api.certs import csr_pem, new_key
-
-    key = new_key()
-    enrolled = api.client.simulate_post(
-        CLIENT + "/enroll/ott", json={"token": token, "clientCsr": csr_pem(key)}
-    )
-    assert enrolled.status_code == 200, enrolled.text
-    cert = NetworkCert(identity_id=identity_id, chain=str(enrolled.json["data"]["cert"]), key=key)
+    cert = enroll_ott(api, unique("cert-not-allowed"), type="Device", authPolicyId=policy_id)
 
     assert cert_authenticate(api, cert).status_code == 401
 
@@ -1357,25 +1338,9 @@ def test_a_secondary_ext_jwt_signer_holds_back_a_session_until_its_token_comes(a
     body["primary"]["updb"]["allowed"] = False
     body["secondary"]["requireExtJwtSigner"] = signer_id
     policy_id = api.create("/auth-policies", body)
-    created = api.post(
-        "/identities",
-        json={
-            "name": unique("ext-jwt-FA"),
-            "type": "Device",
-            "isAdmin": False,
-            "authPolicyId": policy_id,
-            "enrollment": {"ott": True},
-        },
-    )
-    identity_id = created.json["data"]["id"]
-    ott = api.get(f"/identities/{identity_id}").json["data"]["enrollment"]["ott"]["token"]
-    from tests.api.certs import csr_pem, new_key
-
-    key = new_key()
-    enrolled = api.client.simulate_post(
-        CLIENT + "/enroll/ott", json={"token": ott, "clientCsr": csr_pem(key)}
-    )
-    session_token = cert_login(api, NetworkCert(identity_id, str(enrolled.json["data"]["cert"]), key))
+    device = enroll_ott(api, unique("ext-jwt-FA"), type="Device", authPolicyId=policy_id)
+    identity_id = device.identity_id
+    session_token = cert_login(api, device)
 
     session = assert_ok(api.get("/current-api-session", token=session_token, base=CLIENT))["data"]
     assert session["authQueries"][0]["typeId"] == "EXT-JWT"

@@ -9,7 +9,6 @@ The app runs on a fixed clock that the tests move where OpenZiti's tests sleep, 
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,11 +18,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from api.settings import Settings
-from engine.managers.bootstrap import create_default_admin
 from engine.testing import FixedClock
 from pki.totp import totp_code
-from tests.api.certs import unique
+from tests.api.certs import admin_api, unique
 from tests.api.session_helpers import (
     PASSWORD,
     User,
@@ -35,7 +32,7 @@ from tests.api.session_helpers import (
     service_edge_router_policy,
     user,
 )
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, Api, open_app
+from tests.conftest import CLIENT, Api
 
 NOT_FOUND_MESSAGE = "The resource requested was not found or is no longer available"
 UNAUTHORIZED_MESSAGE = (
@@ -60,15 +57,9 @@ def clock() -> FixedClock:
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory, pki_template: Path, clock: FixedClock) -> Iterator[Api]:
-    home = tmp_path_factory.mktemp("openziti-scenarios") / "home"
-    home.mkdir()
-    shutil.copytree(pki_template, home / "pki")
-    app = open_app(Settings(home=home, bind="127.0.0.1:1280"), clock=clock)
-    create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
-    admin = Api(app)
-    admin.token = admin.login(ADMIN_USER, ADMIN_PASSWORD)
+    admin: Api = admin_api(tmp_path_factory.mktemp("openziti-scenarios"), pki_template, clock=clock)
     yield admin
-    app.ctrl.env.store.close()
+    admin.app.ctrl.env.store.close()
 
 
 # -- helpers ---------------------------------------------------------------------------------------

@@ -4,8 +4,7 @@ do nothing; the auth-policy lockout holds under a 1,000-attempt brute force."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,32 +12,13 @@ import pytest
 from api.limits import RateLimiter, is_authentication
 from api.settings import Settings
 from engine.entities.identities import ApiSession
-from engine.managers.bootstrap import create_default_admin
 from tests.api.certs import unique
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api, open_app
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api
 
 PASSWORD = "good-password-1"
 TOO_MANY = (
     "Too many requests to alter state have been issued. Please slow your request rate or try again later."
 )
-
-
-@pytest.fixture
-def budget(settings: Settings) -> Iterator[Callable[..., Api]]:
-    """``budget(**settings)``: a logged-in admin over an app of the test's own with those budgets."""
-    apps: list[Any] = []
-
-    def make(**overrides: Any) -> Api:
-        app = open_app(dataclasses.replace(settings, **overrides))
-        apps.append(app)
-        create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
-        admin = Api(app)
-        admin.token = admin.login(ADMIN_USER, ADMIN_PASSWORD)
-        return admin
-
-    yield make
-    for app in apps:
-        app.ctrl.env.store.close()
 
 
 class Seconds:
@@ -96,8 +76,8 @@ def person(api: Api, *, max_attempts: int) -> tuple[str, str]:
 
 
 # -- authentication --------------------------------------------------------------------------------
-def test_logins_past_the_budget_are_429_with_retry_after(budget: Callable[..., Api]) -> None:
-    api = budget(rate_auth_per_minute=1, rate_auth_burst=3)
+def test_logins_past_the_budget_are_429_with_retry_after(make_api: Callable[..., Api]) -> None:
+    api = make_api(rate_auth_per_minute=1, rate_auth_burst=3)
 
     attempts = [login(api, ADMIN_USER, "wrong-password").status_code for _ in range(3)]
     refused = login(api, ADMIN_USER, "wrong-password")
@@ -106,8 +86,8 @@ def test_logins_past_the_budget_are_429_with_retry_after(budget: Callable[..., A
     assert 1 <= assert_too_many(refused) <= 60
 
 
-def test_a_refused_login_never_reaches_the_credentials(budget: Callable[..., Api]) -> None:
-    api = budget(rate_auth_per_minute=1, rate_auth_burst=1)
+def test_a_refused_login_never_reaches_the_credentials(make_api: Callable[..., Api]) -> None:
+    api = make_api(rate_auth_per_minute=1, rate_auth_burst=1)
     login(api, ADMIN_USER, "wrong-password")
     sessions = api.ctrl.env.store.count(ApiSession)
 
@@ -118,8 +98,8 @@ def test_a_refused_login_never_reaches_the_credentials(budget: Callable[..., Api
     assert api.ctrl.env.store.count(ApiSession) == sessions
 
 
-def test_the_auth_budget_is_per_client_address(budget: Callable[..., Api]) -> None:
-    api = budget(rate_auth_per_minute=1, rate_auth_burst=1)
+def test_the_auth_budget_is_per_client_address(make_api: Callable[..., Api]) -> None:
+    api = make_api(rate_auth_per_minute=1, rate_auth_burst=1)
     login(api, ADMIN_USER, "wrong-password", address="192.0.2.1")
 
     refused = login(api, ADMIN_USER, ADMIN_PASSWORD, address="192.0.2.1")
@@ -145,9 +125,9 @@ def test_the_auth_budget_is_per_client_address(budget: Callable[..., Api]) -> No
     ],
 )
 def test_authentication_and_enrollment_share_one_budget_per_address(
-    budget: Callable[..., Api], path: str
+    make_api: Callable[..., Api], path: str
 ) -> None:
-    api = budget(rate_auth_per_minute=1, rate_auth_burst=1)
+    api = make_api(rate_auth_per_minute=1, rate_auth_burst=1)
 
     first = api.client.simulate_post(path, params={"method": "password"}, json={}, remote_addr="192.0.2.9")
     second = api.client.simulate_post(path, params={"method": "password"}, json={}, remote_addr="192.0.2.9")
@@ -156,8 +136,8 @@ def test_authentication_and_enrollment_share_one_budget_per_address(
     assert_too_many(second)
 
 
-def test_reads_are_never_budgeted(budget: Callable[..., Api]) -> None:
-    api = budget(rate_auth_per_minute=1, rate_auth_burst=1, rate_write_per_minute=1, rate_write_burst=1)
+def test_reads_are_never_budgeted(make_api: Callable[..., Api]) -> None:
+    api = make_api(rate_auth_per_minute=1, rate_auth_burst=1, rate_write_per_minute=1, rate_write_burst=1)
 
     statuses = {api.get("/services").status_code for _ in range(20)}
     jwks = {api.client.simulate_get(CLIENT + "/enroll/jwks").status_code for _ in range(3)}
@@ -166,8 +146,8 @@ def test_reads_are_never_budgeted(budget: Callable[..., Api]) -> None:
     assert 429 not in jwks
 
 
-def test_the_budget_refills_at_its_rate(budget: Callable[..., Api]) -> None:
-    api = budget()
+def test_the_budget_refills_at_its_rate(make_api: Callable[..., Api]) -> None:
+    api = make_api()
     seconds = Seconds()
     api.app.limits.auth = RateLimiter(60, 1, seconds)  # one a second, one at once
     login(api, ADMIN_USER, ADMIN_PASSWORD)
@@ -180,8 +160,8 @@ def test_the_budget_refills_at_its_rate(budget: Callable[..., Api]) -> None:
     assert again.status_code == 200
 
 
-def test_zero_per_minute_turns_the_auth_budget_off(budget: Callable[..., Api]) -> None:
-    api = budget(rate_auth_per_minute=0, rate_auth_burst=1)
+def test_zero_per_minute_turns_the_auth_budget_off(make_api: Callable[..., Api]) -> None:
+    api = make_api(rate_auth_per_minute=0, rate_auth_burst=1)
 
     statuses = {login(api, ADMIN_USER, "wrong-password").status_code for _ in range(30)}
 
@@ -197,8 +177,8 @@ def create_service(api: Api, token: str | None = None, address: str = "127.0.0.1
     return api.post("/services", json=service_body(), token=token, remote_addr=address)
 
 
-def test_writes_past_the_budget_are_429_per_api_session(budget: Callable[..., Api]) -> None:
-    api = budget(rate_write_per_minute=1, rate_write_burst=2)
+def test_writes_past_the_budget_are_429_per_api_session(make_api: Callable[..., Api]) -> None:
+    api = make_api(rate_write_per_minute=1, rate_write_burst=2)
     other = api.login(ADMIN_USER, ADMIN_PASSWORD)
 
     allowed = [create_service(api).status_code for _ in range(2)]
@@ -212,8 +192,8 @@ def test_writes_past_the_budget_are_429_per_api_session(budget: Callable[..., Ap
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE"])
-def test_every_write_method_spends_the_write_budget(budget: Callable[..., Api], method: str) -> None:
-    api = budget(rate_write_per_minute=1, rate_write_burst=1)
+def test_every_write_method_spends_the_write_budget(make_api: Callable[..., Api], method: str) -> None:
+    api = make_api(rate_write_per_minute=1, rate_write_burst=1)
     service_id = api.create("/services", service_body())
 
     result = api.request(method, f"/services/{service_id}", json=service_body())
@@ -222,8 +202,8 @@ def test_every_write_method_spends_the_write_budget(budget: Callable[..., Api], 
     assert api.get(f"/services/{service_id}").status_code == 200
 
 
-def test_writes_without_a_session_are_budgeted_per_address(budget: Callable[..., Api]) -> None:
-    api = budget(rate_write_per_minute=1, rate_write_burst=2)
+def test_writes_without_a_session_are_budgeted_per_address(make_api: Callable[..., Api]) -> None:
+    api = make_api(rate_write_per_minute=1, rate_write_burst=2)
 
     first = [create_service(api, token="", address="192.0.2.5").status_code for _ in range(2)]
     refused = create_service(api, token="", address="192.0.2.5")
@@ -235,8 +215,8 @@ def test_writes_without_a_session_are_budgeted_per_address(budget: Callable[...,
 
 
 # -- lockout under brute force ---------------------------------------------------------------------
-def test_lockout_holds_after_1000_wrong_passwords(budget: Callable[..., Api]) -> None:
-    api = budget(rate_auth_per_minute=1_000_000, rate_auth_burst=1_000_000)
+def test_lockout_holds_after_1000_wrong_passwords(make_api: Callable[..., Api]) -> None:
+    api = make_api(rate_auth_per_minute=1_000_000, rate_auth_burst=1_000_000)
     identity, username = person(api, max_attempts=3)
 
     statuses = [login(api, username, "wrong-password").status_code for _ in range(1000)]
@@ -249,8 +229,8 @@ def test_lockout_holds_after_1000_wrong_passwords(budget: Callable[..., Api]) ->
     assert api.get(f"/identities/{identity}").json["data"]["disabled"] is True
 
 
-def test_refused_attempts_count_towards_no_lockout(budget: Callable[..., Api]) -> None:
-    api = budget()
+def test_refused_attempts_count_towards_no_lockout(make_api: Callable[..., Api]) -> None:
+    api = make_api()
     _, username = person(api, max_attempts=3)
     seconds = Seconds()
     api.app.limits.auth = RateLimiter(1, 2, seconds)

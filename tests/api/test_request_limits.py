@@ -4,8 +4,7 @@ chunked and undeclared lengths), and a request past its time budget is 503 ``TIM
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -15,30 +14,11 @@ from api.limits import CHECK_EVERY, Deadline, within_deadline
 from api.settings import Settings
 from api.worker import Connection, HttpError, Limits, TrellisWorker, parse_head
 from engine.errors import RequestTimeoutError
-from engine.managers.bootstrap import create_default_admin
 from tests.api.certs import unique
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
+from tests.conftest import Api
 
 MIB = 1024 * 1024
 TIMEOUT_MESSAGE = "The requested operation took too much time to reply"
-
-
-@pytest.fixture
-def make_api(settings: Settings) -> Iterator[Callable[..., Api]]:
-    """``make_api(**settings)``: a logged-in admin over an app of the test's own."""
-    apps: list[Any] = []
-
-    def make(**overrides: Any) -> Api:
-        app = open_app(dataclasses.replace(settings, **overrides))
-        apps.append(app)
-        create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
-        admin = Api(app)
-        admin.token = admin.login(ADMIN_USER, ADMIN_PASSWORD)
-        return admin
-
-    yield make
-    for app in apps:
-        app.ctrl.env.store.close()
 
 
 def padded_service(size: int) -> bytes:

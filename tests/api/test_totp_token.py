@@ -6,7 +6,6 @@ The app runs on a fixed clock, so codes are computed for the controller's own "n
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,11 @@ from urllib.parse import parse_qs, urlparse
 import falcon.testing
 import pytest
 
-from api.settings import Settings
 from api.wire import ts
-from engine.managers.bootstrap import create_default_admin
 from engine.testing import FixedClock
 from pki.totp import totp_code
-from tests.api.certs import unique
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api, open_app
+from tests.api.certs import admin_api, unique
+from tests.conftest import CLIENT, MGMT, Api
 
 PASSWORD = "user-password-1"
 PATH = "/current-api-session/totp-token"
@@ -34,15 +31,9 @@ def clock() -> FixedClock:
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory, pki_template: Path, clock: FixedClock) -> Iterator[Api]:
-    home = tmp_path_factory.mktemp("totp-token") / "home"
-    home.mkdir()
-    shutil.copytree(pki_template, home / "pki")
-    app = open_app(Settings(home=home, bind="127.0.0.1:1280"), clock=clock)
-    create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
-    admin = Api(app)
-    admin.token = admin.login(ADMIN_USER, ADMIN_PASSWORD)
+    admin: Api = admin_api(tmp_path_factory.mktemp("totp-token"), pki_template, clock=clock)
     yield admin
-    app.ctrl.env.store.close()
+    admin.app.ctrl.env.store.close()
 
 
 class Person:
