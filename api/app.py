@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from typing import Any
 
 import falcon
 import orjson
@@ -115,6 +116,12 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
     def tls_context(self) -> ssl.SSLContext:
         """The TLS context for a new connection: trusts our CA and the verified third-party CAs now."""
         return self.trust.context()
+
+    def __call__(self, env: dict[str, Any], start_response: Any) -> Any:
+        """Serve one request on one published state of the store: whole batches only, the same
+        throughout the request (and its own writes once they are committed)."""
+        with self.ctrl.env.store.pinned():
+            return super().__call__(env, start_response)
 
 
 def create_app(

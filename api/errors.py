@@ -54,6 +54,7 @@ STATUS: dict[type[e.ControllerError], int] = {
     e.NoEdgeRoutersAvailableError: 400,
     e.TooManyRequestsError: 429,
     e.RequestTimeoutError: 503,
+    e.CommitFailedError: 503,
     authenticator_errors.AuthenticatorMethodMaxError: 409,
     authenticator_errors.AuthenticatorCanNotBeUpdatedError: 409,
 }

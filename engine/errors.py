@@ -47,7 +47,8 @@ The tree (HTTP statuses live only in ``api/errors.py``)::
     ├── InvalidPostureError                 INVALID_POSTURE (cause: failed policies)
     ├── NoEdgeRoutersAvailableError         NO_EDGE_ROUTERS_AVAILABLE
     ├── TooManyRequestsError                SERVER_TOO_MANY_REQUESTS (a client's budget is spent)
-    └── RequestTimeoutError                 TIMEOUT (the request's time budget ran out)
+    ├── RequestTimeoutError                 TIMEOUT (the request's time budget ran out)
+    └── CommitFailedError                   COMMIT_FAILED (a write batch could not be made durable)
 """
 
 from __future__ import annotations
@@ -372,3 +373,12 @@ class RequestTimeoutError(ControllerError):
 
     code = "TIMEOUT"
     default_message = "The requested operation took too much time to reply"
+
+
+class CommitFailedError(ControllerError):
+    """The batch holding this request's changes could not be made durable: none of it (nor
+    anything staged after it) was applied, in the database, in memory or in the policy engine.
+    Trellis's own code (OpenZiti answers 500 ``UNHANDLED`` when its store fails); a retry may pass."""
+
+    code = "COMMIT_FAILED"
+    default_message = "The change could not be stored and was not applied. Please try again later"

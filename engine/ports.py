@@ -12,7 +12,7 @@ Certificates cross the boundary as PEM text; what the engine needs to know of on
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -292,12 +292,8 @@ class Delete:
 Change = Put | Delete
 
 
-class Store(Protocol):
-    """Entities by kind, served from memory and written through to durable storage.
-
-    ``commit`` makes a batch of changes durable atomically and only then visible; if it raises,
-    nothing of the batch is applied. Readers never see a half-applied batch.
-    """
+class StoreView(Protocol):
+    """Entities by kind as of one moment: reads only."""
 
     def get(self, kind: type[E], id: str) -> E | None: ...
 
@@ -313,10 +309,69 @@ class Store(Protocol):
         """Entities whose indexed ``field`` (one of ``kind.INDEXED``) equals ``value``."""
         ...
 
-    def commit(self, changes: Sequence[Change]) -> None: ...
+
+@dataclass(frozen=True)
+class LogProblem:
+    """A disagreement between the change log and the tables."""
+
+    description: str
+    #: The entity kind (``Entity.ENTITY``) and id whose newest log entry is wrong, if one is.
+    kind: str | None = None
+    id: str | None = None
+
+
+#: Called with each committed batch's changes (one per key, the last of the batch), in order.
+CommitListener = Callable[[list[Change]], None]
+
+
+class Store(StoreView, Protocol):
+    """Entities by kind, served from memory and written through to durable storage.
+
+    Writes go through one group-commit path. A writer holds :meth:`write_lock` while it reads,
+    checks and stages its changes (:meth:`commit`); what it reads under the lock includes what
+    earlier writers staged. Staged changes are committed in batches, in order, each batch in one
+    durable transaction together with its change-log entries. Only after a batch is durable are
+    its changes published: the read side and the listeners (:meth:`subscribe`; the policy engine)
+    take the whole batch at once, and then its writers are answered. A writer is answered when it
+    leaves the outermost :meth:`write_lock` (or, committing without the lock, when ``commit``
+    returns): by then what it staged is durable and visible, or :class:`CommitFailedError` is
+    raised and none of it (nor anything staged after it) was applied.
+
+    Readers not holding the write lock see published batches only, never half of one; a request
+    pinned with :meth:`pinned` sees one batch's state throughout (and its own writes after them).
+    """
+
+    def commit(self, changes: Sequence[Change], *, wait: bool = True) -> None:
+        """Stage ``changes`` for the next batch (taking the write lock when not held). With
+        ``wait`` the caller is answered only after they are durable and published (at the
+        outermost lock's exit, when held); without it they are committed in the background."""
+        ...
+
+    def try_submit(self, build: Callable[[StoreView], Sequence[Change]]) -> bool:
+        """Best-effort background writes off the read path (activity refreshes): when no writer
+        holds the write lock, stage what ``build`` returns (reading the staged state) without
+        waiting for it; False, writing nothing, when the lock is busy."""
+        ...
 
     def write_lock(self) -> AbstractContextManager[object]:
-        """Serialises writers: read-check-write sequences run under it."""
+        """Serialises writers: read-check-stage sequences run under it (re-entrant)."""
+        ...
+
+    def view(self) -> StoreView:
+        """The published state as of now: an immutable view of whole batches."""
+        ...
+
+    def pinned(self) -> AbstractContextManager[object]:
+        """Read one published state for the duration (a request), refreshed after own writes."""
+        ...
+
+    def subscribe(self, listener: CommitListener) -> None:
+        """Call ``listener`` with every published batch, in order, before its writers are answered
+        (on the store's committer; a listener may commit more changes: they go to a later batch)."""
+        ...
+
+    def change_log_problems(self) -> list[LogProblem]:
+        """Where the durable change log disagrees with the tables (empty without a change log)."""
         ...
 
     def get_setting(self, key: str) -> str | None: ...
@@ -326,7 +381,7 @@ class Store(Protocol):
     def snapshot(self, at: datetime) -> str:
         """A consistent copy of the durable database, next to it, named for ``at``; its path.
 
-        Taken under the write lock (no batch is half in it; re-entrant, so a writer holding it may
+        Taken under the write lock (whole batches only; re-entrant, so a writer holding it may
         snapshot) while reads go on. The name is the database file's plus ``-YYYYMMDD-HHMMSS``
         (``at`` in UTC, OpenZiti's snapshot naming); an existing file of that name is kept and its
         path returned. A store without a database file raises :class:`SnapshotUnsupportedError`.

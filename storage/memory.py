@@ -1,129 +1,537 @@
-"""The in-memory store: the read side of every store, and on its own a twin for unit tests.
+"""The in-memory store: the read side and the group-commit write path of every store, and on its
+own a twin for unit tests.
 
-Entities are held per kind in dicts, with a hash index per unique field. Entities are
-treated as immutable values: managers put new objects, never mutate stored ones, so a
-reader holding a reference never sees a half-updated entity.
+Three layers, each with one owner:
+
+* **Published state** (:class:`State`): every entity per kind, with a lookup per unique field and
+  per indexed field, as of the last published batch. It is never changed in place: a batch makes
+  a new state that shares what it did not touch (the touched kinds' dicts are copied) and is
+  swapped in with one assignment, so a reader sees whole batches only. A request may pin one state
+  for its whole duration (:meth:`MemoryStore.pinned`).
+* **Staged changes**: what writers staged and the committer has not yet published, per kind and
+  id with the change's sequence number. Writers (the thread holding the write lock) read the
+  published state through them (:class:`StagedView`), so each check sees every earlier write.
+* **The queue** of tickets (one per ``commit``), taken by the committer in order. A batch is every
+  waiting ticket (bounded): it is persisted (``_persist``: the durable subclass writes it and its
+  change-log entries in one transaction), then published under the write lock (new state, staged
+  entries trimmed, listeners called with the batch's changes). What listeners commit in turn (the
+  sessions a policy change ends) is the next batch, run at once; only then are the writers
+  answered, so a writer reads its write's consequences too. If persisting fails, that batch and everything staged after it fail with
+  :class:`~engine.errors.CommitFailedError` and nothing of them is applied.
+
+The in-memory twin runs a batch as soon as it is staged, on the writer's thread (it has nothing to
+wait for); the durable subclass runs a committer thread (``background=True``). Entities are
+immutable values: managers put new objects, never mutate stored ones.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
 from engine.entities import Entity
-from engine.ports import Change, Delete, Put, SnapshotUnsupportedError
+from engine.errors import CommitFailedError
+from engine.ports import (
+    Change,
+    CommitListener,
+    LogProblem,
+    Put,
+    SnapshotUnsupportedError,
+    StoreView,
+)
 
 E = TypeVar("E", bound=Entity)
 
+log = logging.getLogger(__name__)
 
-class MemoryStore:
-    """A complete ``Store`` that keeps nothing across restarts."""
+#: A batch takes at most this many tickets (requests' commits); the rest wait for the next one.
+MAX_BATCH_TICKETS = 512
+#: How long a writer waits for its batch before it is answered 503 (a stuck disk, not a hang).
+COMMIT_WAIT_SECONDS = 60.0
 
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._rows: dict[str, dict[str, Entity]] = {}
-        self._unique: dict[tuple[str, str], dict[object, str]] = {}
-        self._indexed: dict[tuple[str, str], dict[object, set[str]]] = {}
-        self._settings: dict[str, str] = {}
 
-    # -- reads -------------------------------------------------------------------------------
+def change_key(change: Change) -> tuple[str, str]:
+    """The (entity kind name, id) a change touches."""
+    if isinstance(change, Put):
+        return change.entity.ENTITY, change.entity.id
+    return change.kind.ENTITY, change.id
+
+
+def coalesce(entries: Sequence[tuple[int, Change]]) -> list[Change]:
+    """The last change per key of ``entries``, in the order of those last changes."""
+    final: dict[tuple[str, str], Change] = {}
+    for _, change in entries:
+        key = change_key(change)
+        final.pop(key, None)
+        final[key] = change
+    return list(final.values())
+
+
+class _Table:
+    """One kind's entities and lookups, in one published state (never changed once published)."""
+
+    __slots__ = ("indexed", "rows", "unique")
+
+    def __init__(
+        self,
+        rows: dict[str, Entity],
+        unique: dict[str, dict[object, str]],
+        indexed: dict[str, dict[object, set[str]]],
+    ) -> None:
+        self.rows = rows
+        self.unique = unique
+        self.indexed = indexed
+
+
+_EMPTY = _Table({}, {}, {})
+
+
+class _TableBuilder:
+    """A copy of a table being changed by one batch: dicts copied once, index buckets on touch."""
+
+    def __init__(self, base: _Table) -> None:
+        self.table = _Table(
+            base.rows.copy(),
+            {name: index.copy() for name, index in base.unique.items()},
+            {name: index.copy() for name, index in base.indexed.items()},
+        )
+        self._owned: set[tuple[str, object]] = set()
+
+    def put(self, entity: Entity) -> None:
+        rows = self.table.rows
+        old = rows.get(entity.id)
+        if old is not None:
+            self._unindex(old)
+        rows[entity.id] = entity
+        for name in entity.UNIQUE:
+            value = getattr(entity, name)
+            if value is not None:
+                self.table.unique.setdefault(name, {})[value] = entity.id
+        for name in entity.INDEXED:
+            self._bucket(name, getattr(entity, name)).add(entity.id)
+
+    def delete(self, id: str) -> None:
+        old = self.table.rows.pop(id, None)
+        if old is not None:
+            self._unindex(old)
+
+    def _unindex(self, entity: Entity) -> None:
+        for name in entity.UNIQUE:
+            value = getattr(entity, name)
+            index = self.table.unique.get(name)
+            if value is not None and index is not None and index.get(value) == entity.id:
+                del index[value]
+        for name in entity.INDEXED:
+            value = getattr(entity, name)
+            bucket = self._bucket(name, value)
+            bucket.discard(entity.id)
+            if not bucket:
+                del self.table.indexed[name][value]
+                self._owned.discard((name, value))
+
+    def _bucket(self, name: str, value: object) -> set[str]:
+        index = self.table.indexed.setdefault(name, {})
+        if (name, value) not in self._owned:
+            index[value] = set(index.get(value, ()))
+            self._owned.add((name, value))
+        return index[value]
+
+
+class State:
+    """The published state after batch ``seq``: an immutable :class:`~engine.ports.StoreView`."""
+
+    __slots__ = ("_tables", "seq")
+
+    def __init__(self, tables: dict[str, _Table], seq: int) -> None:
+        self._tables = tables
+        self.seq = seq
+
     def get(self, kind: type[E], id: str) -> E | None:
-        entity = self._rows.get(kind.ENTITY, {}).get(id)
+        entity = self._tables.get(kind.ENTITY, _EMPTY).rows.get(id)
         if entity is None:
             return None
         assert isinstance(entity, kind)
         return entity
 
     def all(self, kind: type[E]) -> list[E]:
-        rows = self._rows.get(kind.ENTITY)
-        if not rows:
-            return []
-        return list(rows.values())  # type: ignore[arg-type]
+        return list(self._tables.get(kind.ENTITY, _EMPTY).rows.values())  # type: ignore[arg-type]
 
     def count(self, kind: type[Entity]) -> int:
-        return len(self._rows.get(kind.ENTITY, {}))
+        return len(self._tables.get(kind.ENTITY, _EMPTY).rows)
 
     def find_unique(self, kind: type[E], field: str, value: object) -> E | None:
-        entity_id = self._unique.get((kind.ENTITY, field), {}).get(value)
+        entity_id = self._tables.get(kind.ENTITY, _EMPTY).unique.get(field, {}).get(value)
         return None if entity_id is None else self.get(kind, entity_id)
 
     def find_by(self, kind: type[E], field: str, value: object) -> list[E]:
-        # tuple() copies the set in one step under the GIL: a commit changing the bucket meanwhile
-        # cannot make this iteration fail ("Set changed size during iteration")
-        ids = tuple(self._indexed.get((kind.ENTITY, field), {}).get(value, ()))
-        return [e for e in (self.get(kind, i) for i in ids) if e is not None]
+        table = self._tables.get(kind.ENTITY, _EMPTY)
+        ids = table.indexed.get(field, {}).get(value, ())
+        return [e for e in (table.rows.get(i) for i in ids) if e is not None]  # type: ignore[misc]
+
+    def ids(self, kind: type[Entity]) -> set[str]:
+        return set(self._tables.get(kind.ENTITY, _EMPTY).rows)
+
+    def apply(self, changes: Sequence[Change], seq: int) -> State:
+        """A new state: this one with ``changes`` applied (untouched kinds are shared)."""
+        builders: dict[str, _TableBuilder] = {}
+        for change in changes:
+            name = change_key(change)[0]
+            builder = builders.get(name)
+            if builder is None:
+                builder = builders[name] = _TableBuilder(self._tables.get(name, _EMPTY))
+            if isinstance(change, Put):
+                builder.put(change.entity)
+            else:
+                builder.delete(change.id)
+        tables = dict(self._tables)
+        tables.update((name, builder.table) for name, builder in builders.items())
+        return State(tables, seq)
+
+
+#: Staged changes: kind name -> id -> (sequence number, the entity, or None once deleted).
+Staged = dict[str, dict[str, tuple[int, Entity | None]]]
+
+
+class StagedView:
+    """The published state seen through the staged changes: what writers read under the lock."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def _layers(self, kind: type[Entity]) -> tuple[State, dict[str, tuple[int, Entity | None]]]:
+        return self._store._state, self._store._staged.get(kind.ENTITY, {})
+
+    def get(self, kind: type[E], id: str) -> E | None:
+        state, staged = self._layers(kind)
+        if id in staged:
+            entity = staged[id][1]
+            assert entity is None or isinstance(entity, kind)
+            return entity
+        return state.get(kind, id)
+
+    def all(self, kind: type[E]) -> list[E]:
+        state, staged = self._layers(kind)
+        if not staged:
+            return state.all(kind)
+        out: list[E] = []
+        for entity in state.all(kind):
+            if entity.id in staged:
+                current = staged[entity.id][1]
+                if current is not None:
+                    out.append(current)  # type: ignore[arg-type]
+            else:
+                out.append(entity)
+        out.extend(e for i, (_, e) in staged.items() if e is not None and state.get(kind, i) is None)  # type: ignore[misc]
+        return out
+
+    def count(self, kind: type[Entity]) -> int:
+        state, staged = self._layers(kind)
+        total = state.count(kind)
+        for entity_id, (_, entity) in staged.items():
+            present = state.get(kind, entity_id) is not None
+            total += (entity is not None) - present
+        return total
+
+    def find_unique(self, kind: type[E], field: str, value: object) -> E | None:
+        state, staged = self._layers(kind)
+        for _, entity in staged.values():
+            if entity is not None and getattr(entity, field) == value:
+                return entity  # type: ignore[return-value]
+        found = state.find_unique(kind, field, value)
+        if found is None or found.id not in staged:
+            return found
+        return None  # changed or deleted since: a staged match was returned above
+
+    def find_by(self, kind: type[E], field: str, value: object) -> list[E]:
+        state, staged = self._layers(kind)
+        found = state.find_by(kind, field, value)
+        if not staged:
+            return found
+        out = [e for e in found if e.id not in staged]
+        out.extend(e for _, e in staged.values() if e is not None and getattr(e, field) == value)  # type: ignore[misc]
+        return out
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One ``commit``'s changes with their sequence numbers; done once published or failed."""
+
+    entries: list[tuple[int, Change]]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+    @property
+    def last_seq(self) -> int:
+        return self.entries[-1][0]
+
+
+class _WriteLock:
+    """The store's write lock; leaving the outermost hold waits for what the thread staged."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> object:
+        self._store._enter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._store._exit()
+
+
+class MemoryStore:
+    """A complete ``Store`` that keeps nothing across restarts."""
+
+    def __init__(self, *, background: bool = False) -> None:
+        self._lock = threading.RLock()
+        self._write = _WriteLock(self)
+        self._local = threading.local()
+        self._state = State({}, 0)
+        self._staged: Staged = {}
+        self._staged_view = StagedView(self)
+        self._seq = 0
+        self._settings: dict[str, str] = {}
+        self._listeners: list[CommitListener] = []
+        self._background = background
+        self._queue: list[Ticket] = []
+        self._followups: list[Ticket] = []
+        self._queued = threading.Condition(threading.Lock())
+        self._committer: threading.Thread | None = None
+        self._closing = False
+
+    # -- reads -------------------------------------------------------------------------------
+    def _reader(self) -> StoreView:
+        local = self._local
+        if getattr(local, "depth", 0) and not getattr(local, "committer", False):
+            return self._staged_view
+        pinned: State | None = getattr(local, "pinned", None)
+        return pinned if pinned is not None else self._state
+
+    def get(self, kind: type[E], id: str) -> E | None:
+        return self._reader().get(kind, id)
+
+    def all(self, kind: type[E]) -> list[E]:
+        return self._reader().all(kind)
+
+    def count(self, kind: type[Entity]) -> int:
+        return self._reader().count(kind)
+
+    def find_unique(self, kind: type[E], field: str, value: object) -> E | None:
+        return self._reader().find_unique(kind, field, value)
+
+    def find_by(self, kind: type[E], field: str, value: object) -> list[E]:
+        return self._reader().find_by(kind, field, value)
+
+    def view(self) -> State:
+        return self._state
+
+    @contextmanager
+    def _pin(self) -> Iterator[None]:
+        local = self._local
+        previous = getattr(local, "pinned", None)
+        local.pinned = self._state
+        try:
+            yield
+        finally:
+            local.pinned = previous
+
+    def pinned(self) -> AbstractContextManager[object]:
+        return self._pin()
 
     def get_setting(self, key: str) -> str | None:
         return self._settings.get(key)
 
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the last published change."""
+        return self._state.seq
+
     # -- writes ------------------------------------------------------------------------------
     def write_lock(self) -> AbstractContextManager[object]:
-        return self._lock
+        return self._write
+
+    def subscribe(self, listener: CommitListener) -> None:
+        self._listeners.append(listener)
 
     def put_setting(self, key: str, value: str) -> None:
         with self._lock:
             self._persist_setting(key, value)
             self._settings[key] = value
 
-    def commit(self, changes: Sequence[Change]) -> None:
-        with self._lock:
-            self._persist(changes)
-            for change in changes:
-                self._apply(change)
+    def commit(self, changes: Sequence[Change], *, wait: bool = True) -> None:
+        if not changes:
+            return
+        with self._write:
+            ticket = self._stage(changes)
+            if wait and not getattr(self._local, "committer", False):
+                self._local.ticket = ticket
+
+    def try_submit(self, build: Callable[[StoreView], Sequence[Change]]) -> bool:
+        if not self._lock.acquire(blocking=False):
+            return False
+        local = self._local
+        local.depth = getattr(local, "depth", 0) + 1
+        try:
+            changes = build(self._staged_view)
+            if changes:
+                self._stage(changes)
+        finally:
+            local.depth -= 1
+            self._lock.release()
+        return True
 
     def load(self, entities: Sequence[Entity]) -> None:
         """Fill memory from durable storage at start-up (no write-through)."""
-        for entity in entities:
-            self._apply(Put(entity))
+        self._state = self._state.apply([Put(e) for e in entities], self._seq)
 
     def snapshot(self, at: datetime) -> str:
         """Memory has no database file to copy: a durable subclass (``DuckDBStore``) does it."""
         raise SnapshotUnsupportedError("the in-memory store keeps no database file to snapshot")
 
+    def change_log_problems(self) -> list[LogProblem]:
+        """Memory keeps no change log."""
+        return []
+
     def close(self) -> None:
-        """Nothing to release in memory."""
+        """Commit what is queued and stop the committer."""
+        thread = self._committer
+        if thread is None:
+            return
+        with self._queued:
+            self._closing = True
+            self._queued.notify_all()
+        thread.join(COMMIT_WAIT_SECONDS)
 
     # -- hooks for durable subclasses --------------------------------------------------------
-    def _persist(self, changes: Sequence[Change]) -> None:
-        """Make ``changes`` durable, atomically; raise to refuse the whole batch."""
+    def _persist(self, entries: Sequence[tuple[int, Change]], final: Sequence[Change]) -> None:
+        """Make a batch durable, atomically: ``entries`` every change in order with its sequence
+        number, ``final`` the last change per key. Raise to refuse the whole batch."""
 
     def _persist_setting(self, key: str, value: str) -> None:
         """Make a setting durable."""
 
-    # -- internals ---------------------------------------------------------------------------
-    def _apply(self, change: Change) -> None:
-        if isinstance(change, Put):
-            entity = change.entity
-            rows = self._rows.setdefault(entity.ENTITY, {})
-            old = rows.get(entity.id)
-            if old is not None:
-                self._unindex(old)
-            rows[entity.id] = entity
-            self._index(entity)
-        elif isinstance(change, Delete):
-            old = self._rows.get(change.kind.ENTITY, {}).pop(change.id, None)
-            if old is not None:
-                self._unindex(old)
+    def _prepare(self, changes: Sequence[Change]) -> None:
+        """Raise (refusing the commit, nothing staged) if ``changes`` cannot be persisted; called
+        on the writer's thread, so a bad value fails its own request, never a batch."""
 
-    def _index(self, entity: Entity) -> None:
-        for field in entity.UNIQUE:
-            value = getattr(entity, field)
-            if value is not None:
-                self._unique.setdefault((entity.ENTITY, field), {})[value] = entity.id
-        for field in entity.INDEXED:
-            value = getattr(entity, field)
-            self._indexed.setdefault((entity.ENTITY, field), {}).setdefault(value, set()).add(entity.id)
+    # -- the write lock and waiting ----------------------------------------------------------
+    def _enter(self) -> None:
+        self._lock.acquire()
+        local = self._local
+        local.depth = getattr(local, "depth", 0) + 1
 
-    def _unindex(self, entity: Entity) -> None:
-        for field in entity.UNIQUE:
-            value = getattr(entity, field)
-            index = self._unique.get((entity.ENTITY, field))
-            if value is not None and index is not None and index.get(value) == entity.id:
-                del index[value]
-        for field in entity.INDEXED:
-            bucket = self._indexed.get((entity.ENTITY, field), {}).get(getattr(entity, field))
-            if bucket is not None:
-                bucket.discard(entity.id)
+    def _exit(self) -> None:
+        local = self._local
+        local.depth -= 1
+        ticket: Ticket | None = getattr(local, "ticket", None) if local.depth == 0 else None
+        if ticket is not None:
+            local.ticket = None
+        self._lock.release()
+        if ticket is not None:
+            self._await(ticket)
+
+    def _await(self, ticket: Ticket) -> None:
+        if not ticket.done.wait(COMMIT_WAIT_SECONDS):
+            raise CommitFailedError("the write was not committed in time; it may yet be")
+        if ticket.error is not None:
+            raise CommitFailedError(reason=str(ticket.error)) from ticket.error
+        if getattr(self._local, "pinned", None) is not None:
+            self._local.pinned = self._state  # the request reads on, including its own write
+
+    # -- staging, batches and publishing -----------------------------------------------------
+    def _stage(self, changes: Sequence[Change]) -> Ticket:
+        """Number ``changes``, show them to later writers and queue them (under the write lock)."""
+        self._prepare(changes)
+        entries: list[tuple[int, Change]] = []
+        for change in changes:
+            self._seq += 1
+            entries.append((self._seq, change))
+            name, entity_id = change_key(change)
+            entity = change.entity if isinstance(change, Put) else None
+            self._staged.setdefault(name, {})[entity_id] = (self._seq, entity)
+        ticket = Ticket(entries)
+        if not self._background:
+            self._run_batch([ticket])
+            if ticket.error is not None:
+                raise CommitFailedError(reason=str(ticket.error)) from ticket.error
+            return ticket
+        if getattr(self._local, "committer", False):
+            # a listener's follow-up (sessions ended by a policy change): committed right after
+            # the batch that caused it, before that batch's writers are answered
+            self._followups.append(ticket)
+            return ticket
+        self._start_committer()
+        with self._queued:
+            self._queue.append(ticket)
+            self._queued.notify()
+        return ticket
+
+    def _start_committer(self) -> None:
+        if self._committer is None:
+            self._committer = threading.Thread(
+                target=self._commit_loop, name="trellis-committer", daemon=True
+            )
+            self._committer.start()
+
+    def _commit_loop(self) -> None:
+        self._local.committer = True
+        while True:
+            with self._queued:
+                while not self._queue and not self._closing:
+                    self._queued.wait()
+                if not self._queue:
+                    return
+                tickets = self._queue[:MAX_BATCH_TICKETS]
+                del self._queue[:MAX_BATCH_TICKETS]
+            self._run_batch(tickets)
+
+    def _run_batch(self, tickets: list[Ticket]) -> None:
+        """Persist, publish and answer one batch; on failure fail it and all staged after it."""
+        entries = [entry for ticket in tickets for entry in ticket.entries]
+        final = coalesce(entries)
+        try:
+            self._persist(entries, final)
+        except BaseException as ex:
+            log.exception(
+                "a write batch of %d changes failed; it and all staged after it are refused", len(entries)
+            )
+            self._fail(tickets, ex)
+            return
+        with self._lock:
+            self._publish(entries, final)
+            followups, self._followups = self._followups, []
+        if followups:
+            self._run_batch(followups)
+        for ticket in tickets:
+            ticket.done.set()
+
+    def _publish(self, entries: list[tuple[int, Change]], final: list[Change]) -> None:
+        last = entries[-1][0]
+        self._state = self._state.apply(final, last)
+        for seq, change in entries:
+            name, entity_id = change_key(change)
+            staged = self._staged.get(name)
+            if staged is not None and entity_id in staged and staged[entity_id][0] <= seq:
+                del staged[entity_id]
+        for listener in list(self._listeners):
+            try:
+                listener(list(final))
+            except Exception:
+                log.exception("a commit listener failed on batch %d", last)
+
+    def _fail(self, tickets: list[Ticket], error: BaseException) -> None:
+        with self._lock:
+            with self._queued:
+                later, self._queue = self._queue, []
+            later.extend(self._followups)
+            self._followups = []
+            self._staged.clear()
+            self._seq = self._state.seq  # nothing staged is left: numbering goes on without a gap
+            for ticket in [*tickets, *later]:
+                ticket.error = error
+                ticket.done.set()

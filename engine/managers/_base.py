@@ -3,12 +3,15 @@
 A manager method is one use case. It runs under the store's write lock, gathers its changes
 in a :class:`UnitOfWork` (so related entities change together), validates, and commits once.
 Validation failures raise before anything is written, so a refused request changes nothing.
+The commit is staged in the store's group commit: the use case returns when it leaves the write
+lock, after its batch is durable and published (or raises ``CommitFailedError``).
 """
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -33,6 +36,8 @@ from engine.ports import (
 
 E = TypeVar("E", bound=Entity)
 
+log = logging.getLogger(__name__)
+
 Listener = Callable[[list[Change]], None]
 
 
@@ -51,14 +56,24 @@ class Env:
     totp: TotpService = field(default_factory=UnconfiguredTotp)
     #: Signature checks of external identity providers' JWTs (``pki.jwks``).
     jwt_verifier: ExternalJwtVerifier = field(default_factory=UnconfiguredJwtVerifier)
+    #: Told every published batch, in order (the policy engine, caches, session enforcement).
     listeners: list[Listener] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.store.subscribe(self._published)
+
+    def _published(self, changes: list[Change]) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(changes)
+            except Exception:  # the batch is durable: one listener's failure must not stop the rest
+                log.exception("a commit listener failed")
+
     def commit(self, uow: UnitOfWork) -> None:
-        """Commit ``uow`` and tell listeners (the policy engine, caches) what changed."""
-        changes = uow.changes()
+        """Stage ``uow``'s changes in the store's group commit (see :class:`~engine.ports.Store`):
+        under the write lock, the caller is answered when it leaves the lock, once they are
+        durable and the listeners have taken them."""
         uow.commit()
-        for listener in self.listeners:
-            listener(changes)
 
 
 class EntityManager(Generic[E]):

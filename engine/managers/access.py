@@ -37,7 +37,7 @@ from engine.policy import (
     UnknownEntityError,
     UnknownPolicyError,
 )
-from engine.ports import Change, Delete, Put, Store
+from engine.ports import Change, Delete, Put, Store, StoreView
 
 E = TypeVar("E", bound=Entity)
 
@@ -76,7 +76,7 @@ def _policy_row(policy: Entity) -> PolicyRow:
     )
 
 
-def build_graph(store: Store) -> PolicyGraph:
+def build_graph(store: StoreView) -> PolicyGraph:
     """The graph resolved from everything in ``store`` (the start-up bulk load)."""
 
     def rows(kind: type[Entity]) -> list[EntityRow]:

@@ -19,7 +19,7 @@ from engine.entities.identities import ApiSession, ApiSessionCertificate, Authen
 from engine.entities.sessions import Session
 from engine.errors import UnauthorizedError
 from engine.managers._base import EntityManager, Env
-from engine.ports import UnitOfWork
+from engine.ports import Change, Put, StoreView, UnitOfWork
 
 #: Activity is kept in memory and written to storage at most this often per session.
 ACTIVITY_FLUSH = timedelta(seconds=60)
@@ -139,13 +139,17 @@ class ApiSessionManager(EntityManager[ApiSession]):
             self._activity.pop(entity.id, None)
 
     def _flush(self, session_id: str, when: datetime) -> None:
-        with self.env.store.write_lock():
-            current = self.env.store.get(ApiSession, session_id)
+        """Persist the session's activity, off the read path: staged without waiting for its
+        commit, and skipped (kept in memory, tried again by the next request) while a writer holds
+        the write lock."""
+
+        def refreshed(view: StoreView) -> list[Change]:
+            current = view.get(ApiSession, session_id)
             if current is None or current.last_activity_at >= when:
-                return
-            uow = UnitOfWork(self.env.store)
-            uow.put(dataclasses.replace(current, last_activity_at=when))
-            self.env.commit(uow)
+                return []
+            return [Put(dataclasses.replace(current, last_activity_at=when))]
+
+        self.env.store.try_submit(refreshed)
 
     def _remove_quietly(self, session_id: str) -> None:
         with self.env.store.write_lock():

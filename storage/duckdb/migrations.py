@@ -79,7 +79,26 @@ def _v3(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE {table} (id VARCHAR PRIMARY KEY, doc JSON NOT NULL)")
 
 
-MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3)]
+#: The change log: every committed change in order, in the transaction of its batch.
+CHANGE_LOG_TABLE = "change_log"
+
+
+def _v4(con: duckdb.DuckDBPyConnection) -> None:
+    """The change log of the group-commit write path (design.md §9: what replicas will follow).
+
+    ``seq`` numbers changes without gaps in commit order; ``kind`` is the entity kind (its table
+    name); ``op`` is ``put`` (``doc`` the entity as its table holds it) or ``delete`` (``doc``
+    NULL); ``batch`` is the ``seq`` of the batch's last change, so a follower applies whole
+    batches. It is trimmed to the newest entries after checkpoints (``DuckDBStore``).
+    """
+    con.execute(
+        f"CREATE TABLE {CHANGE_LOG_TABLE} (seq BIGINT PRIMARY KEY, batch BIGINT NOT NULL, "
+        "kind VARCHAR NOT NULL, id VARCHAR NOT NULL, op VARCHAR NOT NULL CHECK (op IN ('put', 'delete')), "
+        "doc JSON, CHECK ((op = 'put') = (doc IS NOT NULL)))"
+    )
+
+
+MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3), (4, _v4)]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:

@@ -27,10 +27,11 @@ from pathlib import Path
 
 import duckdb
 
-from engine.entities import ALL_KINDS
-from engine.ports import Change, Delete, Put
+from engine.entities import ALL_KINDS, Entity
+from engine.ports import Change, LogProblem, Put
 from storage.codec import decode, encode
 from storage.duckdb.migrations import (
+    CHANGE_LOG_TABLE,
     COMPACT_TASK,
     MAINTENANCE_TABLE,
     MIGRATIONS,
@@ -96,11 +97,26 @@ def _remove(*paths: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-class DuckDBStore(MemoryStore):
-    """A write-through ``Store`` on a DuckDB file."""
+#: Change-log entries kept by default (a replica further behind resyncs from a snapshot).
+CHANGE_LOG_RETAIN = 100_000
 
-    def __init__(self, path: Path, *, memory_limit: str = "1GB") -> None:
-        super().__init__()
+
+class DuckDBStore(MemoryStore):
+    """A group-commit ``Store`` on a DuckDB file (see :mod:`storage.memory` for the write path).
+
+    A batch is one DuckDB transaction: the entity tables take each key's last change and the
+    ``change_log`` table every change, numbered. The log is kept to the newest
+    ``change_log_retain`` entries: when it has grown by half that again, the committer checkpoints
+    the database (the WAL folded into the file) and then deletes what is older.
+    """
+
+    def __init__(
+        self, path: Path, *, memory_limit: str = "1GB", change_log_retain: int = CHANGE_LOG_RETAIN
+    ) -> None:
+        super().__init__(background=True)
+        self.change_log_retain = max(1, change_log_retain)
+        #: Documents encoded at staging, by entity object, until their batch is written.
+        self._encoded: dict[int, tuple[Entity, str]] = {}
         restrict_umask()
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # The database's directory is its own (TRELLIS_HOME); ".tmp" is DuckDB's spill directory.
@@ -117,6 +133,10 @@ class DuckDBStore(MemoryStore):
         if COMPACT_TASK in pending_tasks(self._con):
             self._compact(path)
         self._load_all()
+        row = self._con.execute(f"SELECT coalesce(max(seq), 0), count(*) FROM {CHANGE_LOG_TABLE}").fetchone()
+        self._seq = int(row[0]) if row else 0
+        self._logged = int(row[1]) if row else 0
+        self.load([])  # the published state carries the last sequence number
 
     def _compact(self, path: Path) -> None:
         """Rewrite the database into a fresh file, so that no overwritten value (e.g. a plain
@@ -162,16 +182,43 @@ class DuckDBStore(MemoryStore):
         settings = self._con.execute("SELECT key, value FROM settings").fetchall()
         self._settings.update({str(k): str(v) for k, v in settings})
 
-    def _persist(self, changes: Sequence[Change]) -> None:
+    def _prepare(self, changes: Sequence[Change]) -> None:
+        """Encode each put's document now, on the writer's thread: a value that cannot be stored
+        (``UnstorableValueError``, a 400) refuses its own request, never its batch."""
+        encoded = [(change.entity, encode(change.entity)) for change in changes if isinstance(change, Put)]
+        for entity, doc in encoded:
+            self._encoded[id(entity)] = (entity, doc)
+
+    def _doc(self, entity: Entity) -> str:
+        cached = self._encoded.get(id(entity))
+        return cached[1] if cached is not None and cached[0] is entity else encode(entity)
+
+    def _persist(self, entries: Sequence[tuple[int, Change]], final: Sequence[Change]) -> None:
+        try:
+            self._write_batch(entries, final)
+        finally:
+            for _, change in entries:
+                if isinstance(change, Put):
+                    self._encoded.pop(id(change.entity), None)
+
+    def _write_batch(self, entries: Sequence[tuple[int, Change]], final: Sequence[Change]) -> None:
         puts: dict[str, list[object]] = {}
         deletes: dict[str, list[object]] = {}
-        for change in changes:
+        for change in final:
             if isinstance(change, Put):
                 puts.setdefault(table_name(change.entity.ENTITY), []).extend(
-                    (change.entity.id, encode(change.entity))
+                    (change.entity.id, self._doc(change.entity))
                 )
-            elif isinstance(change, Delete):
+            else:
                 deletes.setdefault(table_name(change.kind.ENTITY), []).append(change.id)
+        batch = entries[-1][0]
+        log_rows: list[object] = []
+        for seq, change in entries:
+            if isinstance(change, Put):
+                doc = self._doc(change.entity)
+                log_rows.extend((seq, batch, table_name(change.entity.ENTITY), change.entity.id, "put", doc))
+            else:
+                log_rows.extend((seq, batch, table_name(change.kind.ENTITY), change.id, "delete", None))
         with self._con_lock:
             con = self._con
             con.execute("BEGIN TRANSACTION")
@@ -185,10 +232,90 @@ class DuckDBStore(MemoryStore):
                     for chunk in _chunks(values, 2 * _CHUNK_ROWS):
                         rows = ", ".join(["(?, ?)"] * (len(chunk) // 2))
                         con.execute(f"INSERT OR REPLACE INTO {table} (id, doc) VALUES {rows}", chunk)
+                for chunk in _chunks(log_rows, 6 * _CHUNK_ROWS):
+                    rows = ", ".join(["(?, ?, ?, ?, ?, ?)"] * (len(chunk) // 6))
+                    con.execute(
+                        f"INSERT INTO {CHANGE_LOG_TABLE} (seq, batch, kind, id, op, doc) VALUES {rows}", chunk
+                    )
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
+            self._logged += len(entries)
+            if self._logged >= self.change_log_retain + max(1, self.change_log_retain // 2):
+                self._trim_change_log(batch)
+
+    def _trim_change_log(self, last: int) -> None:
+        """Checkpoint, then keep the newest ``change_log_retain`` entries (under the connection
+        lock, after a commit). A failure here loses nothing: the log is trimmed next time."""
+        try:
+            self._con.execute("CHECKPOINT")
+            self._con.execute(
+                f"DELETE FROM {CHANGE_LOG_TABLE} WHERE seq <= ?", [last - self.change_log_retain]
+            )
+            row = self._con.execute(f"SELECT count(*) FROM {CHANGE_LOG_TABLE}").fetchone()
+            self._logged = int(row[0]) if row else 0
+        except duckdb.Error as ex:
+            log.warning("could not trim the change log (retried later): %s", ex)
+
+    def change_log(
+        self, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, int, str, str, str, str | None]]:
+        """Change-log entries with ``seq`` above ``after``, oldest first: (seq, batch, kind, id,
+        op, doc). What a replica follows."""
+        with self._con_lock:
+            rows = self._con.execute(
+                f"SELECT seq, batch, kind, id, op, doc FROM {CHANGE_LOG_TABLE} WHERE seq > ? ORDER BY seq LIMIT ?",
+                [after, limit],
+            ).fetchall()
+        return [
+            (int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), None if r[5] is None else str(r[5]))
+            for r in rows
+        ]
+
+    def change_log_problems(self) -> list[LogProblem]:
+        """Where the change log disagrees with the tables: gaps in its numbering, or a key whose
+        newest logged change is not what its table holds (a put of another document, a delete of
+        a row that is there). Entries trimmed away are not compared."""
+        problems: list[LogProblem] = []
+        with self._con_lock:
+            con = self._con
+            row = con.execute(f"SELECT count(*), min(seq), max(seq) FROM {CHANGE_LOG_TABLE}").fetchone()
+            if row and row[0]:
+                count, low, high = int(row[0]), int(row[1]), int(row[2])
+                if high - low + 1 != count:
+                    problems.append(
+                        LogProblem(
+                            f"change log: {high - low + 1 - count} sequence numbers missing between {low} and {high}"
+                        )
+                    )
+            tables = [
+                str(r[0]) for r in con.execute(f"SELECT DISTINCT kind FROM {CHANGE_LOG_TABLE}").fetchall()
+            ]
+            known = {table_name(kind.ENTITY): kind.ENTITY for kind in ALL_KINDS}
+            for table in sorted(tables):
+                if table not in known:
+                    problems.append(LogProblem(f"change log: entries of an unknown kind {table!r}"))
+                    continue
+                rows = con.execute(
+                    f"WITH last AS (SELECT id, arg_max(op, seq) AS op, arg_max(doc::VARCHAR, seq) AS doc "
+                    f"FROM {CHANGE_LOG_TABLE} WHERE kind = ? GROUP BY id) "
+                    f"SELECT last.id, last.op, t.id IS NOT NULL FROM last LEFT JOIN {table} t ON t.id = last.id "
+                    "WHERE (last.op = 'delete' AND t.id IS NOT NULL) "
+                    "OR (last.op = 'put' AND (t.id IS NULL OR t.doc::VARCHAR <> last.doc)) ORDER BY last.id",
+                    [table],
+                ).fetchall()
+                for entity_id, op, present in rows:
+                    if op == "delete":
+                        state = "is deleted in the change log but present in its table"
+                    elif present:
+                        state = "differs from its newest change-log entry"
+                    else:
+                        state = "is in the change log but missing from its table"
+                    problems.append(
+                        LogProblem(f"change log: {table} {entity_id} {state}", known[table], str(entity_id))
+                    )
+        return problems
 
     def _persist_setting(self, key: str, value: str) -> None:
         with self._con_lock:
@@ -232,6 +359,8 @@ class DuckDBStore(MemoryStore):
         return str(target)
 
     def close(self) -> None:
+        """Commit what is queued, stop the committer, then close the database."""
+        super().close()
         with self._con_lock:
             self._con.close()
 

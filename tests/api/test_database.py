@@ -20,6 +20,7 @@ from engine.entities.identities import ApiSessionCertificate, Identity, Mfa
 from engine.entities.sessions import Session
 from engine.managers.bootstrap import create_default_admin
 from engine.managers.integrity import MAX_RESULTS
+from engine.policy import IDENTITY
 from engine.ports import Put
 from engine.testing import FixedClock
 from storage.duckdb import DuckDBStore
@@ -326,7 +327,14 @@ def test_check_reports_damage_and_fix_repairs_it(controller: Controller) -> None
     fixed = run(api, FIX)
     again = run(api, CHECK)
 
-    damage = expected_damage(ids)
+    # the rows deleted behind the controller's back are in the change log but not in their tables
+    damage = [
+        *expected_damage(ids),
+        f"change log: identities {ids['doomed']} is in the change log but missing from its table",
+        f"change log: services {ids['doomed_service']} is in the change log but missing from its table",
+        f"change log: configs {ids['doomed_config']} is in the change log but missing from its table",
+        f"change log: config_types {ids['doomed_type']} is in the change log but missing from its table",
+    ]
     assert findings(checked) == {(d, False) for d in [*damage, unfixable]}
     assert fixed["fixingErrors"] is True
     assert findings(fixed) == {(d, True) for d in damage} | {(unfixable, False)}
@@ -374,8 +382,12 @@ def test_a_policy_engine_out_of_step_with_the_database_is_found_and_rebuilt(api:
     store = api.ctrl.env.store
     stale = store.get(Identity, identity)
     assert stale is not None
-    # Written past the managers: the database loses attribute "a", the engine never hears of it.
+    # The database loses attribute "a"; the engine is put back to "a" behind the store's back, as if
+    # it had never heard of the change.
     store.commit([Put(dataclasses.replace(stale, role_attributes=["b"]))])
+    access = api.ctrl.managers.access
+    with access._lock:
+        access._graph.upsert_entity(IDENTITY, identity, ["a"])
     listed_before = [s["id"] for s in api.get(f"/identities/{identity}/services").json["data"]]
 
     checked = run(api, CHECK)
@@ -452,3 +464,33 @@ def test_a_snapshot_is_a_consistent_copy_next_to_the_database(settings: Settings
         assert found.name == "snap-svc"
     finally:
         copy.close()
+
+
+def test_the_change_log_out_of_step_with_the_tables_is_found_and_logged_again(api: Api) -> None:
+    identity = api.create("/identities", {"name": "dora", "isAdmin": False, "type": "User"})
+    service = api.create("/services", {"name": "svc-log", "encryptionRequired": True})
+    store = api.ctrl.env.store
+    assert isinstance(store, DuckDBStore)
+    assert run(api, CHECK)["results"] == []
+    with store._con_lock:
+        # a table changed behind the change log's back (an operator's hand edit): the log's newest
+        # entry of the identity no longer matches, and the service's row is gone
+        store._con.execute("UPDATE identities SET doc = json_object('id', id) WHERE id = ?", [identity])
+        store._con.execute("DELETE FROM services WHERE id = ?", [service])
+
+    checked = run(api, CHECK)
+    fixed = run(api, FIX)
+    again = run(api, CHECK)
+
+    damage = {
+        f"change log: identities {identity} differs from its newest change-log entry",
+        f"change log: services {service} is in the change log but missing from its table",
+    }
+    assert {r["description"] for r in checked["results"]} == damage
+    assert {(r["description"], r["fixed"]) for r in fixed["results"]} == {(d, True) for d in damage}
+    assert again["results"] == []
+    # the fix wrote what the controller serves (memory) back to the table, logged again
+    assert api.get(f"/identities/{identity}").json["data"]["name"] == "dora"
+    assert api.get(f"/services/{service}").status_code == 200
+    names = store._con.execute("SELECT doc->>'name' FROM services WHERE id = ?", [service]).fetchall()
+    assert names == [("svc-log",)]

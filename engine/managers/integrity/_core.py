@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 from engine.entities import ALL_KINDS, Entity
 from engine.entities import all as _all_kinds  # noqa: F401  (every kind registered: ALL_KINDS is complete)
 from engine.managers.api_sessions import delete_session
-from engine.ports import Change, SnapshotUnsupportedError, Store, UnitOfWork
+from engine.ports import Change, SnapshotUnsupportedError, UnitOfWork
+from engine.ports import StoreView as PortsView
 
 E = TypeVar("E", bound=Entity)
 
@@ -44,7 +45,7 @@ class Problem:
 class StoreView:
     """The store's entities as they were when captured: a read-only :class:`~engine.ports.Store`."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: PortsView) -> None:
         self._rows: dict[str, dict[str, Entity]] = {
             kind.ENTITY: {entity.id: entity for entity in store.all(kind)} for kind in ALL_KINDS
         }

@@ -13,6 +13,7 @@ from engine.managers._base import Env
 from engine.managers.access import AccessManager, build_graph
 from engine.managers.database import DatabaseManager
 from engine.managers.integrity._core import Problem, StoreView
+from engine.managers.integrity.changelog import change_log_problems
 from engine.managers.integrity.links import engine_links
 from engine.managers.integrity.references import DATABASE_CHECKS
 from engine.managers.service_updates import ServiceUpdates
@@ -155,12 +156,15 @@ class IntegrityManager:
         store = self.env.store
         if not fix:
             with store.write_lock():
-                view, live = StoreView(store), self.access.snapshot()
+                view, live = StoreView(store.view()), self.access.snapshot()
             for problem in find_problems(view, live):
+                sink(problem.description, False)
+            for problem in change_log_problems(store):
                 sink(problem.description, False)
             return
         with store.write_lock():
-            problems = list(find_problems(StoreView(store), self.access.snapshot()))
+            problems = list(find_problems(StoreView(store.view()), self.access.snapshot()))
+            problems.extend(change_log_problems(store))
             repaired = False
             try:
                 if any(problem.fixable for problem in problems):

@@ -14,6 +14,7 @@ import pytest
 from engine.entities import all as _kinds  # noqa: F401
 from engine.entities.identities import Enrollment, Identity
 from engine.entities.services import Service
+from engine.errors import CommitFailedError
 from engine.ports import Delete, Put
 from storage.duckdb import DuckDBStore
 from storage.duckdb.migrations import MIGRATIONS
@@ -67,12 +68,14 @@ def test_a_rolled_back_transaction_leaves_memory_untouched(tmp_path: Path) -> No
     # Make the database refuse the batch inside the transaction: a table that no longer exists.
     store._con.execute("DROP TABLE services")
     svc = Service(id="s1", created_at=NOW, updated_at=NOW, name="svc")
-    with pytest.raises(duckdb.Error):
+    with pytest.raises(CommitFailedError) as failed:
         store.commit([Put(_identity(2)), Put(svc)])
+    assert isinstance(failed.value.__cause__, duckdb.Error)
     assert store.get(Identity, "id-2") is None
     assert store.get(Service, "s1") is None
     count = store._con.execute("SELECT count(*) FROM identities").fetchone()
     assert count == (1,)
+    assert store._con.execute("SELECT count(*) FROM change_log").fetchone() == (1,)
     store.close()
 
 
