@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.serving import HOST, PASSWORD, init_home, running, tls_client_context
+from bench.writepath import measure_store, open_controller, set_up_store
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "writes.json"
@@ -75,6 +76,10 @@ OPERATIONS = (
     "create session",
     "delete session",
 )
+
+
+#: The write paths measured: the managers in this process, and the served API over TLS.
+PATHS = ("store", "http")
 
 
 class SetupError(RuntimeError):
@@ -330,6 +335,8 @@ def write_loop(
 class Row:
     """One writer count's figures."""
 
+    #: ``http`` (served over TLS) or ``store`` (the managers in this process, :mod:`bench.writepath`).
+    path: str
     writers: int
     seconds: float
     acknowledged: int
@@ -411,6 +418,7 @@ def measure(port: int, ca: str, world: World, writers: int, seconds: float) -> R
     failures += [f"writer {i} still running" for i, th in enumerate(threads) if th.is_alive()]
     total = sum(acknowledged.values())
     return Row(
+        path="http",
         writers=writers,
         seconds=round(elapsed, 2),
         acknowledged=total,
@@ -439,8 +447,8 @@ class Report:
 
     def table(self) -> str:
         lines = [
-            "| writers | acknowledged writes | writes/s | p50 ms | p99 ms | errors | server CPU | client CPU |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| path | writers | acknowledged writes | writes/s | p50 ms | p99 ms | errors | server CPU | client CPU |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for r in self.rows:
             errors = ", ".join(f"{status}: {n}" for status, n in r.errors.items()) or "none"
@@ -448,14 +456,16 @@ class Report:
                 errors += f"; harness: {'; '.join(r.failures)}"
             server = "?" if r.server_cpu_percent is None else f"{r.server_cpu_percent:.0f} %"
             lines.append(
-                f"| {r.writers} | {r.acknowledged} | {r.writes_per_second:.0f} | {r.p50_ms:.1f} "
+                f"| {r.path} | {r.writers} | {r.acknowledged} | {r.writes_per_second:.0f} | {r.p50_ms:.1f} "
                 f"| {r.p99_ms:.1f} | {errors} | {server} | {r.client_cpu_percent:.0f} % |"
             )
         load = ", ".join(f"{x:.2f}" for x in self.load_before)
         lines.append("")
         lines.append(
             f"{self.seconds_per_run:g} s per writer count, {self.cores} cores shared with the clients, "
-            f"load average before the run: {load}; cycle: {', '.join(OPERATIONS)}."
+            f"load average before the run: {load}; cycle: {', '.join(OPERATIONS)}. "
+            "http: served by `trellis serve` over TLS; store: the same use cases called in one process "
+            "(server CPU is that process's)."
         )
         return "\n".join(lines)
 
@@ -463,8 +473,47 @@ class Report:
         return json.dumps(asdict(self), indent=2) + "\n"
 
 
-def run(writer_counts: Sequence[int], seconds: float, out: Path | None = RESULTS) -> Report:
-    """Start a fresh server, measure each writer count in turn, write the JSON to ``out``."""
+def measure_store_path(home: Path, writer_counts: Sequence[int], seconds: float) -> list[Row]:
+    """The managers in this process on ``home`` (initialised), each writer count in turn."""
+    app = open_controller(home)
+    try:
+        world = set_up_store(app.ctrl.managers, max(writer_counts), ROLE, DEVICE_PASSWORD)
+        rows = []
+        for writers in writer_counts:
+            print(f"... store path: {writers} writer(s) for {seconds:g} s", file=sys.stderr, flush=True)
+            cpu_start = time.process_time()
+            elapsed, latencies, acknowledged, errors = measure_store(world, writers, seconds)
+            cpu = time.process_time() - cpu_start
+            total = sum(acknowledged.values())
+            millis = [s * 1000 for s in latencies]
+            rows.append(
+                Row(
+                    path="store",
+                    writers=writers,
+                    seconds=round(elapsed, 2),
+                    acknowledged=total,
+                    writes_per_second=round(total / elapsed, 1) if elapsed > 0 else 0.0,
+                    p50_ms=round(percentile(millis, 50), 2),
+                    p99_ms=round(percentile(millis, 99), 2),
+                    errors=dict(sorted(errors.items())),
+                    per_operation={op: acknowledged[op] for op in OPERATIONS},
+                    failures=[],
+                    client_cpu_percent=0.0,
+                    server_cpu_percent=round(100 * cpu / elapsed, 1) if elapsed > 0 else None,
+                )
+            )
+        return rows
+    finally:
+        app.ctrl.env.store.close()
+
+
+def run(
+    writer_counts: Sequence[int],
+    seconds: float,
+    out: Path | None = RESULTS,
+    paths: Sequence[str] = PATHS,
+) -> Report:
+    """Measure each path and writer count in turn on fresh homes, write the JSON to ``out``."""
     if not writer_counts or min(writer_counts) < 1:
         raise ValueError("writer counts must be 1 or more")
     report = Report(
@@ -476,14 +525,19 @@ def run(writer_counts: Sequence[int], seconds: float, out: Path | None = RESULTS
         rows=[],
     )
     with tempfile.TemporaryDirectory(prefix="trellis-bench-writes-") as tmp:
-        home = Path(tmp) / "home"
-        init_home(home)
-        ca = str(home / "pki" / "ca-bundle.pem")
-        with running(home, "trellis", env=SERVER_ENV) as port:
-            world = set_up(port, ca, max(writer_counts))
-            for writers in writer_counts:
-                print(f"... {writers} writer(s) for {seconds:g} s", file=sys.stderr, flush=True)
-                report.rows.append(measure(port, ca, world, writers, seconds))
+        if "store" in paths:
+            home = Path(tmp) / "store-home"
+            init_home(home)
+            report.rows.extend(measure_store_path(home, writer_counts, seconds))
+        if "http" in paths:
+            home = Path(tmp) / "home"
+            init_home(home)
+            ca = str(home / "pki" / "ca-bundle.pem")
+            with running(home, "trellis", env=SERVER_ENV) as port:
+                world = set_up(port, ca, max(writer_counts))
+                for writers in writer_counts:
+                    print(f"... http: {writers} writer(s) for {seconds:g} s", file=sys.stderr, flush=True)
+                    report.rows.append(measure(port, ca, world, writers, seconds))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(report.to_json())
@@ -494,6 +548,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--writers", default="1,8,32", help="comma-separated writer counts (default 1,8,32)")
     parser.add_argument("--seconds", type=float, default=10.0, help="each writer count's run (default 10)")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"the JSON results (default {RESULTS})")
+    parser.add_argument(
+        "--path",
+        default=",".join(PATHS),
+        help="comma-separated: store (in process), http (served); default both",
+    )
 
 
 def main(args: argparse.Namespace) -> str:
@@ -505,5 +564,8 @@ def main(args: argparse.Namespace) -> str:
         raise SystemExit("--writers needs at least one count, each 1 or more")
     if args.seconds <= 0:
         raise SystemExit("--seconds must be more than 0")
-    report = run(counts, args.seconds, args.out)
+    paths = [p.strip() for p in args.path.split(",") if p.strip()]
+    if not paths or set(paths) - set(PATHS):
+        raise SystemExit(f"--path takes {', '.join(PATHS)}, not {args.path!r}")
+    report = run(counts, args.seconds, args.out, paths)
     return report.table() + f"\n\nJSON: {args.out}"

@@ -173,6 +173,10 @@ class State:
         ids = table.indexed.get(field, {}).get(value, ())
         return [e for e in (table.rows.get(i) for i in ids) if e is not None]  # type: ignore[misc]
 
+    def holds(self, kind_name: str, id: str) -> bool:
+        """Whether an entity of the kind named ``kind_name`` (``Entity.ENTITY``) has this id."""
+        return id in self._tables.get(kind_name, _EMPTY).rows
+
     def ids(self, kind: type[Entity]) -> set[str]:
         return set(self._tables.get(kind.ENTITY, _EMPTY).rows)
 

@@ -16,6 +16,9 @@ DEFAULT_AUTH_POLICY_ID = "default"
 class Identity(Entity):
     ENTITY = "identities"
     UNIQUE = ("name", "external_id")
+    #: The few identities with service-config overrides or per-service hosting entries, found
+    #: without a scan of every identity (the deletes of configs and services).
+    INDEXED = ("overrides_configs", "has_hosting_entries")
 
     name: str
     type_id: str = "Default"
@@ -38,6 +41,16 @@ class Identity(Entity):
     #: Service-config overrides: service id -> config type id -> config id. For this identity, the
     #: config replaces the service's own config of that type (``/identities/{id}/service-configs``).
     service_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def overrides_configs(self) -> bool:
+        """Whether the identity has service-config overrides (an index of the store)."""
+        return bool(self.service_configs)
+
+    @property
+    def has_hosting_entries(self) -> bool:
+        """Whether the identity has per-service hosting costs or precedences (an index)."""
+        return bool(self.service_hosting_costs or self.service_hosting_precedences)
 
 
 @register

@@ -91,7 +91,7 @@ def _require_config(uow: UnitOfWork, config_id: str) -> Config:
 def drop_service_config_overrides(uow: UnitOfWork, clock: Clock, service_id: str) -> None:
     """Remove every identity's overrides of a deleted service."""
     now = clock.now()
-    for identity in uow.all(Identity):
+    for identity in uow.find_by(Identity, "overrides_configs", True):
         if service_id in identity.service_configs:
             kept = {s: by_type for s, by_type in identity.service_configs.items() if s != service_id}
             uow.put(dataclasses.replace(identity, service_configs=kept, updated_at=now))
@@ -100,7 +100,7 @@ def drop_service_config_overrides(uow: UnitOfWork, clock: Clock, service_id: str
 def check_config_not_overridden(uow: UnitOfWork, config_id: str) -> None:
     """A config an identity uses as a service-config override may not be deleted (OpenZiti's
     ``configStore.DeleteById``: "config is in use by identity <id> for service <id>")."""
-    for identity in uow.all(Identity):
+    for identity in uow.find_by(Identity, "overrides_configs", True):
         for service_id, by_type in identity.service_configs.items():
             if config_id in by_type.values() and uow.get(Service, service_id) is not None:
                 raise ReferencedEntityError(

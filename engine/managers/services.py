@@ -123,7 +123,7 @@ def _configs(env: Env, service: Service) -> list[Config]:
 def _drop_hosting_entries(uow: UnitOfWork, service_id: str, now: datetime) -> None:
     """Remove a deleted service from identities' ``serviceHostingCosts``/``Precedences`` (their keys
     must name existing services, so a stale key would make every later replacement fail)."""
-    for identity in uow.all(Identity):
+    for identity in uow.find_by(Identity, "has_hosting_entries", True):
         if service_id in identity.service_hosting_costs or service_id in identity.service_hosting_precedences:
             costs = {k: v for k, v in identity.service_hosting_costs.items() if k != service_id}
             precedences = {k: v for k, v in identity.service_hosting_precedences.items() if k != service_id}

@@ -202,41 +202,55 @@ class DuckDBStore(MemoryStore):
                     self._encoded.pop(id(change.entity), None)
 
     def _write_batch(self, entries: Sequence[tuple[int, Change]], final: Sequence[Change]) -> None:
-        puts: dict[str, list[object]] = {}
-        deletes: dict[str, list[object]] = {}
+        # The published state holds exactly the tables' rows (this batch is not in it yet): a new
+        # key is a plain INSERT, only a changed one needs INSERT OR REPLACE (twice the cost).
+        published = self._state
+        inserts: dict[str, tuple[list[str], list[str]]] = {}
+        replaces: dict[str, tuple[list[str], list[str]]] = {}
+        deletes: dict[str, list[str]] = {}
         for change in final:
             if isinstance(change, Put):
-                puts.setdefault(table_name(change.entity.ENTITY), []).extend(
-                    (change.entity.id, self._doc(change.entity))
-                )
-            else:
+                entity = change.entity
+                into = replaces if published.holds(entity.ENTITY, entity.id) else inserts
+                ids, docs = into.setdefault(table_name(entity.ENTITY), ([], []))
+                ids.append(entity.id)
+                docs.append(self._doc(entity))
+            elif published.holds(change.kind.ENTITY, change.id):
+                # (a key created and deleted within the batch was never in its table)
                 deletes.setdefault(table_name(change.kind.ENTITY), []).append(change.id)
         batch = entries[-1][0]
-        log_rows: list[object] = []
+        log: tuple[list[int], list[str], list[str], list[str], list[str | None]] = ([], [], [], [], [])
         for seq, change in entries:
+            log[0].append(seq)
             if isinstance(change, Put):
-                doc = self._doc(change.entity)
-                log_rows.extend((seq, batch, table_name(change.entity.ENTITY), change.entity.id, "put", doc))
+                log[1].append(table_name(change.entity.ENTITY))
+                log[2].append(change.entity.id)
+                log[3].append("put")
+                log[4].append(self._doc(change.entity))
             else:
-                log_rows.extend((seq, batch, table_name(change.kind.ENTITY), change.id, "delete", None))
+                log[1].append(table_name(change.kind.ENTITY))
+                log[2].append(change.id)
+                log[3].append("delete")
+                log[4].append(None)
         with self._con_lock:
             con = self._con
             con.execute("BEGIN TRANSACTION")
             try:
-                # Multi-row statements: one round trip per chunk instead of per row.
+                # Whole columns bound as lists: one statement per table whatever the batch's size
+                # (a row of ``?`` per value costs more to bind than the write itself).
                 for table, ids in deletes.items():
-                    for chunk in _chunks(ids, _CHUNK_ROWS):
-                        marks = ", ".join("?" * len(chunk))
-                        con.execute(f"DELETE FROM {table} WHERE id IN ({marks})", chunk)
-                for table, values in puts.items():
-                    for chunk in _chunks(values, 2 * _CHUNK_ROWS):
-                        rows = ", ".join(["(?, ?)"] * (len(chunk) // 2))
-                        con.execute(f"INSERT OR REPLACE INTO {table} (id, doc) VALUES {rows}", chunk)
-                for chunk in _chunks(log_rows, 6 * _CHUNK_ROWS):
-                    rows = ", ".join(["(?, ?, ?, ?, ?, ?)"] * (len(chunk) // 6))
-                    con.execute(
-                        f"INSERT INTO {CHANGE_LOG_TABLE} (seq, batch, kind, id, op, doc) VALUES {rows}", chunk
-                    )
+                    con.execute(f"DELETE FROM {table} WHERE id IN (SELECT unnest($1::VARCHAR[]))", [ids])
+                for verb, puts in (("INSERT", inserts), ("INSERT OR REPLACE", replaces)):
+                    for table, (ids, docs) in puts.items():
+                        con.execute(
+                            f"{verb} INTO {table} (id, doc) SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[])",
+                            [ids, docs],
+                        )
+                con.execute(
+                    f"INSERT INTO {CHANGE_LOG_TABLE} (seq, batch, kind, id, op, doc) SELECT unnest($1::BIGINT[]), "
+                    "$2, unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), unnest($6::VARCHAR[])",
+                    [log[0], batch, log[1], log[2], log[3], log[4]],
+                )
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
