@@ -6,7 +6,9 @@
 ``python -m bench updates --tier L`` the service-update tracker's cost per write (see
 :mod:`bench.updates`);
 ``python -m bench writes`` acknowledged durable writes per second with 1, 8 and 32 writers
-against a real server (see :mod:`bench.writes`).
+against a real server (see :mod:`bench.writes`);
+``python -m bench http --tier L`` the HTTP path under wrk, scenario by scenario, against a bare
+Falcon app served the same way (see :mod:`bench.http`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import engine, serving, startup, updates, writes
+from bench import engine, http, serving, startup, updates, writes
 from bench.topology import TIERS
 
 
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     tracker.add_argument("--tier", choices=sorted(TIERS), default="S")
     tracker.add_argument("--seed", type=int, default=1)
     writes.add_arguments(commands.add_parser("writes", help="acknowledged durable writes per second"))
+    http.add_arguments(commands.add_parser("http", help="the HTTP path under wrk against a bare Falcon app"))
     args = parser.parse_args(argv)
     if args.command == "engine":
         run_baseline = args.baseline if args.baseline is not None else args.tier != "XL"
@@ -56,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         print(updates.run(args.tier, args.seed), flush=True)
     elif args.command == "writes":
         print(writes.main(args), flush=True)
+    elif args.command == "http":
+        print(http.main(args), flush=True)
     return 0
 
 

@@ -1,0 +1,916 @@
+"""The HTTP path end to end: ``trellis serve`` under wrk, side by side with a bare Falcon app.
+
+``python -m bench http [--tier S|L] [--seconds N] [--connections 16] [--out PATH]``:
+
+1. **Seed.** ``trellis init`` makes a home (PKI, database, the admin) in a temporary directory;
+   then, in a child process, the tier's generated topology (:mod:`bench.topology`: identities,
+   services, edge routers, posture checks and the three kinds of policies, as
+   :mod:`bench.startup` writes them) goes into the DuckDB file through the store in batches of
+   20,000 rows, not through 100k HTTP calls. Added to it: 100 ``bench-svc-NNN`` services
+   (``#bench-services``), the ``bench-er`` edge router, and a Dial service policy, an edge router
+   policy and a service edge router policy that give ``#bench-client`` identities those services
+   through that router.
+2. **The yardstick.** :mod:`bench.bare` (``{"hello": "world"}`` from a bare Falcon app) is served
+   with ``trellis serve``'s settings (one gunicorn worker, 8 threads, the same TLS certificate,
+   context and access log) twice: with gunicorn's ``gthread`` worker (the issue's yardstick) and
+   with the controller's own worker (:mod:`api.worker`). wrk drives ``GET /`` for ``--seconds``.
+3. **The server.** ``trellis serve`` (``--worker trellis``, the default: exactly the shipped
+   command) or the same app under gthread with 8 threads (``--worker gthread``) starts on
+   127.0.0.1 with the per-client budgets off (``TRELLIS_RATE_AUTH_PER_MINUTE=0``,
+   ``TRELLIS_RATE_WRITE_PER_MINUTE=0``). Its start time is from the process's start to the
+   first ``GET /version`` answered (polled every 50 ms); its memory is the resident set of the
+   gunicorn master and worker just after start and the worker's peak at the end.
+4. **Set-up over HTTP** (a few calls): the ``bench-device`` identity (``#bench-client``, a
+   password through an ``updb`` enrollment), an admin API session, and the device's API sessions
+   for the Dial scenario (see below).
+5. **Scenarios**, each one wrk run of ``--seconds`` with ``-t{threads} -c{connections}``
+   (default ``-t1 -c16``) on kept-alive TLS connections, requests from
+   ``bench/wrk/scenario.lua``:
+
+   - ``version``: ``GET /version`` (no authentication; the app's fixed cost);
+   - ``authenticate``: ``POST /edge/client/v1/authenticate?method=password`` as the device
+     (a scrypt verification and a new API session each);
+   - ``client services``: ``GET /edge/client/v1/services?limit=500`` as the device: every
+     service it may use in one page (100 bench services, plus at tier L those of the tier's
+     ``#all`` service policies: the row names the count);
+   - ``policy advice``: ``GET /identities/{device}/policy-advice/{bench service}`` (admin);
+   - ``identities``, ``identities name=``, ``identities anyOf``: ``GET /identities?limit=10``
+     with no filter, ``filter=name="<a tier identity>"`` and
+     ``filter=anyOf(roleAttributes)="<its first attribute>"`` (admin);
+   - ``patch service policy``: ``PATCH /service-policies/{id}`` of a tier Dial policy, its
+     ``identityRoles`` alternating between the generated roles and those plus one ``@identity``
+     (admin; a durable write and a policy role change each);
+   - ``create session``: ``POST /edge/client/v1/sessions`` (Dial) as the device.
+
+   **Durable session creations.** A session is kept per (API session, type, service): asking
+   again returns the same session (also 201) and writes nothing. So the harness logs the device
+   in ``K`` times before the run and the requests rotate over ``K`` x 100 distinct (API session,
+   service) pairs, API session first (each API session gains one session per round), enough for
+   ``--session-rate`` (default 3,000, the issue's target) creations per second for the whole
+   run. What counts as created is the number of sessions the server holds after the run minus
+   before (``GET /sessions``' ``totalCount``), over wrk's duration: ``durable creations/s``. If
+   the server got through every pair, later answers are repeats, and the row says so.
+
+   The scenarios run in this order on one server, so each finds what earlier ones wrote (the
+   API sessions of ``authenticate``, for one). ``patch service policy`` runs before
+   ``create session``: a service policy change re-checks every session there is.
+
+6. **Report.** Per scenario: requests/s, p50 and p99 latency (wrk's distribution, printed by
+   the script's ``done()``), errors (answers other than 2xx, plus wrk's socket errors and
+   timeouts), the ratio of its requests/s to each bare app's, and the CPU the server and wrk used
+   meanwhile (% of one core, from ``/proc`` and ``getrusage``). The table is printed and written
+   as JSON (default ``bench/results/http-<tier>.json``) with the machine: cores, load average
+   before and after, Python, platform, wrk's version.
+
+**wrk** comes from Debian's packages. When it is not on ``PATH`` the harness installs it: as
+root with ``apt-get install -y wrk`` (after an ``apt-get update`` if the first attempt fails);
+else, or if that fails, ``apt-get download`` of wrk and its LuaJIT library, unpacked with
+``dpkg-deb -x`` under the repository's ``.cache/wrk/`` (ignored by git: the directory carries
+its own ``.gitignore``) and run from there with ``LD_LIBRARY_PATH``. If neither works it stops
+with a clear error.
+
+Run::
+
+    python -m bench http                              # tier S, 10 s per scenario
+    python -m bench http --tier L --seconds 10
+    python -m bench http --tier S --seconds 1 --out /tmp/http.json
+
+Everything runs on one machine: wrk (one thread) shares the cores with the server, so the
+figures compare the scenarios with each other and with the bare app in the same run, and vary
+with whatever else runs there. Every wrk run is bounded by ``--seconds`` (and a process time
+limit), every setup request by a timeout; traffic goes to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from bench.serving import HOST, PASSWORD, free_port, init_home, timed
+from bench.topology import TIERS
+from bench.writes import Client
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "bench" / "results"
+SCRIPT = ROOT / "bench" / "wrk" / "scenario.lua"
+CACHE = ROOT / ".cache" / "wrk"
+MGMT = "/edge/management/v1"
+CLIENT = "/edge/client/v1"
+#: Budgets off: the benchmark measures the request path, not the rate limiter.
+SERVER_ENV = {"TRELLIS_RATE_AUTH_PER_MINUTE": "0", "TRELLIS_RATE_WRITE_PER_MINUTE": "0"}
+DEVICE = "bench-device"
+DEVICE_PASSWORD = "bench-device-password"
+DEVICE_ROLE = "bench-client"
+SERVICE_ROLE = "bench-services"
+ROUTER_ROLE = "bench-er"
+BENCH_SERVICES = 100
+#: The Debian packages the cached wrk is unpacked from (wrk needs LuaJIT; libssl3 is the system's).
+WRK_PACKAGES = ("wrk", "libluajit-5.1-2")
+#: Answers slower than this count as wrk timeouts (a list at tier L under 16 connections queues).
+WRK_TIMEOUT_SECONDS = 30
+READY_TIMEOUT_SECONDS = 180.0
+
+
+class WrkUnavailable(RuntimeError):
+    """wrk is not on PATH and could not be installed."""
+
+
+# -- wrk -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wrk:
+    """How to run wrk: the executable and what its environment needs (LD_LIBRARY_PATH)."""
+
+    path: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    def version(self) -> str:
+        out = subprocess.run(
+            [self.path, "-v"], env=dict(os.environ, **self.env), capture_output=True, text=True, timeout=30
+        )
+        text = (out.stdout + out.stderr).strip()
+        return text.splitlines()[0].split(" Copyright")[0] if text else "?"
+
+
+def _cached_wrk(cache: Path) -> Wrk | None:
+    binary = cache / "root" / "usr" / "bin" / "wrk"
+    if not binary.is_file():
+        return None
+    libs = sorted(str(p) for p in (cache / "root" / "usr" / "lib").glob("*-linux-gnu") if p.is_dir())
+    libs.append(str(cache / "root" / "usr" / "lib"))
+    return Wrk(str(binary), {"LD_LIBRARY_PATH": os.pathsep.join(libs)})
+
+
+def _run_quietly(command: Sequence[str], cwd: Path | None = None, timeout: float = 600) -> tuple[bool, str]:
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    try:
+        out = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as ex:
+        return False, f"{' '.join(command)}: {ex}"
+    tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
+    return out.returncode == 0, f"{' '.join(command)}: exit {out.returncode}: {' / '.join(tail)}"
+
+
+def _apt_install() -> tuple[Wrk | None, list[str]]:
+    notes: list[str] = []
+    for update_first in (False, True):
+        if update_first:
+            ok, note = _run_quietly(["apt-get", "update"])
+            if not ok:
+                notes.append(note)
+        ok, note = _run_quietly(["apt-get", "install", "-y", "wrk"])
+        found = shutil.which("wrk")
+        if ok and found:
+            return Wrk(found), notes
+        notes.append(note)
+    return None, notes
+
+
+def _download_into(cache: Path) -> tuple[Wrk | None, list[str]]:
+    """``apt-get download`` wrk and LuaJIT, unpacked under ``cache`` (no root needed)."""
+    notes: list[str] = []
+    debs = cache / "debs"
+    if debs.exists():
+        shutil.rmtree(debs)
+    debs.mkdir(parents=True)
+    ignore = cache.parent / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# downloads and unpacked tools of the benchmarks (bench/http.py)\n*\n")
+    for package in WRK_PACKAGES:
+        ok, note = _run_quietly(["apt-get", "download", package], cwd=debs)
+        if not ok:
+            notes.append(note)
+            return None, notes
+    for deb in sorted(debs.glob("*.deb")):
+        ok, note = _run_quietly(["dpkg-deb", "-x", str(deb), str(cache / "root")])
+        if not ok:
+            notes.append(note)
+            return None, notes
+    found = _cached_wrk(cache)
+    if found is None:
+        notes.append(f"no usr/bin/wrk under {cache / 'root'} after unpacking")
+    return found, notes
+
+
+def ensure_wrk(*, cache: Path = CACHE, allow_system_install: bool = True) -> Wrk:
+    """wrk from PATH, else from ``cache``, else installed (apt-get as root, else unpacked into
+    ``cache``); :class:`WrkUnavailable` with every attempt's outcome if none works."""
+    found = shutil.which("wrk")
+    if found:
+        return Wrk(found)
+    cached = _cached_wrk(cache)
+    if cached is not None:
+        return cached
+    notes: list[str] = []
+    if not shutil.which("apt-get"):
+        raise WrkUnavailable(
+            "wrk is not on PATH and apt-get is not available: install wrk (Debian: apt-get install wrk)"
+        )
+    if allow_system_install and os.geteuid() == 0:
+        print("... installing wrk: apt-get install -y wrk", file=sys.stderr, flush=True)
+        installed, more = _apt_install()
+        notes += more
+        if installed is not None:
+            return installed
+    if shutil.which("dpkg-deb"):
+        print(f"... fetching wrk: apt-get download into {cache}", file=sys.stderr, flush=True)
+        unpacked, more = _download_into(cache)
+        notes += more
+        if unpacked is not None:
+            return unpacked
+    else:
+        notes.append("dpkg-deb is not available")
+    raise WrkUnavailable("wrk is not on PATH and could not be installed:\n  " + "\n  ".join(notes))
+
+
+# -- seeding -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Seeded:
+    """What the scenarios need to know of the seeded data."""
+
+    tier: str
+    rows: int
+    seconds: float
+    identity_name: str
+    identity_attribute: str
+    policy_id: str
+    policy_identity_roles: list[str]
+    extra_identity_role: str
+    bench_services: list[str]
+
+
+def _bench_entities(now: dt.datetime) -> list[Any]:
+    from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy, ServicePolicy
+    from engine.entities.routers import EdgeRouter
+    from engine.entities.services import Service
+
+    def common(row_id: str) -> dict[str, Any]:
+        return {"id": row_id, "created_at": now, "updated_at": now, "name": row_id}
+
+    out: list[Any] = [
+        Service(**common(f"bench-svc-{n:03d}"), role_attributes=[SERVICE_ROLE]) for n in range(BENCH_SERVICES)
+    ]
+    out.append(EdgeRouter(**common("bench-er"), role_attributes=[ROUTER_ROLE]))
+    out.append(
+        ServicePolicy(
+            **common("bench-dial"),
+            semantic="AnyOf",
+            type="Dial",
+            identity_roles=[f"#{DEVICE_ROLE}"],
+            service_roles=[f"#{SERVICE_ROLE}"],
+        )
+    )
+    out.append(
+        EdgeRouterPolicy(
+            **common("bench-erp"),
+            semantic="AnyOf",
+            identity_roles=[f"#{DEVICE_ROLE}"],
+            edge_router_roles=[f"#{ROUTER_ROLE}"],
+        )
+    )
+    out.append(
+        ServiceEdgeRouterPolicy(
+            **common("bench-serp"),
+            semantic="AnyOf",
+            service_roles=[f"#{SERVICE_ROLE}"],
+            edge_router_roles=[f"#{ROUTER_ROLE}"],
+        )
+    )
+    return out
+
+
+def _seed_child(database: str, tier: str, seed: int, out: str) -> None:
+    """(In a spawned child) write the tier and the bench entities into ``database``."""
+    from bench.startup import _BATCH, _entities
+    from bench.topology import generate
+    from engine.ports import Put
+    from storage.duckdb import DuckDBStore
+
+    began = time.perf_counter()
+    topology = generate(tier, seed)
+    entities = _entities(tier, seed) + _bench_entities(dt.datetime.now(dt.UTC))
+    store = DuckDBStore(Path(database))
+    try:
+        for start in range(0, len(entities), _BATCH):
+            store.commit([Put(e) for e in entities[start : start + _BATCH]])
+    finally:
+        store.close()
+    probe = topology.identities[len(topology.identities) // 2]
+    policy = next(p for p in topology.service_policies if p.type == "Dial" and not p.posture_check_roles)
+    extra = f"@{topology.identities[-1].id}"
+    roles = [r for r in policy.identity_roles if r != extra]
+    seeded = Seeded(
+        tier=tier,
+        rows=len(entities),
+        seconds=round(time.perf_counter() - began, 2),
+        identity_name=probe.id,  # bench.startup names every entity by its id
+        identity_attribute=probe.attributes[0],
+        policy_id=policy.id,
+        policy_identity_roles=roles,
+        extra_identity_role=extra,
+        bench_services=[f"bench-svc-{n:03d}" for n in range(BENCH_SERVICES)],
+    )
+    Path(out).write_text(json.dumps(asdict(seeded)))
+
+
+def seed_home(home: Path, tier: str, seed: int) -> Seeded:
+    """``trellis init`` in ``home``, then the tier written into its database (a child process)."""
+    init_home(home)
+    out = home / "seeded.json"
+    child = get_context("spawn").Process(
+        target=_seed_child, args=(str(home / "trellis.duckdb"), tier, seed, str(out))
+    )
+    child.start()
+    child.join()
+    if child.exitcode != 0 or not out.exists():
+        raise RuntimeError(f"seeding tier {tier} failed (exit {child.exitcode})")
+    return Seeded(**json.loads(out.read_text()))
+
+
+# -- servers -------------------------------------------------------------------------------------
+
+
+def _status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (kB) of ``pid`` from ``/proc``; empty where it cannot be read."""
+    out: dict[str, int] = {}
+    with suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0])
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    with suppress(OSError, ValueError):
+        for children in Path(f"/proc/{pid}/task").glob("*/children"):
+            found.extend(int(c) for c in children.read_text().split())
+    return found
+
+
+def _cpu_seconds(pids: Sequence[int]) -> float | None:
+    """User + system CPU seconds used so far by ``pids`` (Linux ``/proc``); None elsewhere."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    try:
+        for pid in pids:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
+@dataclass
+class Running:
+    """A server process started by :func:`serving`: its port, CA, pids and start figures."""
+
+    name: str
+    port: int
+    ca: str
+    pid: int
+    start_seconds: float
+    rss_mb_at_start: float
+    log: Path
+
+    def pids(self) -> list[int]:
+        return [self.pid, *_children(self.pid)]
+
+    def cpu_seconds(self) -> float | None:
+        return _cpu_seconds(self.pids())
+
+    def worker_peak_rss_mb(self) -> float:
+        peaks = [_status(pid).get("VmHWM", 0) for pid in _children(self.pid)]
+        return round(max(peaks, default=0) / 1024, 1)
+
+
+@contextmanager
+def serving(home: Path, name: str, command: Sequence[str], ready_path: str) -> Iterator[Running]:
+    """Start ``command`` (a server reading TRELLIS_HOME/TRELLIS_BIND) in its own process group,
+    wait until ``ready_path`` answers 200, stop it on exit (SIGINT, then SIGKILL to its group)."""
+    port = free_port()
+    ca = str(home / "pki" / "ca-bundle.pem")
+    env = dict(os.environ, TRELLIS_HOME=str(home), TRELLIS_BIND=f"{HOST}:{port}", **SERVER_ENV)
+    env.pop("TRELLIS_ADMIN_PASSWORD", None)
+    env.pop("TRELLIS_ADMIN_PASSWORD_FILE", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    log_path = home / f"serve-{name}.log"
+    log = log_path.open("ab")
+    began = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited {proc.returncode}; see {log_path}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not answer in {READY_TIMEOUT_SECONDS:.0f} s; see {log_path}")
+            if timed(port, ca, "GET", ready_path, timeout=2)[1] == 200:
+                break
+            time.sleep(0.05)
+        started = time.perf_counter() - began
+        rss = sum(_status(pid).get("VmRSS", 0) for pid in [proc.pid, *_children(proc.pid)])
+        yield Running(name, port, ca, proc.pid, round(started, 2), round(rss / 1024, 1), log_path)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        log.close()
+
+
+def trellis_command(worker: str) -> list[str]:
+    """``trellis serve`` itself, or the same app under gthread (bench.serving's ``gthread-8``)."""
+    if worker == "trellis":
+        return [sys.executable, "-m", "api.cli", "serve"]
+    return [sys.executable, "-m", "bench.serving", "--serve", "gthread-8"]
+
+
+def bare_command(worker: str) -> list[str]:
+    return [sys.executable, "-m", "bench.bare", "--worker", worker]
+
+
+# -- set-up over HTTP ----------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    admin: str
+    device_id: str
+    device_token: str
+    dial_tokens: list[str]
+    device_services: int
+
+
+def _total(client: Client, path: str, token: str) -> int:
+    body = client.expect(200, "GET", path, token)
+    return int(body["meta"]["pagination"]["totalCount"])
+
+
+def session_count(server: Running, admin: str) -> int:
+    """The sessions the server holds (``GET /sessions``' ``totalCount``), on a new connection."""
+    client = Client(server.port, server.ca)
+    try:
+        return _total(client, f"{MGMT}/sessions?limit=1", admin)
+    finally:
+        client.close()
+
+
+def set_up(server: Running, api_sessions: int) -> World:
+    """The device (password, ``#bench-client``), an admin API session, ``api_sessions`` device
+    API sessions for the Dial scenario."""
+    client = Client(server.port, server.ca)
+    try:
+        admin = client.login(MGMT, "admin", PASSWORD)
+        created = client.expect(
+            201,
+            "POST",
+            f"{MGMT}/identities",
+            admin,
+            {
+                "name": DEVICE,
+                "type": "Device",
+                "isAdmin": False,
+                "roleAttributes": [DEVICE_ROLE],
+                "enrollment": {"updb": DEVICE},
+            },
+        )
+        device_id = str(created["data"]["id"])
+        detail = client.expect(200, "GET", f"{MGMT}/identities/{device_id}", admin)
+        token = detail["data"]["enrollment"]["updb"]["token"]
+        client.expect(200, "POST", f"{CLIENT}/enroll/updb?token={token}", body={"password": DEVICE_PASSWORD})
+        device_token = client.login(CLIENT, DEVICE, DEVICE_PASSWORD)
+        services = _total(client, f"{CLIENT}/services?limit=1", device_token)
+    finally:
+        client.close()
+
+    def login(_: int) -> str:
+        one = Client(server.port, server.ca)
+        try:
+            return one.login(CLIENT, DEVICE, DEVICE_PASSWORD)
+        finally:
+            one.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        dial_tokens = list(pool.map(login, range(api_sessions)))
+    return World(admin, device_id, device_token, dial_tokens, services)
+
+
+# -- scenarios -----------------------------------------------------------------------------------
+
+#: (method, path, token, body) of one request line of the scenario file.
+Request = tuple[str, str, str, str]
+
+
+@dataclass
+class Scenario:
+    name: str
+    requests: list[Request]
+    #: What the row says besides the figures.
+    note: str = ""
+
+
+def _query(text: str) -> str:
+    return urllib.parse.quote(text, safe="")
+
+
+def scenarios(seeded: Seeded, world: World) -> list[Scenario]:
+    """The scenarios, in the order they run (see the module docstring)."""
+    admin, device = world.admin, world.device_token
+    login = json.dumps({"username": DEVICE, "password": DEVICE_PASSWORD})
+    name_filter = _query(f'name="{seeded.identity_name}"')
+    any_filter = _query(f'anyOf(roleAttributes)="{seeded.identity_attribute}"')
+    roles = seeded.policy_identity_roles
+    patch_path = f"{MGMT}/service-policies/{seeded.policy_id}"
+    patches = [
+        ("PATCH", patch_path, admin, json.dumps({"identityRoles": [*roles, seeded.extra_identity_role]})),
+        ("PATCH", patch_path, admin, json.dumps({"identityRoles": roles})),
+    ]
+    services = seeded.bench_services
+    dials: list[Request] = [
+        ("POST", f"{CLIENT}/sessions", token, json.dumps({"serviceId": service, "type": "Dial"}))
+        for service in services
+        for token in world.dial_tokens
+    ]
+    return [
+        Scenario("version", [("GET", "/version", "", "")], "no authentication"),
+        Scenario(
+            "authenticate",
+            [("POST", f"{CLIENT}/authenticate?method=password", "", login)],
+            "password (scrypt), a new API session each",
+        ),
+        Scenario(
+            "client services",
+            [("GET", f"{CLIENT}/services?limit=500", device, "")],
+            f"{world.device_services} services in one page",
+        ),
+        Scenario(
+            "policy advice",
+            [("GET", f"{MGMT}/identities/{world.device_id}/policy-advice/{services[0]}", admin, "")],
+        ),
+        Scenario("identities", [("GET", f"{MGMT}/identities?limit=10", admin, "")], "limit=10, no filter"),
+        Scenario(
+            "identities name=",
+            [("GET", f"{MGMT}/identities?limit=10&filter={name_filter}", admin, "")],
+            'filter=name="..."',
+        ),
+        Scenario(
+            "identities anyOf",
+            [("GET", f"{MGMT}/identities?limit=10&filter={any_filter}", admin, "")],
+            f'filter=anyOf(roleAttributes)="{seeded.identity_attribute}"',
+        ),
+        Scenario("patch service policy", patches, "identityRoles alternating"),
+        Scenario("create session", dials, f"Dial; {len(dials):,} (API session, service) pairs"),
+    ]
+
+
+def write_requests(path: Path, requests: Sequence[Request]) -> None:
+    lines = []
+    for method, target, token, body in requests:
+        if any("\t" in part or "\n" in part for part in (method, target, token, body)):
+            raise ValueError(f"a request line may hold no tab or newline: {method} {target}")
+        lines.append("\t".join((method, target, token, body)))
+    path.write_text("\n".join(lines) + "\n")
+
+
+@dataclass
+class Row:
+    """One scenario's figures."""
+
+    scenario: str
+    server: str
+    seconds: float
+    requests: int
+    requests_per_second: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    #: Answers other than 2xx plus wrk's socket errors and timeouts.
+    errors: int
+    statuses: dict[str, int]
+    socket_errors: dict[str, int]
+    server_cpu_percent: float | None
+    wrk_cpu_percent: float
+    ratio_to_bare_gthread: float | None = None
+    ratio_to_bare_trellis: float | None = None
+    #: ``create session`` only: sessions the server holds after minus before, and per second.
+    durable_creations: int | None = None
+    durable_creations_per_second: float | None = None
+    note: str = ""
+
+
+def run_wrk(
+    wrk: Wrk,
+    server: Running,
+    scenario: Scenario,
+    workdir: Path,
+    *,
+    seconds: float,
+    connections: int,
+    threads: int,
+) -> Row:
+    """One wrk run of ``scenario`` against ``server``."""
+    requests_file = workdir / f"requests-{scenario.name.replace(' ', '-').replace('=', '')}.tsv"
+    write_requests(requests_file, scenario.requests)
+    duration = max(1, math.ceil(seconds))
+    command = [
+        wrk.path,
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{duration}s",
+        f"--timeout={WRK_TIMEOUT_SECONDS}s",
+        "-s",
+        str(SCRIPT),
+        f"https://{HOST}:{server.port}/",
+    ]
+    env = dict(os.environ, **wrk.env, BENCH_REQUESTS=str(requests_file), BENCH_THREADS=str(threads))
+    server_cpu = server.cpu_seconds()
+    wrk_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=duration + WRK_TIMEOUT_SECONDS + 60
+    )
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server_after = server.cpu_seconds()
+    line = next((x for x in out.stdout.splitlines() if x.startswith("BENCH-RESULT ")), None)
+    if out.returncode != 0 or line is None:
+        raise RuntimeError(
+            f"wrk failed for {scenario.name} (exit {out.returncode}): {out.stderr.strip() or out.stdout.strip()}"
+        )
+    result = json.loads(line.removeprefix("BENCH-RESULT "))
+    elapsed = result["duration_us"] / 1e6
+    statuses = {k: int(v) for k, v in sorted(result["statuses"].items())}
+    sockets = {k: int(v) for k, v in result["socket_errors"].items() if v}
+    non_2xx = sum(n for code, n in statuses.items() if not 200 <= int(code) < 300)
+    latency = result["latency_us"]
+    wrk_seconds = (used.ru_utime - wrk_cpu.ru_utime) + (used.ru_stime - wrk_cpu.ru_stime)
+    server_seconds = None if server_cpu is None or server_after is None else server_after - server_cpu
+    return Row(
+        scenario=scenario.name,
+        server=server.name,
+        seconds=round(elapsed, 2),
+        requests=int(result["requests"]),
+        requests_per_second=round(result["requests"] / elapsed, 1) if elapsed > 0 else 0.0,
+        p50_ms=round(latency["p50"] / 1000, 2),
+        p99_ms=round(latency["p99"] / 1000, 2),
+        max_ms=round(latency["max"] / 1000, 2),
+        errors=non_2xx + sum(sockets.values()),
+        statuses=statuses,
+        socket_errors=sockets,
+        server_cpu_percent=None if server_seconds is None else round(100 * server_seconds / elapsed, 1),
+        wrk_cpu_percent=round(100 * wrk_seconds / elapsed, 1) if elapsed > 0 else 0.0,
+        note=scenario.note,
+    )
+
+
+# -- the report ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    when: str
+    tier: str
+    seed: int
+    seconds_per_scenario: float
+    connections: int
+    threads: int
+    worker: str
+    machine: dict[str, Any]
+    seeding: dict[str, Any]
+    servers: dict[str, dict[str, Any]]
+    rows: list[Row]
+    notes: list[str]
+
+    def table(self) -> str:
+        lines = [
+            "| scenario | req/s | p50 ms | p99 ms | errors | vs bare gthread | vs bare trellis worker "
+            "| server CPU | wrk CPU | note |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+
+        def ratio(value: float | None) -> str:
+            if value is None:
+                return "-"
+            return f"{100 * value:.0f} %" if value >= 0.01 else f"{100 * value:.1f} %"
+
+        for r in self.rows:
+            errors = str(r.errors)
+            if r.errors:
+                detail = [f"{k}: {n}" for k, n in r.statuses.items() if not k.startswith("2")]
+                detail += [f"{k}: {n}" for k, n in r.socket_errors.items()]
+                errors += f" ({', '.join(detail)})"
+            server = "?" if r.server_cpu_percent is None else f"{r.server_cpu_percent:.0f} %"
+            note = r.note
+            if r.durable_creations is not None:
+                note += f"; {r.durable_creations:,} created, {r.durable_creations_per_second:,.0f} durable/s"
+            lines.append(
+                f"| {r.scenario} | {r.requests_per_second:,.0f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | {errors} "
+                f"| {ratio(r.ratio_to_bare_gthread)} | {ratio(r.ratio_to_bare_trellis)} | {server} "
+                f"| {r.wrk_cpu_percent:.0f} % | {note} |"
+            )
+        m = self.machine
+        trellis = self.servers.get("trellis", {})
+        lines += [
+            "",
+            f"tier {self.tier} (seed {self.seed}): {self.seeding['rows']:,} rows seeded in "
+            f"{self.seeding['seconds']:.1f} s; wrk -t{self.threads} -c{self.connections}, "
+            f"{self.seconds_per_scenario:g} s per scenario; server worker: {self.worker}.",
+            f"trellis serve ({self.worker} worker): started in {trellis.get('start_seconds', 0):.2f} s "
+            f"(process start to first answer), {trellis.get('rss_mb_at_start', 0):.0f} MB resident after start "
+            f"(master + worker), worker peak {trellis.get('worker_peak_rss_mb', 0):.0f} MB.",
+            f"machine: {m['cores']} cores, load average {m['load_before']} before and "
+            f"{m['load_after']} after; Python {m['python']}; {m['platform']}; {m['wrk']}.",
+        ]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+
+def _machine(wrk: Wrk) -> dict[str, Any]:
+    return {
+        "cores": os.cpu_count(),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "load_after": [],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "wrk": wrk.version(),
+    }
+
+
+def _log(message: str) -> None:
+    print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def run(
+    tier: str,
+    *,
+    seconds: float = 10.0,
+    connections: int = 16,
+    threads: int = 1,
+    worker: str = "trellis",
+    seed: int = 1,
+    session_rate: float = 3000.0,
+    out: Path | None = None,
+    wrk: Wrk | None = None,
+) -> Report:
+    """Seed, measure the bare apps and every scenario, write the JSON to ``out``."""
+    wrk = wrk or ensure_wrk()
+    machine = _machine(wrk)
+    rows: list[Row] = []
+    servers: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="trellis-bench-http-") as tmp:
+        work = Path(tmp)
+        home = work / "home"
+        _log(f"seeding tier {tier}")
+        seeded = seed_home(home, tier, seed)
+        measure = functools.partial(run_wrk, wrk, seconds=seconds, connections=connections, threads=threads)
+        for bare in ("gthread", "trellis"):
+            name = f"bare {bare}"
+            _log(f"{name}: GET / for {seconds:g} s")
+            with serving(home, f"bare-{bare}", bare_command(bare), "/") as server:
+                row = measure(server, Scenario(name, [("GET", "/", "", "")], "hello world"), work)
+                servers[name] = {
+                    "start_seconds": server.start_seconds,
+                    "rss_mb_at_start": server.rss_mb_at_start,
+                }
+            rows.append(row)
+        bare_rps = {r.scenario: r.requests_per_second for r in rows}
+        _log(f"trellis serve ({worker} worker) at tier {tier}")
+        with serving(home, "trellis", trellis_command(worker), "/version") as server:
+            services = len(seeded.bench_services)
+            api_sessions = max(1, math.ceil(session_rate * max(seconds, 1.0) * 1.2 / services))
+            _log(f"set-up: the device and {api_sessions} API sessions for the Dial scenario")
+            world = set_up(server, api_sessions)
+            for scenario in scenarios(seeded, world):
+                _log(f"{scenario.name} for {seconds:g} s")
+                dialing = scenario.name == "create session"
+                before = session_count(server, world.admin) if dialing else 0
+                row = measure(server, scenario, work)
+                if dialing:
+                    created = session_count(server, world.admin) - before
+                    row.durable_creations = created
+                    row.durable_creations_per_second = round(created / row.seconds, 1) if row.seconds else 0
+                    answered = sum(n for code, n in row.statuses.items() if code.startswith("2"))
+                    if answered > created:
+                        notes.append(
+                            f"create session: {answered - created} of {answered} answers returned an "
+                            "existing session (every pair was used): raise --session-rate"
+                        )
+                rows.append(row)
+            servers["trellis"] = {
+                "worker": worker,
+                "start_seconds": server.start_seconds,
+                "rss_mb_at_start": server.rss_mb_at_start,
+                "worker_peak_rss_mb": server.worker_peak_rss_mb(),
+                "device_services": world.device_services,
+                "dial_api_sessions": len(world.dial_tokens),
+            }
+    for row in rows:
+        if bare_rps.get("bare gthread"):
+            row.ratio_to_bare_gthread = round(row.requests_per_second / bare_rps["bare gthread"], 3)
+        if bare_rps.get("bare trellis"):
+            row.ratio_to_bare_trellis = round(row.requests_per_second / bare_rps["bare trellis"], 3)
+    machine["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    report = Report(
+        when=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        tier=tier,
+        seed=seed,
+        seconds_per_scenario=seconds,
+        connections=connections,
+        threads=threads,
+        worker=worker,
+        machine=machine,
+        seeding={"rows": seeded.rows, "seconds": seeded.seconds},
+        servers=servers,
+        rows=rows,
+        notes=notes,
+    )
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(report.to_json())
+    return report
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tier", choices=sorted(TIERS), default="S")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=10.0,
+        help="each scenario's wrk run, whole seconds (rounded up; default 10)",
+    )
+    parser.add_argument("--connections", type=int, default=16, help="wrk connections (default 16)")
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
+    parser.add_argument(
+        "--worker",
+        choices=("trellis", "gthread"),
+        default="trellis",
+        help="the server's worker: trellis serve's own (default) or gunicorn's gthread with 8 threads",
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--session-rate",
+        type=float,
+        default=3000.0,
+        help="durable session creations per second the Dial scenario has distinct pairs for (default 3000)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="the JSON results (default bench/results/http-<tier>.json)"
+    )
+
+
+def main(args: argparse.Namespace) -> str:
+    if args.seconds <= 0:
+        raise SystemExit("--seconds must be more than 0")
+    if args.threads < 1 or args.connections < args.threads:
+        raise SystemExit("--threads must be 1 or more and --connections at least --threads")
+    if args.session_rate <= 0:
+        raise SystemExit("--session-rate must be more than 0")
+    out = args.out or RESULTS_DIR / f"http-{args.tier}.json"
+    try:
+        wrk = ensure_wrk()
+    except WrkUnavailable as ex:
+        raise SystemExit(f"python -m bench http needs wrk: {ex}") from None
+    report = run(
+        args.tier,
+        seconds=args.seconds,
+        connections=args.connections,
+        threads=args.threads,
+        worker=args.worker,
+        seed=args.seed,
+        session_rate=args.session_rate,
+        out=out,
+        wrk=wrk,
+    )
+    return report.table() + f"\n\nJSON: {out}"
