@@ -152,12 +152,11 @@ class ServiceView(View[Service]):
         identity: Identity = req.context.identity
         session_id: str = req.context.session.id
         plain = self._render(identity, self._wanted(req))
-        posture = self.managers.posture
+        queries = self.managers.posture.service_queries_for(identity.id, session_id)
 
         def render(service: Service) -> dict[str, Any]:
             out = plain(service)
-            queries = posture.service_queries(identity.id, session_id, service.id)
-            out["postureQueries"] = render_posture_queries(queries)
+            out["postureQueries"] = render_posture_queries(queries(service.id))
             return out
 
         return render

@@ -342,10 +342,19 @@ class AccessManager:
                 return {}
             return self._graph.posture_checks_for(identity_id, service_id, policy_type)
 
+    def posture_policies(self, identity_id: str, service_id: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Per service policy (Dial or Bind) linking the pair: its type and posture check ids."""
+        with self._lock:
+            if not (
+                self._graph.has_entity(IDENTITY, identity_id) and self._graph.has_entity(SERVICE, service_id)
+            ):
+                return {}
+            return self._graph.posture_policies(identity_id, service_id)
+
     def has_posture_checks(self) -> bool:
         """Whether any posture check exists (none: posture is not evaluated at all, §6)."""
         with self._lock:
-            return self._graph.counts()[POSTURE_CHECK] > 0
+            return self._graph.size(POSTURE_CHECK) > 0
 
     def advice(self, identity_id: str, service_id: str) -> tuple[Identity, Service, AdviceResult]:
         identity = self._require(Identity, identity_id)

@@ -543,6 +543,19 @@ class PolicyGraph:
             result[cast(str, ids[policy])] = tuple(self._entity_ids(side.table, side.member_bits(policy)))
         return dict(sorted(result.items()))
 
+    def posture_policies(self, identity_id: str, service_id: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Per service policy of either type granting the pair: its type and its posture check
+        ids (:meth:`posture_checks_for` of Dial and Bind in one pass), in policy id order."""
+        policies = self._pair_policies(identity_id, service_id) & (self._dial | self._bind)
+        side = self._sp_posture
+        ids = self._policies[SERVICE_POLICY].ids
+        result: dict[str, tuple[str, tuple[str, ...]]] = {}
+        for policy in slots(policies):
+            policy_type = "Dial" if (self._dial >> policy) & 1 else "Bind"
+            checks = tuple(self._entity_ids(side.table, side.member_bits(policy)))
+            result[cast(str, ids[policy])] = (policy_type, checks)
+        return dict(sorted(result.items()))
+
     def advice(self, identity_id: str, service_id: str) -> Advice:
         """Policy advice for the pair (§4): permissions without posture, router sets unfiltered."""
         cache = self._identity_cache
@@ -561,6 +574,10 @@ class PolicyGraph:
         return Advice(
             bool(policies & self._dial), bool(policies & self._bind), mine[2], theirs[2], routers.ids
         )
+
+    def size(self, kind: EntityKind) -> int:
+        """How many entities of ``kind`` the graph holds."""
+        return len(self._tables[kind])
 
     def counts(self) -> dict[str, int]:
         """How many entities and policies of each kind."""

@@ -82,7 +82,6 @@ EVALUATORS: dict[str, Evaluator] = {
     MAC: MacEvaluator(),
     MFA: MfaEvaluator(),
 }
-POLICY_TYPES = ("Bind", "Dial")
 
 Listener = Callable[[str], None]
 
@@ -160,29 +159,42 @@ class PostureManager:
     # -- evaluation ------------------------------------------------------------------------------
     def service_queries(self, identity_id: str, api_session_id: str, service_id: str) -> list[PolicyPosture]:
         """The client service view's ``postureQueries`` for one service (§6)."""
+        return self.service_queries_for(identity_id, api_session_id)(service_id)
+
+    def service_queries_for(
+        self, identity_id: str, api_session_id: str
+    ) -> Callable[[str], list[PolicyPosture]]:
+        """:meth:`service_queries` for the services of one request (a list): the time, the
+        posture data and each check's query are taken once, not once per service."""
         if not self.access.has_posture_checks():
-            permissions = self.access.permissions(identity_id, service_id)
-            return [PolicyPosture(dummy_policy_id(p), p, True) for p in permissions]
-        policies = {
-            policy_id: (policy_type, check_ids)
-            for policy_type in POLICY_TYPES
-            for policy_id, check_ids in self.access.posture_checks_for(
-                identity_id, service_id, policy_type
-            ).items()
-        }
+
+            def dummies(service_id: str) -> list[PolicyPosture]:
+                permissions = self.access.permissions(identity_id, service_id)
+                return [PolicyPosture(dummy_policy_id(p), p, True) for p in permissions]
+
+            return dummies
         now = self.env.clock.now()
         with self._lock:
             data = self._view(identity_id, api_session_id)
-            passing: dict[str, bool] = {}
+        passing: dict[str, bool] = {}
+        asked: dict[str, PostureQuery] = {}
+
+        def query(check: PostureCheck) -> PostureQuery:
+            found = asked.get(check.id)
+            if found is None:
+                found = asked[check.id] = self._query(check, api_session_id, data, now, passing)
+            return found
+
+        def queries(service_id: str) -> list[PolicyPosture]:
+            policies = self.access.posture_policies(identity_id, service_id)
             out: list[PolicyPosture] = []
-            for policy_id in sorted(policies):
-                policy_type, check_ids = policies[policy_id]
-                queries = tuple(
-                    self._query(check, api_session_id, data, now, passing)
-                    for check in self._checks(check_ids)
-                )
-                out.append(PolicyPosture(policy_id, policy_type, all(q.is_passing for q in queries), queries))
-        return out
+            with self._lock:
+                for policy_id, (policy_type, check_ids) in policies.items():
+                    found = tuple(query(check) for check in self._checks(check_ids))
+                    out.append(PolicyPosture(policy_id, policy_type, all(q.is_passing for q in found), found))
+            return out
+
+        return queries
 
     def evaluate(
         self,
