@@ -95,9 +95,9 @@ class SessionManager(EntityManager[Session]):
         if not self.access.common_edge_routers(identity_id, service.id):
             raise NoEdgeRoutersAvailableError()
         with self.env.store.write_lock():
-            for existing in self.env.store.find_by(Session, "api_session_id", api_session.id):
-                if existing.service_id == service.id and existing.type == wanted:
-                    return existing
+            existing = self.env.store.find_unique(Session, "use", (api_session.id, wanted, service.id))
+            if existing is not None:
+                return existing
             if self.env.store.get(ApiSession, api_session.id) is None:
                 raise NotFoundError()
             now = self.env.clock.now()
