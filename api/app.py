@@ -41,7 +41,9 @@ log = logging.getLogger("trellis")
 def open_store(settings: Settings) -> Store:
     from storage.duckdb import DuckDBStore
 
-    return DuckDBStore(settings.db_path, memory_limit=settings.db_memory_limit)
+    return DuckDBStore(
+        settings.db_path, memory_limit=settings.db_memory_limit, change_log_retain=settings.change_log_retain
+    )
 
 
 def load_pki(settings: Settings) -> CertificateAuthority:

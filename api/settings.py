@@ -19,6 +19,8 @@ class Settings:
     enrollment_duration: timedelta = timedelta(minutes=180)
     max_body_bytes: int = 1024 * 1024
     db_memory_limit: str = "1GB"
+    #: Change-log entries kept after a checkpoint (what a replica may still catch up from).
+    change_log_retain: int = 100_000
     threads: int = 8
     #: Addresses (or CIDR blocks) of TLS-terminating proxies whose ``X-Client-CertPem`` is believed.
     cert_proxies: tuple[str, ...] = ()
@@ -74,6 +76,7 @@ class Settings:
             sans=tuple(s.strip() for s in env.get("TRELLIS_SAN", "").split(",") if s.strip()),
             session_timeout=timedelta(minutes=max(1, timeout)),
             db_memory_limit=env.get("TRELLIS_DB_MEMORY_LIMIT", "1GB"),
+            change_log_retain=max(1, _count(env, "TRELLIS_CHANGE_LOG_RETAIN", 100_000)),
             threads=int(env.get("TRELLIS_THREADS", "8")),
             cert_proxies=tuple(
                 s.strip() for s in env.get("TRELLIS_CERT_PROXIES", "").split(",") if s.strip()
