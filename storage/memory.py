@@ -442,8 +442,8 @@ class MemoryStore:
     def _await(self, ticket: Ticket) -> None:
         if not ticket.done.wait(COMMIT_WAIT_SECONDS):
             raise CommitFailedError("the write was not committed in time; it may yet be")
-        if ticket.error is not None:
-            raise CommitFailedError(reason=str(ticket.error)) from ticket.error
+        if ticket.error is not None:  # the database's own words go to the log, not to the client
+            raise CommitFailedError() from ticket.error
         if getattr(self._local, "pinned", None) is not None:
             self._local.pinned = self._state  # the request reads on, including its own write
 
@@ -462,7 +462,7 @@ class MemoryStore:
         if not self._background:
             self._run_batch([ticket])
             if ticket.error is not None:
-                raise CommitFailedError(reason=str(ticket.error)) from ticket.error
+                raise CommitFailedError() from ticket.error
             return ticket
         if getattr(self._local, "committer", False):
             # a listener's follow-up (sessions ended by a policy change): committed right after
