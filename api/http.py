@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import falcon
 import orjson
@@ -13,8 +14,9 @@ from pydantic import ValidationError
 from api.errors import ERROR_META, field_error_from_validation
 from api.limits import within_deadline
 from api.wire import INT64_MAX, INT64_MIN, WireModel
+from engine.entities import Entity
 from engine.errors import CouldNotParseBodyError, InvalidPaginationError, RequestEntityTooLargeError
-from engine.query import Symbol, SymbolTable, SymbolType, compile_query, execute
+from engine.query import ListIndex, Symbol, SymbolTable, SymbolType, compile_query, execute, execute_indexed
 
 M = TypeVar("M", bound=WireModel)
 T = TypeVar("T")
@@ -101,15 +103,53 @@ def _int_param(req: falcon.Request, name: str) -> int | None:
     raise InvalidPaginationError(field=name, value=shown, reason=f"{name} must be a 64-bit integer")
 
 
-def page(req: falcon.Request, items: Iterable[T], symbols: SymbolTable) -> tuple[list[T], dict[str, Any]]:
+@dataclass(frozen=True)
+class Indexed(Generic[T]):
+    """A store kind's whole collection for a list (narrowed to the ids in ``keep`` when given),
+    filtered through its indexes (:func:`engine.query.execute_indexed`) instead of a scan.
+    ``fields`` names the indexed field each symbol reads (:func:`index_fields`)."""
+
+    index: ListIndex[T]
+    fields: Mapping[str, str]
+    keep: Collection[str] | None = None
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def index_fields(kind: type[Entity], symbols: SymbolTable) -> dict[str, str]:
+    """The symbols of ``symbols`` that read an indexed field of ``kind`` as is: ``id`` and the
+    camelCase names of the kind's ``UNIQUE``, ``INDEXED`` and ``MULTI_INDEXED`` fields (every
+    such symbol in the views reads its field unchanged, a test checks it), symbol -> field."""
+    names = set(symbols.names())
+    fields = ("id", *kind.UNIQUE, *kind.INDEXED, *kind.MULTI_INDEXED)
+    return {_camel(field): field for field in fields if _camel(field) in names}
+
+
+def page(
+    req: falcon.Request, items: Iterable[T] | Indexed[T], symbols: SymbolTable
+) -> tuple[list[T], dict[str, Any]]:
     """Filter, sort and page ``items`` by the request's ``filter``/``sort``/``limit``/``offset``."""
     query = compile_query(req.get_param("filter"), symbols, sort_param=req.get_param("sort"))
-    rows, total, limit, offset = execute(
-        query,
-        within_deadline(req, items),
-        limit_param=_int_param(req, "limit"),
-        offset_param=_int_param(req, "offset"),
-    )
+    if isinstance(items, Indexed):
+        rows, total, limit, offset = execute_indexed(
+            query,
+            items.index,
+            items.fields,
+            limit_param=_int_param(req, "limit"),
+            offset_param=_int_param(req, "offset"),
+            keep=items.keep,
+            guard=lambda scan: within_deadline(req, scan),
+        )
+    else:
+        rows, total, limit, offset = execute(
+            query,
+            within_deadline(req, items),
+            limit_param=_int_param(req, "limit"),
+            offset_param=_int_param(req, "offset"),
+        )
     meta = {
         "filterableFields": symbols.names(),
         "pagination": {
@@ -124,7 +164,7 @@ def page(req: falcon.Request, items: Iterable[T], symbols: SymbolTable) -> tuple
 def list_response(
     req: falcon.Request,
     resp: falcon.Response,
-    items: Iterable[T],
+    items: Iterable[T] | Indexed[T],
     symbols: SymbolTable,
     render: Callable[[T], Any],
 ) -> None:

@@ -7,13 +7,13 @@ filterable symbols) and mounts ``FamilyCollection`` / ``FamilyItem`` with :func:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import falcon
 
-from api.http import created, empty, list_response, ok, read_model
+from api.http import Indexed, created, empty, index_fields, list_response, ok, read_model
 from api.middleware import ADMIN
 from api.routing import Routes
 from api.views import View
@@ -67,8 +67,11 @@ class Family(Generic[E]):
     patch_model: type[WireModel] | None = None
     #: Converts a request model into manager fields; defaults to :func:`model_fields`.
     to_fields: Callable[[WireModel, Mode], dict[str, Any]] | None = None
-    #: Items for the list before filtering (e.g. applying ``roleFilter``); defaults to all.
+    #: Items for the list before filtering; defaults to the kind's whole collection, filtered
+    #: through the store's indexes.
     list_items: Callable[[falcon.Request], Iterable[E]] | None = None
+    #: The ids a request's ``roleFilter`` keeps of the whole collection (None: no role filter).
+    role_ids: Callable[[falcon.Request], Collection[str] | None] | None = None
     #: A renderer chosen per request (a view's ``renderer``); defaults to ``render``.
     renderer: Callable[[falcon.Request], Callable[[E], dict[str, Any]]] | None = None
     auth: str = ADMIN
@@ -93,16 +96,30 @@ def has_responder(resource: object, name: str) -> bool:
     return callable(getattr(resource, name, None))
 
 
+def whole_collection(
+    manager: EntityManager[E], fields: Mapping[str, str], keep: Collection[str] | None = None
+) -> Indexed[E]:
+    """A manager's kind's whole collection (as ``manager.list()``), for a list read through the
+    store's indexes; ``fields`` from :func:`~api.http.index_fields`."""
+    return Indexed(manager.env.store.list_index(manager.kind), fields, keep)
+
+
 class FamilyCollection(Generic[E]):
     def __init__(self, family: Family[E]) -> None:
         self.family = family
         self.auth = family.auth
+        self.fields = index_fields(family.manager.kind, family.symbols)
         if family.create_model is None:
             _drop_responder(self, "on_post")
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         fam = self.family
-        items = fam.list_items(req) if fam.list_items else fam.manager.list()
+        items: Iterable[E] | Indexed[E]
+        if fam.list_items is not None:
+            items = fam.list_items(req)
+        else:
+            keep = fam.role_ids(req) if fam.role_ids is not None else None
+            items = whole_collection(fam.manager, self.fields, keep)
         list_response(req, resp, items, fam.symbols, fam.render_for(req))
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:

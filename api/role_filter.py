@@ -26,21 +26,26 @@ PREFIX_REASON = (
 )
 
 
-def role_filtered(
-    req: falcon.Request, items: Iterable[E], access: AccessManager, kind: type[E]
-) -> Iterable[E]:
-    """``items`` narrowed by the request's ``roleFilter`` (unchanged when there is none)."""
+def role_ids(req: falcon.Request, access: AccessManager, kind: type[Entity]) -> set[str] | None:
+    """The ids of ``kind`` the request's ``roleFilter`` selects, or None when it has none."""
     roles = req.get_param_as_list("roleFilter") or []
     semantic = req.get_param("roleSemantic") or "AllOf"
     if semantic.lower() not in ("allof", "anyof"):
         raise FieldError("semantic", "invalid semantic", semantic)
     if not roles:
-        return items
+        return None
     for role in roles:
         if not role.startswith(("#", "@")):
             raise FieldError("roleFilter", PREFIX_REASON, role)
-    keep = access.role_filter(kind, roles, semantic)
-    return [e for e in items if e.id in keep]
+    return access.role_filter(kind, roles, semantic)
+
+
+def role_filtered(
+    req: falcon.Request, items: Iterable[E], access: AccessManager, kind: type[E]
+) -> Iterable[E]:
+    """``items`` narrowed by the request's ``roleFilter`` (unchanged when there is none)."""
+    keep = role_ids(req, access, kind)
+    return items if keep is None else [e for e in items if e.id in keep]
 
 
 class RoleAttributes:

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar
 
 from engine.entities import Entity
+from engine.query.plan import ListIndex
 
 E = TypeVar("E", bound=Entity)
 
@@ -359,6 +360,12 @@ class Store(StoreView, Protocol):
 
     def view(self) -> StoreView:
         """The published state as of now: an immutable view of whole batches."""
+        ...
+
+    def list_index(self, kind: type[E]) -> ListIndex[E]:
+        """``kind``'s whole collection as its list reads it (in the order of :meth:`all`, from what
+        this thread reads: the pinned state, or the staged one under the write lock), with lookups
+        by ``id``, the ``UNIQUE`` and ``INDEXED`` fields and each value of the ``MULTI_INDEXED``."""
         ...
 
     def pinned(self) -> AbstractContextManager[object]:

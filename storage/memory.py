@@ -3,10 +3,12 @@ own a twin for unit tests.
 
 Three layers, each with one owner:
 
-* **Published state** (:class:`State`): every entity per kind, with a lookup per unique field and
-  per indexed field, as of the last published batch. It is never changed in place: a batch makes
-  a new state that shares what it did not touch (the touched kinds' dicts are copied) and is
-  swapped in with one assignment, so a reader sees whole batches only. A request may pin one state
+* **Published state** (:class:`State`): every entity per kind, with a lookup per unique field,
+  per indexed field and per value of each multi-valued field (``MULTI_INDEXED``: what lists'
+  ``anyOf(roleAttributes)`` filters use, through ``list_index``), as of the last published
+  batch. It is never changed in place: a batch makes a new state that shares what it did not
+  touch (the touched kinds' dicts are copied) and is swapped in with one assignment, so a reader
+  sees whole batches only. A request may pin one state
   for its whole duration (:meth:`MemoryStore.pinned`).
 * **Staged changes**: what writers staged and the committer has not yet published, per kind and
   id with the change's sequence number. Writers (the thread holding the write lock) read the
@@ -28,11 +30,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from itertools import islice
+from typing import Any, TypeVar, cast
 
 from engine.entities import Entity
 from engine.errors import CommitFailedError
@@ -44,6 +47,7 @@ from engine.ports import (
     SnapshotUnsupportedError,
     StoreView,
 )
+from engine.query import ListIndex, ScanIndex
 
 E = TypeVar("E", bound=Entity)
 
@@ -73,66 +77,132 @@ def coalesce(entries: Sequence[tuple[int, Change]]) -> list[Change]:
 
 
 class _Table:
-    """One kind's entities and lookups, in one published state (never changed once published)."""
+    """One kind's entities and lookups, in one published state (never changed once published).
 
-    __slots__ = ("indexed", "rows", "unique")
+    ``unique``: field -> value -> id; ``indexed``: field -> value (not None) -> ids; ``multi``: collection
+    field -> each value held -> ids. Each row's place in list order (what a list's index lookups
+    are put in order by) is worked out on first use and kept with the table: from the previous
+    table's, when that one had them, and the ids the batch added and removed."""
+
+    __slots__ = ("_derive", "_positions", "indexed", "multi", "rows", "unique")
 
     def __init__(
         self,
         rows: dict[str, Entity],
         unique: dict[str, dict[object, str]],
         indexed: dict[str, dict[object, set[str]]],
+        multi: dict[str, dict[object, set[str]]],
     ) -> None:
         self.rows = rows
         self.unique = unique
         self.indexed = indexed
+        self.multi = multi
+        #: (positions, the next free position), once worked out
+        self._positions: tuple[dict[str, int], int] | None = None
+        #: (the previous table's positions, the ids the batch added, those it removed), or None
+        self._derive: tuple[tuple[dict[str, int], int], list[str], list[str]] | None = None
+
+    def positions(self) -> dict[str, int]:
+        """Each row's place in list order (increasing along the list, not necessarily 0..n-1)."""
+        worked = self._positions
+        if worked is None:
+            derive = self._derive
+            if derive is None:
+                worked = ({row_id: n for n, row_id in enumerate(self.rows)}, len(self.rows))
+            else:
+                (before, following), added, removed = derive
+                positions = before.copy()
+                for row_id in removed:
+                    positions.pop(row_id, None)
+                for row_id in added:  # appended to the rows in this order (a re-added id: last)
+                    if row_id in self.rows:
+                        positions[row_id] = following
+                        following += 1
+                worked = (positions, following)
+            self._positions = worked
+            self._derive = None
+        return worked[0]
 
 
-_EMPTY = _Table({}, {}, {})
+_EMPTY = _Table({}, {}, {}, {})
 
 
 class _TableBuilder:
-    """A copy of a table being changed by one batch: dicts copied once, index buckets on touch."""
+    """A copy of a table being changed by one batch: dicts copied once, index buckets on touch
+    (and only for values that change: an update that keeps a field's value touches no bucket)."""
 
     def __init__(self, base: _Table) -> None:
         self.table = _Table(
             base.rows.copy(),
             {name: index.copy() for name, index in base.unique.items()},
             {name: index.copy() for name, index in base.indexed.items()},
+            {name: index.copy() for name, index in base.multi.items()},
         )
         self._owned: set[tuple[str, object]] = set()
+        self._owned_multi: set[tuple[str, object]] = set()
+        self._added: list[str] = []
+        self._removed: list[str] = []
+        before = base._positions
+        if before is not None:
+            self.table._derive = (before, self._added, self._removed)
 
     def put(self, entity: Entity) -> None:
         rows = self.table.rows
         old = rows.get(entity.id)
         if old is not None:
-            self._unindex(old)
+            self._unindex_unique(old)
+        else:
+            self._added.append(entity.id)
         rows[entity.id] = entity
         for name in entity.UNIQUE:
             value = getattr(entity, name)
             if value is not None:
                 self.table.unique.setdefault(name, {})[value] = entity.id
         for name in entity.INDEXED:
-            self._bucket(name, getattr(entity, name)).add(entity.id)
+            value = getattr(entity, name)
+            if old is not None:
+                before = getattr(old, name)
+                if before == value:
+                    continue
+                self._discard(name, before, entity.id)
+            if value is not None:  # sparse: no bucket holds every entity without a value
+                self._bucket(name, value).add(entity.id)
+        for name in entity.MULTI_INDEXED:
+            values = set(getattr(entity, name) or ())
+            if old is not None:
+                held = set(getattr(old, name) or ())
+                for value in held - values:
+                    self._discard_multi(name, value, entity.id)
+                values -= held
+            for value in values:
+                self._multi_bucket(name, value).add(entity.id)
 
     def delete(self, id: str) -> None:
         old = self.table.rows.pop(id, None)
         if old is not None:
-            self._unindex(old)
+            self._removed.append(id)
+            self._unindex_unique(old)
+            for name in old.INDEXED:
+                self._discard(name, getattr(old, name), id)
+            for name in old.MULTI_INDEXED:
+                for value in set(getattr(old, name) or ()):
+                    self._discard_multi(name, value, id)
 
-    def _unindex(self, entity: Entity) -> None:
+    def _unindex_unique(self, entity: Entity) -> None:
         for name in entity.UNIQUE:
             value = getattr(entity, name)
             index = self.table.unique.get(name)
             if value is not None and index is not None and index.get(value) == entity.id:
                 del index[value]
-        for name in entity.INDEXED:
-            value = getattr(entity, name)
-            bucket = self._bucket(name, value)
-            bucket.discard(entity.id)
-            if not bucket:
-                del self.table.indexed[name][value]
-                self._owned.discard((name, value))
+
+    def _discard(self, name: str, value: object, id: str) -> None:
+        if value is None:
+            return
+        bucket = self._bucket(name, value)
+        bucket.discard(id)
+        if not bucket:
+            del self.table.indexed[name][value]
+            self._owned.discard((name, value))
 
     def _bucket(self, name: str, value: object) -> set[str]:
         index = self.table.indexed.setdefault(name, {})
@@ -140,6 +210,68 @@ class _TableBuilder:
             index[value] = set(index.get(value, ()))
             self._owned.add((name, value))
         return index[value]
+
+    def _discard_multi(self, name: str, value: object, id: str) -> None:
+        bucket = self._multi_bucket(name, value)
+        bucket.discard(id)
+        if not bucket:
+            del self.table.multi[name][value]
+            self._owned_multi.discard((name, value))
+
+    def _multi_bucket(self, name: str, value: object) -> set[str]:
+        index = self.table.multi.setdefault(name, {})
+        if (name, value) not in self._owned_multi:
+            index[value] = set(index.get(value, ()))
+            self._owned_multi.add((name, value))
+        return index[value]
+
+
+class _ListIndex:
+    """One kind's collection in one published state as lists read it (a ``ListIndex``)."""
+
+    __slots__ = ("_kind", "_table")
+
+    def __init__(self, kind: type[Entity], table: _Table) -> None:
+        self._kind = kind
+        self._table = table
+
+    def __len__(self) -> int:
+        return len(self._table.rows)
+
+    def items(self) -> Collection[Entity]:
+        return self._table.rows.values()
+
+    def page(self, start: int, stop: int | None) -> list[Entity]:
+        return list(islice(self._table.rows.values(), start, stop))
+
+    def equal(self, field: str, value: Any) -> Collection[str] | None:
+        table, kind = self._table, self._kind
+        if field == "id":
+            return (value,) if value in table.rows else ()
+        if field in kind.UNIQUE:
+            found = table.unique.get(field, {}).get(value)
+            return () if found is None else (found,)
+        if field in kind.INDEXED:
+            if value is None:  # sparse indexes hold no None bucket
+                return None
+            return table.indexed.get(field, {}).get(value, ())
+        return None
+
+    def holding(self, field: str, value: Any) -> Collection[str] | None:
+        if field not in self._kind.MULTI_INDEXED:
+            return None
+        return self._table.multi.get(field, {}).get(value, ())
+
+    def in_order(self, ids: Collection[str]) -> list[Entity]:
+        table = self._table
+        rows = table.rows
+        if len(ids) * 4 >= len(rows):  # most of the collection: one pass in list order
+            wanted = ids if isinstance(ids, (set, frozenset)) else set(ids)
+            return [e for e in rows.values() if e.id in wanted]
+        position = table.positions()
+        found = [i for i in ids if i in rows]
+        found.sort(key=position.__getitem__)
+        return [rows[i] for i in found]
 
 
 class State:
@@ -170,6 +302,8 @@ class State:
 
     def find_by(self, kind: type[E], field: str, value: object) -> list[E]:
         table = self._tables.get(kind.ENTITY, _EMPTY)
+        if value is None:  # indexes are sparse: the entities without a value are found by a scan
+            return [e for e in table.rows.values() if getattr(e, field) is None]  # type: ignore[misc]
         ids = table.indexed.get(field, {}).get(value, ())
         return [e for e in (table.rows.get(i) for i in ids) if e is not None]  # type: ignore[misc]
 
@@ -179,6 +313,9 @@ class State:
 
     def ids(self, kind: type[Entity]) -> set[str]:
         return set(self._tables.get(kind.ENTITY, _EMPTY).rows)
+
+    def list_index(self, kind: type[E]) -> ListIndex[E]:
+        return cast("ListIndex[E]", _ListIndex(kind, self._tables.get(kind.ENTITY, _EMPTY)))
 
     def apply(self, changes: Sequence[Change], seq: int) -> State:
         """A new state: this one with ``changes`` applied (untouched kinds are shared)."""
@@ -260,6 +397,13 @@ class StagedView:
         out.extend(e for _, e in staged.values() if e is not None and getattr(e, field) == value)  # type: ignore[misc]
         return out
 
+    def list_index(self, kind: type[E]) -> ListIndex[E]:
+        """Writers seldom list: the staged collection, looked up by scanning."""
+        state, staged = self._layers(kind)
+        if not staged:
+            return state.list_index(kind)
+        return cast("ListIndex[E]", ScanIndex(self.all(kind)))
+
 
 @dataclass(eq=False)
 class Ticket:
@@ -330,6 +474,12 @@ class MemoryStore:
 
     def find_by(self, kind: type[E], field: str, value: object) -> list[E]:
         return self._reader().find_by(kind, field, value)
+
+    def list_index(self, kind: type[E]) -> ListIndex[E]:
+        reader = self._reader()
+        if isinstance(reader, (State, StagedView)):
+            return reader.list_index(kind)
+        return cast("ListIndex[E]", ScanIndex(reader.all(kind)))
 
     def view(self) -> State:
         return self._state

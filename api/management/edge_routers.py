@@ -8,7 +8,7 @@ import falcon
 
 from api.http import empty
 from api.resources import FamilyCollection, FamilyItem, Mode, model_fields, view_family
-from api.role_filter import RoleAttributes, role_filtered
+from api.role_filter import RoleAttributes, role_ids
 from api.routing import Routes
 from api.schemas.routers import EdgeRouterCreate, EdgeRouterPatch, EdgeRouterUpdate
 from api.wire import WireModel, require_field
@@ -45,7 +45,7 @@ def register(routes: Routes) -> None:
         update_model=EdgeRouterUpdate,
         patch_model=EdgeRouterPatch,
         to_fields=_fields,
-        list_items=lambda req: role_filtered(req, manager.list(), access, EdgeRouter),
+        role_ids=lambda req: role_ids(req, access, EdgeRouter),
     )
     routes.management("/edge-routers", FamilyCollection(family))
     routes.management("/edge-routers/{id}", FamilyItem(family))

@@ -13,7 +13,7 @@ from api.errors import field_error_from_validation
 from api.http import created, empty, list_response, ok, read_body, read_model
 from api.middleware import ADMIN
 from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields, view_family
-from api.role_filter import RoleAttributes, role_filtered
+from api.role_filter import RoleAttributes, role_ids
 from api.routing import Routes
 from api.schemas.identities import (
     SERVICE_CONFIG_LIST,
@@ -194,7 +194,7 @@ def register(routes: Routes) -> None:
         update_model=IdentityUpdate,
         patch_model=IdentityPatch,
         to_fields=identity_fields,
-        list_items=lambda req: role_filtered(req, manager.list(), access, Identity),
+        role_ids=lambda req: role_ids(req, access, Identity),
     )
     item = IdentityItem(family, manager)
     routes.management("/identities", IdentityCollection(family, ctrl, manager))

@@ -14,8 +14,9 @@ import orjson
 from pydantic import ValidationError
 
 from api.errors import field_error_from_validation
-from api.http import created, empty, list_response, ok, read_body
-from api.role_filter import RoleAttributes, role_filtered
+from api.http import created, empty, index_fields, list_response, ok, read_body
+from api.resources import whole_collection
+from api.role_filter import RoleAttributes, role_ids
 from api.routing import Routes
 from api.schemas.posture_checks import (
     MODELS,
@@ -83,9 +84,11 @@ class PostureCheckCollection:
         self.manager = manager
         self.access = access
         self.view = view
+        self.fields = index_fields(PostureCheck, view.symbols)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        items = role_filtered(req, self.manager.list(), self.access, PostureCheck)
+        keep = role_ids(req, self.access, PostureCheck)
+        items = whole_collection(self.manager, self.fields, keep)
         list_response(req, resp, items, self.view.symbols, self.view.renderer(req))
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:

@@ -9,7 +9,7 @@ at authentication), keyed by config type name (:class:`api.views.ServiceView`).
 from __future__ import annotations
 
 from api.resources import FamilyCollection, FamilyItem, view_family
-from api.role_filter import RoleAttributes, role_filtered
+from api.role_filter import RoleAttributes, role_ids
 from api.routing import Routes
 from api.schemas.services import ServiceCreate, ServicePatch, ServiceUpdate
 from engine.entities.services import Service
@@ -25,7 +25,7 @@ def register(routes: Routes) -> None:
         create_model=ServiceCreate,
         update_model=ServiceUpdate,
         patch_model=ServicePatch,
-        list_items=lambda req: role_filtered(req, manager.list(), access, Service),
+        role_ids=lambda req: role_ids(req, access, Service),
     )
     routes.management("/services", FamilyCollection(family))
     routes.management("/services/{id}", FamilyItem(family))

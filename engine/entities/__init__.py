@@ -3,7 +3,8 @@
 Every entity carries the OpenZiti common fields (``id``, ``created_at``, ``updated_at``,
 ``tags``). ``ENTITY`` is the OpenZiti entity (collection) name used in entity references and
 links; ``UNIQUE`` names fields whose non-null values are unique within the kind; ``INDEXED`` names
-fields looked up often (foreign keys).
+fields looked up often (foreign keys); ``MULTI_INDEXED`` names collection fields indexed by each
+value they hold (role attributes: ``anyOf(roleAttributes) = "x"`` in a list's filter).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ class Entity:
     UNIQUE: ClassVar[tuple[str, ...]] = ()
     #: Fields with a non-unique lookup index (``Store.find_by``).
     INDEXED: ClassVar[tuple[str, ...]] = ()
+    #: Collection fields (of hashable values) with a lookup by each value they hold.
+    MULTI_INDEXED: ClassVar[tuple[str, ...]] = ()
 
     id: str
     created_at: datetime

@@ -19,6 +19,7 @@ class Identity(Entity):
     #: The few identities with service-config overrides or per-service hosting entries, found
     #: without a scan of every identity (the deletes of configs and services).
     INDEXED = ("overrides_configs", "has_hosting_entries")
+    MULTI_INDEXED = ("role_attributes",)
 
     name: str
     type_id: str = "Default"
@@ -43,14 +44,15 @@ class Identity(Entity):
     service_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
-    def overrides_configs(self) -> bool:
-        """Whether the identity has service-config overrides (an index of the store)."""
-        return bool(self.service_configs)
+    def overrides_configs(self) -> bool | None:
+        """True when the identity has service-config overrides, else None (an index of the store,
+        kept sparse: indexes leave out None)."""
+        return True if self.service_configs else None
 
     @property
-    def has_hosting_entries(self) -> bool:
-        """Whether the identity has per-service hosting costs or precedences (an index)."""
-        return bool(self.service_hosting_costs or self.service_hosting_precedences)
+    def has_hosting_entries(self) -> bool | None:
+        """True when the identity has per-service hosting costs or precedences, else None."""
+        return True if self.service_hosting_costs or self.service_hosting_precedences else None
 
 
 @register

@@ -13,6 +13,7 @@ from engine.entities import Entity, register
 class PostureCheck(Entity):
     ENTITY = "posture-checks"
     UNIQUE = ("name",)
+    MULTI_INDEXED = ("role_attributes",)
 
     name: str
     type_id: str

@@ -33,6 +33,7 @@ class RouterBase(Entity):
 class EdgeRouter(RouterBase):
     ENTITY = "edge-routers"
     UNIQUE = ("name", "enrollment_token", "fingerprint")
+    MULTI_INDEXED = ("role_attributes",)
 
     role_attributes: list[str] = field(default_factory=list)
     is_tunneler_enabled: bool = False

@@ -13,6 +13,7 @@ from engine.entities import Entity, register
 class Service(Entity):
     ENTITY = "services"
     UNIQUE = ("name",)
+    MULTI_INDEXED = ("role_attributes",)
 
     name: str
     encryption_required: bool = True

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -106,13 +106,17 @@ class SortKey:
 @dataclass(frozen=True)
 class Query:
     """A compiled query. ``skip``/``limit`` are None when the filter had no such clause;
-    ``limit`` is -1 for ``limit none``. ``matches_all`` is set when the predicate is constant true."""
+    ``limit`` is -1 for ``limit none``. ``matches_all`` is set when the predicate is constant true.
+    ``expr`` is the filter's syntax tree and ``symbols`` the table it was compiled against (what
+    :func:`engine.query.plan.execute_indexed` plans index lookups from)."""
 
     predicate: Predicate
     sort: tuple[SortKey, ...] = ()
     skip: int | None = None
     limit: int | None = None
     matches_all: bool = False
+    expr: ql.Expr | None = None
+    symbols: SymbolTable | None = None
 
 
 def _always(_: Any) -> bool:
@@ -247,6 +251,18 @@ def _scalar_symbol(table: SymbolTable, ref: ql.SymbolRef) -> Symbol:
     return symbol
 
 
+def _holds_string(node: ql.Compare | ql.InList | ql.Between) -> Callable[[Iterable[Any]], bool] | None:
+    """``anyOf(s) = "x"`` / ``anyOf(s) in ["x", ...]`` on a string set as one membership test: the
+    same answer as testing each element (None and values of other types equal no string)."""
+    if isinstance(node, ql.Compare) and node.op == "=" and node.value.kind is ValueKind.STRING:
+        expected = node.value.value
+        return lambda values: expected in values
+    if isinstance(node, ql.InList) and node.values[0].kind is ValueKind.STRING:
+        wanted = frozenset(lit.value for lit in node.values)
+        return lambda values: not wanted.isdisjoint(values)
+    return None
+
+
 def _operation(node: ql.Compare | ql.InList | ql.Between, table: SymbolTable) -> Predicate:
     lhs = node.lhs
     if isinstance(lhs, ql.Count):
@@ -256,7 +272,10 @@ def _operation(node: ql.Compare | ql.InList | ql.Between, table: SymbolTable) ->
     elif isinstance(lhs, ql.SetFunction):
         symbol = _set_symbol(table, lhs.name, lhs.pos, lhs.func)
         test, getter = _value_test(node, symbol.type, lhs.name), symbol.getter
-        if lhs.func == "anyOf":
+        holds = _holds_string(node) if symbol.type is SymbolType.STRING and lhs.func == "anyOf" else None
+        if holds is not None:
+            pred = lambda item: holds(getter(item) or ())  # noqa: E731
+        elif lhs.func == "anyOf":
             pred = lambda item: any(map(test, getter(item) or ()))  # noqa: E731
         else:
             pred = lambda item: all(map(test, getter(item) or ()))  # noqa: E731
@@ -324,8 +343,22 @@ def _sort_value(value: Any) -> tuple[int, Any]:
     return (5, str(value))
 
 
-def _sort_key(getter: Callable[[Any], Any]) -> Callable[[Any], tuple[int, Any]]:
-    return lambda item: _sort_value(getter(item))
+def sort_key(getter: Callable[[Any], Any]) -> Callable[[Any], tuple[int, Any]]:
+    """The sort key of a field: its value's place in :func:`_sort_value`'s total order."""
+
+    def key(item: Any) -> tuple[int, Any]:
+        value = getter(item)
+        if value.__class__ is str:  # the common case, without the chain of type tests
+            return (3, value)
+        return _sort_value(value)
+
+    return key
+
+
+def sort_in_place(rows: list[Any], sort: Sequence[SortKey]) -> None:
+    """Sort ``rows`` by ``sort``: stable, None first when ascending (one pass per key, last first)."""
+    for key in reversed(sort):
+        rows.sort(key=sort_key(key.symbol.getter), reverse=not key.ascending)
 
 
 def _sort_symbol(table: SymbolTable, name: str) -> Symbol | None:
@@ -378,7 +411,7 @@ def compile_query(
         sort = parse_sort_param(sort_param, symbols)
     elif default_sort:
         sort = parse_sort_param(default_sort, symbols)
-    return Query(predicate, sort, parsed.skip, parsed.limit, predicate is _always)
+    return Query(predicate, sort, parsed.skip, parsed.limit, predicate is _always, parsed.filter, symbols)
 
 
 def effective_limit(query_limit: int | None, limit_param: int | None) -> int:
@@ -403,8 +436,7 @@ def execute(
     Sorting is stable, None first when ascending; ``effective_limit`` is -1 when unlimited.
     """
     matched = list(items) if query.matches_all else list(filter(query.predicate, items))
-    for key in reversed(query.sort):
-        matched.sort(key=_sort_key(key.symbol.getter), reverse=not key.ascending)
+    sort_in_place(matched, query.sort)
     limit = effective_limit(query.limit, limit_param)
     offset = effective_offset(query.skip, offset_param)
     page = matched[offset:] if limit == -1 else matched[offset : offset + limit]
