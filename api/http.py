@@ -169,6 +169,9 @@ def list_response(
     render: Callable[[T], Any],
 ) -> None:
     rows, meta = page(req, items, symbols)
+    prepare = getattr(render, "prepare", None)  # a renderer that asks for a whole page at once
+    if prepare is not None:
+        prepare(rows)
     ok(resp, [render(row) for row in within_deadline(req, rows)], meta)
 
 

@@ -12,7 +12,7 @@ identity's service-config overrides) and, on the client API, ``postureQueries``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -54,6 +54,8 @@ from engine.entities.routers import EdgeRouter, Router
 from engine.entities.services import Config, ConfigType, Service
 from engine.entities.trust import AuthPolicy, Ca, ExternalJwtSigner
 from engine.errors import FieldError, NotFoundError
+from engine.managers.access import Grant
+from engine.managers.posture import PolicyPosture
 from engine.managers.registry import Managers
 from engine.query import SymbolTable
 
@@ -101,6 +103,47 @@ def config_types_asked(req: falcon.Request) -> list[str] | None:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
+class ServiceRenderer:
+    """Services as one identity sees them, for one request. A list hands it the page first
+    (:meth:`prepare`), so the policy engine and the posture data are asked once for the whole
+    page, not once per service from each of many request threads (they would queue on its lock)."""
+
+    def __init__(
+        self,
+        managers: Managers,
+        identity: Identity,
+        wanted: frozenset[str],
+        posture: Callable[[Mapping[str, Grant]], dict[str, list[PolicyPosture]]] | None = None,
+    ) -> None:
+        self.managers = managers
+        self.identity = identity
+        self.wanted = wanted
+        self.posture = posture
+        self._grants: dict[str, Grant] = {}
+        self._queries: dict[str, list[PolicyPosture]] = {}
+
+    def prepare(self, services: Sequence[Service]) -> None:
+        missing = [s.id for s in services if s.id not in self._grants]
+        grants = self.managers.access.grants(self.identity.id, missing)
+        self._grants.update(grants)
+        if self.posture is not None:
+            self._queries.update(self.posture(grants))
+
+    def __call__(self, service: Service) -> dict[str, Any]:
+        if service.id not in self._grants:
+            self.prepare([service])
+        grant = self._grants[service.id]
+        overrides = self.identity.service_configs.get(service.id)
+        out = render_service(
+            service,
+            config=self.managers.services.config_map(service, self.wanted, overrides),
+            permissions=service_permissions(grant.permissions),
+        )
+        if self.posture is not None:
+            out["postureQueries"] = render_posture_queries(self._queries[service.id])
+        return out
+
+
 class ServiceView(View[Service]):
     """Services as an identity sees them (OpenZiti's ``ServiceDetail`` for an identity)."""
 
@@ -131,35 +174,16 @@ class ServiceView(View[Service]):
             raise NotFoundError(field="asIdentity", value=wanted, reason="identity not found")
         return found
 
-    def _render(self, identity: Identity, wanted: frozenset[str]) -> Callable[[Service], dict[str, Any]]:
-        access, services = self.managers.access, self.managers.services
-
-        def render(service: Service) -> dict[str, Any]:
-            return render_service(
-                service,
-                config=services.config_map(service, wanted, identity.service_configs.get(service.id)),
-                permissions=service_permissions(access.permissions(identity.id, service.id)),
-            )
-
-        return render
-
     def renderer(self, req: falcon.Request) -> Callable[[Service], dict[str, Any]]:
         """Management: the permissions and overrides of the caller or of ``asIdentity``."""
-        return self._render(self._as_identity(req), self._wanted(req))
+        return ServiceRenderer(self.managers, self._as_identity(req), self._wanted(req))
 
     def client_renderer(self, req: falcon.Request) -> Callable[[Service], dict[str, Any]]:
         """Client API: the caller's permissions and overrides, and its ``postureQueries``."""
         identity: Identity = req.context.identity
         session_id: str = req.context.session.id
-        plain = self._render(identity, self._wanted(req))
         queries = self.managers.posture.service_queries_for(identity.id, session_id)
-
-        def render(service: Service) -> dict[str, Any]:
-            out = plain(service)
-            out["postureQueries"] = render_posture_queries(queries(service.id))
-            return out
-
-        return render
+        return ServiceRenderer(self.managers, identity, self._wanted(req), queries)
 
     def visible(self, identity: Identity, service_id: str) -> Service:
         """The service if the identity may Dial or Bind it; else 404 (policy-semantics §5.1)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -132,6 +132,18 @@ class GraphObserver(Protocol):
     def before(self, graph: PolicyGraph, changes: Sequence[Change]) -> Any: ...
 
     def after(self, graph: PolicyGraph, changes: Sequence[Change], before: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What an identity holds on one service: its permissions (``Bind``/``Dial``, sorted) and, per
+    service policy granting them, the policy's type and posture check ids (§6)."""
+
+    permissions: list[str]
+    posture: dict[str, tuple[str, tuple[str, ...]]]
+
+
+NO_GRANT = Grant([], {})
 
 
 @dataclass(frozen=True)
@@ -342,14 +354,22 @@ class AccessManager:
                 return {}
             return self._graph.posture_checks_for(identity_id, service_id, policy_type)
 
-    def posture_policies(self, identity_id: str, service_id: str) -> dict[str, tuple[str, tuple[str, ...]]]:
-        """Per service policy (Dial or Bind) linking the pair: its type and posture check ids."""
+    def grants(self, identity_id: str, service_ids: Iterable[str]) -> dict[str, Grant]:
+        """:meth:`permissions` and :meth:`posture_policies` of many services under one hold of the
+        lock (a list's page: per-service calls from many request threads queue on the lock)."""
+        out: dict[str, Grant] = {}
         with self._lock:
-            if not (
-                self._graph.has_entity(IDENTITY, identity_id) and self._graph.has_entity(SERVICE, service_id)
-            ):
-                return {}
-            return self._graph.posture_policies(identity_id, service_id)
+            graph = self._graph
+            known = graph.has_entity(IDENTITY, identity_id)
+            for service_id in service_ids:
+                if known and graph.has_entity(SERVICE, service_id):
+                    out[service_id] = Grant(
+                        sorted(graph.permissions(identity_id, service_id)),
+                        graph.posture_policies(identity_id, service_id),
+                    )
+                else:
+                    out[service_id] = NO_GRANT
+        return out
 
     def has_posture_checks(self) -> bool:
         """Whether any posture check exists (none: posture is not evaluated at all, §6)."""

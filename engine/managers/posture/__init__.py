@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from engine.entities.identities import ApiSession, Identity
@@ -29,7 +29,7 @@ from engine.entities.posture import PostureCheck
 from engine.entities.services import Service
 from engine.errors import NotFoundError
 from engine.managers._base import Env
-from engine.managers.access import AccessManager
+from engine.managers.access import AccessManager, Grant
 from engine.managers.posture._core import (
     DOMAIN,
     ENDPOINT_STATE,
@@ -159,18 +159,22 @@ class PostureManager:
     # -- evaluation ------------------------------------------------------------------------------
     def service_queries(self, identity_id: str, api_session_id: str, service_id: str) -> list[PolicyPosture]:
         """The client service view's ``postureQueries`` for one service (§6)."""
-        return self.service_queries_for(identity_id, api_session_id)(service_id)
+        grants = self.access.grants(identity_id, [service_id])
+        return self.service_queries_for(identity_id, api_session_id)(grants)[service_id]
 
     def service_queries_for(
         self, identity_id: str, api_session_id: str
-    ) -> Callable[[str], list[PolicyPosture]]:
-        """:meth:`service_queries` for the services of one request (a list): the time, the
-        posture data and each check's query are taken once, not once per service."""
+    ) -> Callable[[Mapping[str, Grant]], dict[str, list[PolicyPosture]]]:
+        """:meth:`service_queries` of a request's services, from their grants
+        (:meth:`AccessManager.grants`): the time, the posture data and each check's query are
+        taken once per request, and each call holds the lock once for all its services."""
         if not self.access.has_posture_checks():
 
-            def dummies(service_id: str) -> list[PolicyPosture]:
-                permissions = self.access.permissions(identity_id, service_id)
-                return [PolicyPosture(dummy_policy_id(p), p, True) for p in permissions]
+            def dummies(grants: Mapping[str, Grant]) -> dict[str, list[PolicyPosture]]:
+                return {
+                    service_id: [PolicyPosture(dummy_policy_id(p), p, True) for p in grant.permissions]
+                    for service_id, grant in grants.items()
+                }
 
             return dummies
         now = self.env.clock.now()
@@ -185,13 +189,17 @@ class PostureManager:
                 found = asked[check.id] = self._query(check, api_session_id, data, now, passing)
             return found
 
-        def queries(service_id: str) -> list[PolicyPosture]:
-            policies = self.access.posture_policies(identity_id, service_id)
-            out: list[PolicyPosture] = []
+        def queries(grants: Mapping[str, Grant]) -> dict[str, list[PolicyPosture]]:
+            out: dict[str, list[PolicyPosture]] = {}
             with self._lock:
-                for policy_id, (policy_type, check_ids) in policies.items():
-                    found = tuple(query(check) for check in self._checks(check_ids))
-                    out.append(PolicyPosture(policy_id, policy_type, all(q.is_passing for q in found), found))
+                for service_id, grant in grants.items():
+                    policies: list[PolicyPosture] = []
+                    for policy_id, (policy_type, check_ids) in grant.posture.items():
+                        found = tuple(query(check) for check in self._checks(check_ids))
+                        policies.append(
+                            PolicyPosture(policy_id, policy_type, all(q.is_passing for q in found), found)
+                        )
+                    out[service_id] = policies
             return out
 
         return queries
