@@ -1,6 +1,7 @@
 """``python -m bench writes`` (bench/writes.py) runs end to end, briefly, so that it cannot rot.
 
-A real ``trellis init`` + server, 1 and 2 writers for about 1 s each. No timing is asserted:
+A real ``trellis init`` + server (and the use cases in process, ``--path store``), 1 and 2
+writers for about 1 s each on each path. No timing is asserted:
 only that every write of the cycle was acknowledged, none was refused, and the table and the
 JSON say so.
 """
@@ -26,7 +27,12 @@ def test_writes_bench_runs_every_write_of_the_cycle(
     assert main(["writes", "--writers", "1,2", "--seconds", "1", "--out", str(out)]) == 0
 
     report = json.loads(out.read_text())
-    assert [row["writers"] for row in report["rows"]] == [1, 2]
+    assert [(row["path"], row["writers"]) for row in report["rows"]] == [
+        ("store", 1),
+        ("store", 2),
+        ("http", 1),
+        ("http", 2),
+    ]
     for row in report["rows"]:
         assert row["errors"] == {}, row
         assert row["failures"] == [], row
@@ -38,11 +44,11 @@ def test_writes_bench_runs_every_write_of_the_cycle(
         assert row["server_cpu_percent"] > 0  # read from /proc (Linux)
     printed = capsys.readouterr().out
     assert (
-        "| writers | acknowledged writes | writes/s | p50 ms | p99 ms | errors | server CPU | client CPU |"
+        "| path | writers | acknowledged writes | writes/s | p50 ms | p99 ms | errors | server CPU | client CPU |"
         in printed
     )
-    assert f"| 1 | {report['rows'][0]['acknowledged']} |" in printed
-    assert f"| 2 | {report['rows'][1]['acknowledged']} |" in printed
+    for row in report["rows"]:
+        assert f"| {row['path']} | {row['writers']} | {row['acknowledged']} |" in printed
     assert str(out) in printed
 
 
@@ -52,4 +58,6 @@ def test_writer_counts_must_be_whole_and_positive(tmp_path: Path) -> None:
         main(["writes", "--writers", "0", "--out", str(out)])
     with pytest.raises(SystemExit, match="whole numbers"):
         main(["writes", "--writers", "one", "--out", str(out)])
+    with pytest.raises(SystemExit, match="--path takes"):
+        main(["writes", "--path", "disk", "--out", str(out)])
     assert not out.exists()
