@@ -107,7 +107,6 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         # identities) lives as long as the process: out of the cyclic collector's way, so that a
         # full collection walks only what requests made since, not the whole data set (a request
         # caught by a full collection over the start-up heap waited ~100 ms).
-        gc.collect()
         gc.freeze()
         self._app.maintenance.start()  # in the worker, after the fork: the expired-session purge
         return self._app
