@@ -93,7 +93,7 @@ def render_edge_router(ctrl: Controller, router: EdgeRouter) -> dict[str, Any]:
             "cost": router.cost,
             "ctrlChanListeners": router.ctrl_chan_listeners,
             "disabled": router.disabled,
-            "fingerprint": router.fingerprint,
+            "fingerprint": router.fingerprint or "",  # OpenZiti: stringz.OrEmpty
             "hostname": router.hostname,
             "isOnline": False,
             "isTunnelerEnabled": router.is_tunneler_enabled,

@@ -222,6 +222,10 @@ class ExternalIdClaim(WireModel):
     parser_criteria: str | None
 
 
+#: ``externalIdClaim``'s wire keys.
+CLAIM_KEYS = ("index", "location", "matcher", "matcherCriteria", "parser", "parserCriteria")
+
+
 class ExternalIdClaimPatch(WireModel):
     index: int | None = None
     location: ClaimLocation | None = None
@@ -280,10 +284,14 @@ def render_ca(ca: Ca) -> dict[str, Any]:
     if ca.is_auto_ca_enrollment_enabled:
         subs.append("jwt")
     out = base(ca, *subs)
+    if ca.external_id_claim:
+        # OpenZiti renders the stored claim whole: each of its six fields, null when unset
+        # (a claim patched onto a CA that had none holds only the patched keys)
+        out["externalIdClaim"] = {key: ca.external_id_claim.get(key) for key in CLAIM_KEYS}
+    # without a claim the (optional, omitempty) field is left out, as go-swagger leaves it
     out.update(
         {
             "certPem": ca.cert_pem,
-            "externalIdClaim": ca.external_id_claim,
             "fingerprint": ca.fingerprint,
             "identityNameFormat": ca.identity_name_format,
             "identityRoles": list(ca.identity_roles),

@@ -97,7 +97,7 @@ def test_create_and_read(api: Api, pki: Pki) -> None:
     assert data["isAuthEnabled"] is True
     assert data["isAutoCaEnrollmentEnabled"] is True
     assert data["isOttCaEnrollmentEnabled"] is False
-    assert data["externalIdClaim"] is None
+    assert "externalIdClaim" not in data  # optional and unset: left out (omitempty)
     assert data["_links"]["self"]["href"] == f"./cas/{id}"
     assert data["_links"]["verify"]["href"] == f"./cas/{id}/verify"
     assert data["_links"]["jwt"]["href"] == f"./cas/{id}/jwt"
@@ -342,3 +342,18 @@ def test_cas_survive_a_restart(api: Api, app: Any, settings: Any, pki: Pki) -> N
         assert ca.is_verified is False
     finally:
         reopened.ctrl.env.store.close()
+
+
+def test_a_claim_patched_onto_a_ca_without_one_is_rendered_whole(api: Api, pki: Any) -> None:
+    id = api.create("/cas", _body(pki))
+
+    assert api.patch(f"/cas/{id}", json={"externalIdClaim": {"index": 1}}).status_code == 200
+
+    assert _get(api, id)["externalIdClaim"] == {
+        "index": 1,
+        "location": None,
+        "matcher": None,
+        "matcherCriteria": None,
+        "parser": None,
+        "parserCriteria": None,
+    }
