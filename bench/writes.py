@@ -351,6 +351,39 @@ class Row:
     #: CPU the server's processes used, in % of one core (None where ``/proc`` cannot tell).
     server_cpu_percent: float | None
 
+    @classmethod
+    def of(
+        cls,
+        path: str,
+        writers: int,
+        elapsed: float,
+        latencies_ms: Sequence[float],
+        acknowledged: Counter[str],
+        errors: Counter[str],
+        *,
+        failures: list[str] | None = None,
+        client_cpu_percent: float = 0.0,
+        server_cpu: float | None = None,
+    ) -> Row:
+        """The row of one run: ``server_cpu`` in CPU seconds (None when unknown)."""
+        total = sum(acknowledged.values())
+        return cls(
+            path=path,
+            writers=writers,
+            seconds=round(elapsed, 2),
+            acknowledged=total,
+            writes_per_second=round(total / elapsed, 1) if elapsed > 0 else 0.0,
+            p50_ms=round(percentile(latencies_ms, 50), 2),
+            p99_ms=round(percentile(latencies_ms, 99), 2),
+            errors=dict(sorted(errors.items())),
+            per_operation={op: acknowledged[op] for op in OPERATIONS},
+            failures=failures or [],
+            client_cpu_percent=client_cpu_percent,
+            server_cpu_percent=round(100 * server_cpu / elapsed, 1)
+            if server_cpu is not None and elapsed > 0
+            else None,
+        )
+
 
 def children_cpu(pid: int | None = None) -> float | None:
     """CPU seconds (user + system) used so far by the descendants of ``pid`` (default: this
@@ -416,20 +449,16 @@ def measure(port: int, ca: str, world: World, writers: int, seconds: float) -> R
         errors.update(t.statuses)
     failures = [t.failure for t in tallies if t.failure]
     failures += [f"writer {i} still running" for i, th in enumerate(threads) if th.is_alive()]
-    total = sum(acknowledged.values())
-    return Row(
-        path="http",
-        writers=writers,
-        seconds=round(elapsed, 2),
-        acknowledged=total,
-        writes_per_second=round(total / elapsed, 1) if elapsed > 0 else 0.0,
-        p50_ms=round(percentile(latencies, 50), 2),
-        p99_ms=round(percentile(latencies, 99), 2),
-        errors=dict(sorted(errors.items())),
-        per_operation={op: acknowledged[op] for op in OPERATIONS},
+    return Row.of(
+        "http",
+        writers,
+        elapsed,
+        latencies,
+        acknowledged,
+        errors,
         failures=failures,
         client_cpu_percent=round(100 * cpu / elapsed, 1) if elapsed > 0 else 0.0,
-        server_cpu_percent=round(100 * server_cpu / elapsed, 1) if server_cpu is not None else None,
+        server_cpu=server_cpu,
     )
 
 
@@ -484,24 +513,8 @@ def measure_store_path(home: Path, writer_counts: Sequence[int], seconds: float)
             cpu_start = time.process_time()
             elapsed, latencies, acknowledged, errors = measure_store(world, writers, seconds)
             cpu = time.process_time() - cpu_start
-            total = sum(acknowledged.values())
             millis = [s * 1000 for s in latencies]
-            rows.append(
-                Row(
-                    path="store",
-                    writers=writers,
-                    seconds=round(elapsed, 2),
-                    acknowledged=total,
-                    writes_per_second=round(total / elapsed, 1) if elapsed > 0 else 0.0,
-                    p50_ms=round(percentile(millis, 50), 2),
-                    p99_ms=round(percentile(millis, 99), 2),
-                    errors=dict(sorted(errors.items())),
-                    per_operation={op: acknowledged[op] for op in OPERATIONS},
-                    failures=[],
-                    client_cpu_percent=0.0,
-                    server_cpu_percent=round(100 * cpu / elapsed, 1) if elapsed > 0 else None,
-                )
-            )
+            rows.append(Row.of("store", writers, elapsed, millis, acknowledged, errors, server_cpu=cpu))
         return rows
     finally:
         app.ctrl.env.store.close()

@@ -453,7 +453,7 @@ class MemoryStore:
         self._closing = False
 
     # -- reads -------------------------------------------------------------------------------
-    def _reader(self) -> StoreView:
+    def _reader(self) -> State | StagedView:
         local = self._local
         if getattr(local, "depth", 0) and not getattr(local, "committer", False):
             return self._staged_view
@@ -476,10 +476,7 @@ class MemoryStore:
         return self._reader().find_by(kind, field, value)
 
     def list_index(self, kind: type[E]) -> ListIndex[E]:
-        reader = self._reader()
-        if isinstance(reader, (State, StagedView)):
-            return reader.list_index(kind)
-        return cast("ListIndex[E]", ScanIndex(reader.all(kind)))
+        return self._reader().list_index(kind)
 
     def view(self) -> State:
         return self._state
