@@ -16,7 +16,16 @@ from api.limits import within_deadline
 from api.wire import INT64_MAX, INT64_MIN, WireModel
 from engine.entities import Entity
 from engine.errors import CouldNotParseBodyError, InvalidPaginationError, RequestEntityTooLargeError
-from engine.query import ListIndex, Symbol, SymbolTable, SymbolType, compile_query, execute, execute_indexed
+from engine.query import (
+    ListIndex,
+    Symbol,
+    SymbolTable,
+    SymbolType,
+    compile_query,
+    execute,
+    execute_indexed,
+    execute_loaded,
+)
 
 M = TypeVar("M", bound=WireModel)
 T = TypeVar("T")
@@ -114,6 +123,15 @@ class Indexed(Generic[T]):
     keep: Collection[str] | None = None
 
 
+@dataclass(frozen=True)
+class Loaded(Generic[T]):
+    """Entities known by their ids, in list order (sorted ids: what a list without ``sort``
+    shows), loaded only when needed: a page with no filter and no sort loads just its rows."""
+
+    ids: Sequence[str]
+    load: Callable[[Sequence[str]], list[T]]
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
@@ -129,7 +147,7 @@ def index_fields(kind: type[Entity], symbols: SymbolTable) -> dict[str, str]:
 
 
 def page(
-    req: falcon.Request, items: Iterable[T] | Indexed[T], symbols: SymbolTable
+    req: falcon.Request, items: Iterable[T] | Indexed[T] | Loaded[T], symbols: SymbolTable
 ) -> tuple[list[T], dict[str, Any]]:
     """Filter, sort and page ``items`` by the request's ``filter``/``sort``/``limit``/``offset``."""
     query = compile_query(req.get_param("filter"), symbols, sort_param=req.get_param("sort"))
@@ -142,6 +160,14 @@ def page(
             offset_param=_int_param(req, "offset"),
             keep=items.keep,
             guard=lambda scan: within_deadline(req, scan),
+        )
+    elif isinstance(items, Loaded):
+        rows, total, limit, offset = execute_loaded(
+            query,
+            items.ids,
+            items.load,
+            limit_param=_int_param(req, "limit"),
+            offset_param=_int_param(req, "offset"),
         )
     else:
         rows, total, limit, offset = execute(
@@ -164,7 +190,7 @@ def page(
 def list_response(
     req: falcon.Request,
     resp: falcon.Response,
-    items: Iterable[T] | Indexed[T],
+    items: Iterable[T] | Indexed[T] | Loaded[T],
     symbols: SymbolTable,
     render: Callable[[T], Any],
 ) -> None:

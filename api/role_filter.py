@@ -9,11 +9,11 @@ index are the policy engine's (``AccessManager.role_filter`` / ``attribute_names
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import falcon
 
-from api.http import list_strings
+from api.http import Loaded, list_strings
 from api.middleware import ADMIN
 from engine.entities import Entity
 from engine.errors import FieldError
@@ -40,12 +40,28 @@ def role_ids(req: falcon.Request, access: AccessManager, kind: type[Entity]) -> 
     return access.role_filter(kind, roles, semantic)
 
 
+@overload
+def role_filtered(
+    req: falcon.Request, items: Loaded[E], access: AccessManager, kind: type[E]
+) -> Loaded[E]: ...
+
+
+@overload
 def role_filtered(
     req: falcon.Request, items: Iterable[E], access: AccessManager, kind: type[E]
-) -> Iterable[E]:
+) -> Iterable[E]: ...
+
+
+def role_filtered(
+    req: falcon.Request, items: Iterable[E] | Loaded[E], access: AccessManager, kind: type[E]
+) -> Iterable[E] | Loaded[E]:
     """``items`` narrowed by the request's ``roleFilter`` (unchanged when there is none)."""
     keep = role_ids(req, access, kind)
-    return items if keep is None else [e for e in items if e.id in keep]
+    if keep is None:
+        return items
+    if isinstance(items, Loaded):
+        return Loaded([id for id in items.ids if id in keep], items.load)
+    return [e for e in items if e.id in keep]
 
 
 class RoleAttributes:

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 import falcon
 
 from api.controller import Controller
-from api.http import list_response
+from api.http import Loaded, list_response
 from api.middleware import ADMIN
 from api.routing import Routes
 from api.schemas.authenticators import authenticator_symbols, render_authenticator
@@ -189,9 +189,11 @@ class ServiceView(View[Service]):
         """The service if the identity may Dial or Bind it; else 404 (policy-semantics §5.1)."""
         return self.managers.access.service_for_identity(identity.id, service_id)[0]
 
-    def for_identity(self, identity: Identity) -> list[Service]:
-        """The services the identity may Dial or Bind (the client API never lists as an admin)."""
-        return self.managers.access.services_of_identity(identity.id)
+    def for_identity(self, identity: Identity) -> Loaded[Service]:
+        """The services the identity may Dial or Bind (the client API never lists as an admin),
+        loaded as a list needs them."""
+        access = self.managers.access
+        return Loaded(access.service_ids_of_identity(identity.id), access.services)
 
 
 def policy_type(req: falcon.Request) -> str | None:

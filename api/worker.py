@@ -56,6 +56,7 @@ from urllib.parse import unquote_to_bytes
 import orjson
 from gunicorn.workers.base import Worker
 
+from api.accesslog import AccessLog
 from api.errors import envelope
 from engine import errors as e
 
@@ -501,6 +502,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         self._wakeup: asyncio.Event | None = None
         self._default_tls: ssl.SSLContext | None = None
         self._nr_lock = threading.Lock()
+        self.access_log = AccessLog(self.log)
 
     # -- process set-up (after the fork) --
 
@@ -898,8 +900,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             )
             result.body_length = len(data) - data.index(b"\r\n\r\n") - 4
         logged = _Logged(result.status, result.headers, result.body_length, result.body_length)
-        if getattr(self.log, "access_log_enabled", True):
-            self.log.access(logged, req, environ, datetime.now() - started)
+        self.access_log.write(self.cfg.access_log_format, logged, req, environ, datetime.now() - started)
         try:
             self.cfg.post_request(self, req, environ, logged)
         except Exception:

@@ -30,9 +30,11 @@
    - ``version``: ``GET /version`` (no authentication; the app's fixed cost);
    - ``authenticate``: ``POST /edge/client/v1/authenticate?method=password`` as the device
      (a scrypt verification and a new API session each);
-   - ``client services``: ``GET /edge/client/v1/services?limit=500`` as the device: every
-     service it may use in one page (100 bench services, plus at tier L those of the tier's
-     ``#all`` service policies: the row names the count);
+   - ``client services``: ``GET /edge/client/v1/services?limit=25&offset=N`` as the device,
+     page after page, as the C SDK lists them (its page size is 25): every service it may use
+     (100 bench services, plus at tier L those of the tier's ``#all`` service policies: the row
+     names the count);
+   - ``client services 500``: the same services in one ``limit=500`` page;
    - ``policy advice``: ``GET /identities/{device}/policy-advice/{bench service}`` (admin);
    - ``identities``, ``identities name=``, ``identities anyOf``: ``GET /identities?limit=10``
      with no filter, ``filter=name="<a tier identity>"`` and
@@ -69,10 +71,15 @@ else, or if that fails, ``apt-get download`` of wrk and its LuaJIT library, unpa
 its own ``.gitignore``) and run from there with ``LD_LIBRARY_PATH``. If neither works it stops
 with a clear error.
 
+``--only "policy advice,create session"`` runs just those scenarios (the bare apps always run).
+``--profile DIR`` has py-spy (a dev dependency) sample the server's worker during each scenario,
+100 times a second without pausing it, and write a flame graph per scenario as ``DIR/<name>.svg``.
+
 Run::
 
     python -m bench http                              # tier S, 10 s per scenario
     python -m bench http --tier L --seconds 10
+    python -m bench http --tier L --only "create session" --profile /tmp/flames
     python -m bench http --tier S --seconds 1 --out /tmp/http.json
 
 Everything runs on one machine: wrk (one thread) shares the cores with the server, so the
@@ -448,6 +455,19 @@ def serving(home: Path, name: str, command: Sequence[str], ready_path: str) -> I
         log.close()
 
 
+def settle(server: Running, *, idle_percent: float = 15.0, limit_seconds: float = 30.0) -> None:
+    """Wait (at most ``limit_seconds``) until the server uses less than ``idle_percent`` of a core
+    over 0.25 s: what a scenario left running (slow requests still in flight when wrk stopped,
+    a batch being written) does not count against the next one."""
+    deadline = time.monotonic() + limit_seconds
+    while time.monotonic() < deadline:
+        before = server.cpu_seconds()
+        time.sleep(0.25)
+        after = server.cpu_seconds()
+        if before is None or after is None or (after - before) / 0.25 * 100 < idle_percent:
+            return
+
+
 def trellis_command(worker: str) -> list[str]:
     """``trellis serve`` itself, or the same app under gthread (bench.serving's ``gthread-8``)."""
     if worker == "trellis":
@@ -539,6 +559,23 @@ class Scenario:
     note: str = ""
 
 
+#: The C SDK lists services ``limit=25`` at a time (its ``DEFAULT_PAGE_SIZE``), page after page.
+SDK_PAGE = 25
+#: Every scenario :func:`scenarios` makes, in order (``--only`` takes these names).
+SCENARIO_NAMES = (
+    "version",
+    "authenticate",
+    "client services",
+    "client services 500",
+    "policy advice",
+    "identities",
+    "identities name=",
+    "identities anyOf",
+    "patch service policy",
+    "create session",
+)
+
+
 def _query(text: str) -> str:
     return urllib.parse.quote(text, safe="")
 
@@ -570,6 +607,14 @@ def scenarios(seeded: Seeded, world: World) -> list[Scenario]:
         ),
         Scenario(
             "client services",
+            [
+                ("GET", f"{CLIENT}/services?limit={SDK_PAGE}&offset={offset}", device, "")
+                for offset in range(0, max(world.device_services, 1), SDK_PAGE)
+            ],
+            f"{world.device_services} services in pages of {SDK_PAGE}, as the C SDK asks",
+        ),
+        Scenario(
+            "client services 500",
             [("GET", f"{CLIENT}/services?limit=500", device, "")],
             f"{world.device_services} services in one page",
         ),
@@ -691,6 +736,52 @@ def run_wrk(
     )
 
 
+# -- profiles ------------------------------------------------------------------------------------
+
+
+def ensure_py_spy() -> str:
+    """py-spy (a dev dependency) next to this interpreter, else on ``PATH``."""
+    beside = Path(sys.executable).with_name("py-spy")
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if found is None:
+        raise SystemExit("--profile needs py-spy: pip install -e '.[dev]'")
+    return found
+
+
+def profile_file(directory: Path, scenario: str) -> Path:
+    return directory / f"{scenario.replace(' ', '-').replace('=', '')}.svg"
+
+
+@contextmanager
+def profiling(
+    spy: str | None, server: Running, scenario: Scenario, directory: Path | None, seconds: float
+) -> Iterator[None]:
+    """While the body runs, py-spy samples the server's worker (100 Hz, without pausing it; only the
+    thread holding the GIL, so the graph is where the one core goes) for the scenario's duration
+    and writes a flame graph (SVG) to ``directory``; nothing without ``spy``."""
+    if spy is None or directory is None:
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    workers = _children(server.pid) or [server.pid]
+    target = profile_file(directory, scenario.name)
+    command = [
+        spy, "record", "--gil", "--nonblocking", "--rate", "100", "--duration", str(max(1, math.ceil(seconds))),
+        "--pid", str(workers[0]), "--format", "flamegraph", "--output", str(target),
+    ]  # fmt: skip
+    spying = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        yield
+    finally:
+        try:
+            _, err = spying.communicate(timeout=seconds + 60)
+        except subprocess.TimeoutExpired:
+            spying.kill()
+            _, err = spying.communicate()
+        if spying.returncode != 0:
+            _log(f"py-spy failed for {scenario.name}: {err.strip()[-300:]}")
+
+
 # -- the report ----------------------------------------------------------------------------------
 
 
@@ -782,9 +873,13 @@ def run(
     session_rate: float = 3000.0,
     out: Path | None = None,
     wrk: Wrk | None = None,
+    only: Sequence[str] = (),
+    profile: Path | None = None,
 ) -> Report:
-    """Seed, measure the bare apps and every scenario, write the JSON to ``out``."""
+    """Seed, measure the bare apps and every scenario (or those named in ``only``), write the JSON
+    to ``out``; with ``profile``, a py-spy flame graph of the server's worker per scenario there."""
     wrk = wrk or ensure_wrk()
+    spy = ensure_py_spy() if profile is not None else None
     machine = _machine(wrk)
     rows: list[Row] = []
     servers: dict[str, dict[str, Any]] = {}
@@ -813,10 +908,14 @@ def run(
             _log(f"set-up: the device and {api_sessions} API sessions for the Dial scenario")
             world = set_up(server, api_sessions)
             for scenario in scenarios(seeded, world):
+                if only and scenario.name not in only:
+                    continue
                 _log(f"{scenario.name} for {seconds:g} s")
+                settle(server)
                 dialing = scenario.name == "create session"
                 before = session_count(server, world.admin) if dialing else 0
-                row = measure(server, scenario, work)
+                with profiling(spy, server, scenario, profile, seconds):
+                    row = measure(server, scenario, work)
                 if dialing:
                     created = session_count(server, world.admin) - before
                     row.durable_creations = created
@@ -888,6 +987,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, default=None, help="the JSON results (default bench/results/http-<tier>.json)"
     )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated scenario names to run (default all; the bare apps always run)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write a py-spy flame graph of the server's worker per scenario into DIR",
+    )
 
 
 def main(args: argparse.Namespace) -> str:
@@ -897,6 +1008,13 @@ def main(args: argparse.Namespace) -> str:
         raise SystemExit("--threads must be 1 or more and --connections at least --threads")
     if args.session_rate <= 0:
         raise SystemExit("--session-rate must be more than 0")
+    only = [name.strip() for name in args.only.split(",") if name.strip()]
+    known = set(SCENARIO_NAMES)
+    unknown = [name for name in only if name not in known]
+    if unknown:
+        raise SystemExit(
+            f"--only: unknown scenario(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
     out = args.out or RESULTS_DIR / f"http-{args.tier}.json"
     try:
         wrk = ensure_wrk()
@@ -912,5 +1030,7 @@ def main(args: argparse.Namespace) -> str:
         session_rate=args.session_rate,
         out=out,
         wrk=wrk,
+        only=only,
+        profile=args.profile,
     )
     return report.table() + f"\n\nJSON: {out}"

@@ -230,9 +230,16 @@ class AccessManager:
 
     # -- identity ------------------------------------------------------------------------------
     def services_of_identity(self, identity_id: str, policy_type: str | None = None) -> list[Service]:
+        return self._load(Service, self.service_ids_of_identity(identity_id, policy_type))
+
+    def service_ids_of_identity(self, identity_id: str, policy_type: str | None = None) -> list[str]:
+        """The ids of :meth:`services_of_identity`, sorted, nothing loaded (a list pages them)."""
         self._require(Identity, identity_id)
         with self._query():
-            ids = self._graph.services_for_identity(identity_id, policy_type)
+            return self._graph.services_for_identity(identity_id, policy_type)
+
+    def services(self, ids: Sequence[str]) -> list[Service]:
+        """The services of ``ids`` that exist, in that order."""
         return self._load(Service, ids)
 
     def edge_routers_of_identity(self, identity_id: str) -> list[EdgeRouter]:
@@ -363,10 +370,8 @@ class AccessManager:
             known = graph.has_entity(IDENTITY, identity_id)
             for service_id in service_ids:
                 if known and graph.has_entity(SERVICE, service_id):
-                    out[service_id] = Grant(
-                        sorted(graph.permissions(identity_id, service_id)),
-                        graph.posture_policies(identity_id, service_id),
-                    )
+                    permissions, posture = graph.grant(identity_id, service_id)
+                    out[service_id] = Grant(list(permissions), posture)
                 else:
                     out[service_id] = NO_GRANT
         return out

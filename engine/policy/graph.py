@@ -73,6 +73,14 @@ from engine.policy.slots import EntityTable, PolicyTable
 __all__ = ["PolicyGraph"]
 
 
+#: How many identities' service lists :meth:`PolicyGraph.services_for_identity` keeps at most.
+REACH_ENTRIES = 4096
+#: How many (identity, service) answers :meth:`PolicyGraph.grant` keeps at most.
+PAIR_ENTRIES = 65536
+PairGrant = tuple[tuple[str, ...], dict[str, tuple[str, tuple[str, ...]]]]
+"""``(permissions, posture policies)`` of an (identity, service) pair."""
+
+
 class PolicyGraph:
     """Entities, policies and everything they imply; see the module docstring."""
 
@@ -84,7 +92,9 @@ class PolicyGraph:
         "_erp_router",
         "_identities",
         "_identity_cache",
+        "_pairs",
         "_policies",
+        "_reach",
         "_routers",
         "_serp_router",
         "_serp_service",
@@ -110,6 +120,11 @@ class PolicyGraph:
         self._wire()
         self._identity_cache = EntityCache(self._sp_identity, self._erp_identity, self._erp_router)
         self._service_cache = EntityCache(self._sp_service, self._serp_service, self._serp_router)
+        #: ``services_for_identity`` answers, until the next change of any kind (a client lists
+        #: its services page after page; each page would otherwise resolve them all again).
+        self._reach: dict[tuple[str, str | None], list[str]] = {}
+        #: ``grant`` answers, likewise (each page of a client's services asks for its services').
+        self._pairs: dict[tuple[str, str], PairGrant] = {}
 
     def _wire(self) -> None:
         tables, sides = self._tables, self._sides
@@ -216,12 +231,22 @@ class PolicyGraph:
         other._service_cache = self._service_cache.copy(
             other._sp_service, other._serp_service, other._serp_router
         )
+        other._reach = {}
+        other._pairs = {}
         return other
 
     # -- entity mutations -------------------------------------------------------------------------
 
+    def _forget_answers(self) -> None:
+        """Drop the memoised answers: something changed (they are cheap to recompute)."""
+        if self._reach:
+            self._reach.clear()
+        if self._pairs:
+            self._pairs.clear()
+
     def _entity_changed(self, side: Side, entity: int, policies: int) -> None:
         """Invalidate the advice caches after ``entity``'s policy set on ``side`` changed."""
+        self._forget_answers()
         if side is self._sp_identity or side is self._erp_identity:
             self._identity_cache.forget(entity)
         elif side is self._sp_service or side is self._serp_service:
@@ -257,11 +282,13 @@ class PolicyGraph:
             found = side.remove_entity(slot)
             self._entity_changed(side, slot, found | side.all_policies)
         table.remove(entity_id)
+        self._forget_answers()
 
     # -- policy mutations -------------------------------------------------------------------------
 
     def _side_changed(self, side: Side, policy: int, entities: int) -> None:
         """Invalidate the advice caches after ``policy``'s members on ``side`` changed."""
+        self._forget_answers()
         if side is self._sp_identity or side is self._erp_identity:
             self._identity_cache.forget_members(entities)
         elif side is self._sp_service or side is self._serp_service:
@@ -317,6 +344,7 @@ class PolicyGraph:
             if changed:
                 self._side_changed(side, slot, changed)
         if kind == SERVICE_POLICY:
+            self._forget_answers()  # its type may have changed without its members
             bit = 1 << slot
             if record.type == "Dial":
                 self._dial |= bit
@@ -340,6 +368,7 @@ class PolicyGraph:
             self._bind &= keep
         table.release(policy_id)
         table.records[slot] = None
+        self._forget_answers()
 
     # -- lookups ----------------------------------------------------------------------------------
 
@@ -452,10 +481,17 @@ class PolicyGraph:
     # -- access queries ---------------------------------------------------------------------------
 
     def services_for_identity(self, identity_id: str, type: str | None = None) -> list[str]:
-        """Services the identity may Dial, Bind or (``None``) either."""
-        policies = self._sp_identity.effective_links(self._slot(IDENTITY, identity_id))
-        bits = self._sp_service.union_of_members(policies & self._type_mask(type))
-        return self._entity_ids(self._services, bits)
+        """Services the identity may Dial, Bind or (``None``) either, sorted (a new list)."""
+        key = (identity_id, type)
+        known = self._reach.get(key)
+        if known is None:
+            policies = self._sp_identity.effective_links(self._slot(IDENTITY, identity_id))
+            bits = self._sp_service.union_of_members(policies & self._type_mask(type))
+            known = self._entity_ids(self._services, bits)
+            if len(self._reach) >= REACH_ENTRIES:
+                self._reach.clear()
+            self._reach[key] = known
+        return list(known)
 
     def identities_for_service(self, service_id: str, type: str | None = None) -> list[str]:
         """Identities that may Dial, Bind or (``None``) either the service."""
@@ -555,6 +591,18 @@ class PolicyGraph:
             checks = tuple(self._entity_ids(side.table, side.member_bits(policy)))
             result[cast(str, ids[policy])] = (policy_type, checks)
         return dict(sorted(result.items()))
+
+    def grant(self, identity_id: str, service_id: str) -> PairGrant:
+        """:meth:`permissions` (sorted) and :meth:`posture_policies` of the pair, memoised until
+        the next change. The answer is shared: do not change it."""
+        key = (identity_id, service_id)
+        known = self._pairs.get(key)
+        if known is None:
+            known = (tuple(sorted(self.permissions(identity_id, service_id))), self.posture_policies(*key))
+            if len(self._pairs) >= PAIR_ENTRIES:
+                self._pairs.clear()
+            self._pairs[key] = known
+        return known
 
     def advice(self, identity_id: str, service_id: str) -> Advice:
         """Policy advice for the pair (§4): permissions without posture, router sets unfiltered."""

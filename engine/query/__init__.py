@@ -26,6 +26,7 @@ from engine.query.evaluate import (
     effective_limit,
     effective_offset,
     execute,
+    execute_loaded,
     parse_sort_param,
 )
 from engine.query.plan import ListIndex, ScanIndex, candidates, execute_indexed
@@ -51,6 +52,7 @@ __all__ = [
     "effective_offset",
     "execute",
     "execute_indexed",
+    "execute_loaded",
     "parse",
     "parse_sort_param",
 ]

@@ -441,3 +441,22 @@ def execute(
     offset = effective_offset(query.skip, offset_param)
     page = matched[offset:] if limit == -1 else matched[offset : offset + limit]
     return page, len(matched), limit, offset
+
+
+def execute_loaded(
+    query: Query,
+    ids: Sequence[str],
+    load: Callable[[Sequence[str]], list[T]],
+    *,
+    limit_param: int | None,
+    offset_param: int | None,
+) -> tuple[list[T], int, int, int]:
+    """:func:`execute` over the entities ``load`` gives for ``ids``, in that order: a query with
+    no filter and no sort (a client paging through its services) loads only its page, not every
+    row. ``total_count`` is then ``len(ids)``."""
+    if query.matches_all and not query.sort:
+        limit = effective_limit(query.limit, limit_param)
+        offset = effective_offset(query.skip, offset_param)
+        window = ids[offset:] if limit == -1 else ids[offset : offset + limit]
+        return load(window), len(ids), limit, offset
+    return execute(query, load(ids), limit_param=limit_param, offset_param=offset_param)

@@ -24,6 +24,7 @@ SCENARIOS = [
     "version",
     "authenticate",
     "client services",
+    "client services 500",
     "policy advice",
     "identities",
     "identities name=",

@@ -223,6 +223,16 @@ def check_all(graph: PolicyGraph, oracle: Oracle) -> None:
                 p: tuple(sorted(oracle.members(SERVICE_POLICY, p, POSTURE_CHECK))) for p in sorted(granting)
             }
             assert graph.posture_checks_for(identity, service, policy_type) == expected_checks
+        # The memoised pair answer (filled at the previous step, so a stale one is caught here).
+        expected_posture = {
+            p: (
+                "Dial" if p in dial else "Bind",
+                tuple(sorted(oracle.members(SERVICE_POLICY, p, POSTURE_CHECK))),
+            )
+            for p in sorted(dial | bind)
+        }
+        permissions = tuple(t for t, ps in (("Bind", bind), ("Dial", dial)) if ps)
+        assert graph.grant(identity, service) == (permissions, expected_posture)
 
 
 # -- strategies -------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from engine.query import (
     compile_query,
     execute,
     execute_indexed,
+    execute_loaded,
     parse,
 )
 from engine.query.plan import HEAP_SHARE, ordered_page
@@ -342,3 +343,32 @@ def test_the_indexed_page_is_the_scanned_page(
     scan, fast = run_both(store, text, sort=sort, limit=limit, offset=offset, keep=keep)
 
     assert fast == scan
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    size=st.integers(0, 40),
+    text=st.sampled_from([None, 'name contains "1"', "cost > 2", "true", "true skip 2 limit 3", "true skip 1"]),
+    sort=st.sampled_from([None, "name desc", "cost"]),
+    limit=st.sampled_from([None, 0, 1, 5, 25, -1, 600]),
+    offset=st.sampled_from([None, 0, 1, 7, 39, 50]),
+)
+def test_a_loaded_page_is_the_page_of_everything_loaded(
+    size: int, text: str | None, sort: str | None, limit: int | None, offset: int | None
+) -> None:
+    rows = {f"i{n:02d}": identity(n, default_hosting_cost=n % 5) for n in range(size)}
+    ids = sorted(rows)
+    loaded: list[int] = []
+
+    def load(window: Sequence[str]) -> list[Identity]:
+        loaded.append(len(window))
+        return [rows[i] for i in window]
+
+    query = compile_query(text, SYMBOLS, sort_param=sort)
+    expected = execute(query, [rows[i] for i in ids], limit_param=limit, offset_param=offset)
+
+    assert execute_loaded(query, ids, load, limit_param=limit, offset_param=offset) == expected
+    if query.matches_all and not query.sort:
+        assert loaded == [len(expected[0])]  # only the page was loaded
+    else:
+        assert loaded == [len(ids)]
