@@ -348,7 +348,9 @@ def test_the_indexed_page_is_the_scanned_page(
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(
     size=st.integers(0, 40),
-    text=st.sampled_from([None, 'name contains "1"', "cost > 2", "true", "true skip 2 limit 3", "true skip 1"]),
+    text=st.sampled_from(
+        [None, 'name contains "1"', "cost > 2", "true", "true skip 2 limit 3", "true skip 1"]
+    ),
     sort=st.sampled_from([None, "name desc", "cost"]),
     limit=st.sampled_from([None, 0, 1, 5, 25, -1, 600]),
     offset=st.sampled_from([None, 0, 1, 7, 39, 50]),
