@@ -21,7 +21,7 @@ class Settings:
     db_memory_limit: str = "1GB"
     #: Change-log entries kept after a checkpoint (what a replica may still catch up from).
     change_log_retain: int = 100_000
-    threads: int = 8
+    threads: int = 16
     #: Addresses (or CIDR blocks) of TLS-terminating proxies whose ``X-Client-CertPem`` is believed.
     cert_proxies: tuple[str, ...] = ()
     #: The serving worker's time limits, in seconds (``keepalive_timeout`` 0 turns keep-alive off).
@@ -77,7 +77,7 @@ class Settings:
             session_timeout=timedelta(minutes=max(1, timeout)),
             db_memory_limit=env.get("TRELLIS_DB_MEMORY_LIMIT", "1GB"),
             change_log_retain=max(1, _count(env, "TRELLIS_CHANGE_LOG_RETAIN", 100_000)),
-            threads=int(env.get("TRELLIS_THREADS", "8")),
+            threads=int(env.get("TRELLIS_THREADS", "16")),
             cert_proxies=tuple(
                 s.strip() for s in env.get("TRELLIS_CERT_PROXIES", "").split(",") if s.strip()
             ),

@@ -11,8 +11,8 @@
    policy and a service edge router policy that give ``#bench-client`` identities those services
    through that router.
 2. **The yardstick.** :mod:`bench.bare` (``{"hello": "world"}`` from a bare Falcon app) is served
-   with ``trellis serve``'s settings (one gunicorn worker, 8 threads, the same TLS certificate,
-   context and access log) twice: with gunicorn's ``gthread`` worker (the issue's yardstick) and
+   with ``trellis serve``'s settings (one gunicorn worker, the same TLS certificate,
+   context and access log) twice: with gunicorn's ``gthread`` worker and 8 threads (the issue's yardstick) and
    with the controller's own worker (:mod:`api.worker`). wrk drives ``GET /`` for ``--seconds``.
 3. **The server.** ``trellis serve`` (``--worker trellis``, the default: exactly the shipped
    command) or the same app under gthread with 8 threads (``--worker gthread``) starts on
@@ -55,7 +55,9 @@
 
    The scenarios run in this order on one server, so each finds what earlier ones wrote (the
    API sessions of ``authenticate``, for one). ``patch service policy`` runs before
-   ``create session``: a service policy change re-checks every session there is.
+   ``create session``: a service policy change re-checks every session there is. Before each
+   scenario the harness waits (up to 30 s) until the server is idle, so that requests an earlier
+   scenario left in flight (16 password logins take seconds) are not counted against it.
 
 6. **Report.** Per scenario: requests/s, p50 and p99 latency (wrk's distribution, printed by
    the script's ``done()``), errors (answers other than 2xx, plus wrk's socket errors and

@@ -28,6 +28,7 @@ immutable values: managers put new objects, never mutate stored ones.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -48,6 +49,7 @@ from engine.ports import (
     StoreView,
 )
 from engine.query import ListIndex, ScanIndex
+from engine.query.plan import HEAP_SHARE
 
 E = TypeVar("E", bound=Entity)
 
@@ -86,6 +88,10 @@ class _Table:
 
     __slots__ = ("_derive", "_positions", "indexed", "multi", "rows", "unique")
 
+    #: One table's positions are worked out once, not by every request that finds them missing
+    #: at once (at 1M rows each would take a second, all of them under the GIL).
+    _positions_lock = threading.Lock()
+
     def __init__(
         self,
         rows: dict[str, Entity],
@@ -104,6 +110,13 @@ class _Table:
 
     def positions(self) -> dict[str, int]:
         """Each row's place in list order (increasing along the list, not necessarily 0..n-1)."""
+        worked = self._positions
+        if worked is not None:
+            return worked[0]
+        with self._positions_lock:
+            return self._work_out_positions()
+
+    def _work_out_positions(self) -> dict[str, int]:
         worked = self._positions
         if worked is None:
             derive = self._derive
@@ -262,15 +275,23 @@ class _ListIndex:
             return None
         return self._table.multi.get(field, {}).get(value, ())
 
+    def first_in_order(self, ids: Collection[str], count: int) -> list[Entity]:
+        rows = self._table.rows
+        if count * HEAP_SHARE > len(ids):
+            return self.in_order(ids)[:count]
+        position = self._table.positions()
+        first = heapq.nsmallest(count, (i for i in ids if i in rows), key=position.__getitem__)
+        return [rows[i] for i in first]
+
     def in_order(self, ids: Collection[str]) -> list[Entity]:
         table = self._table
         rows = table.rows
         if len(ids) * 4 >= len(rows):  # most of the collection: one pass in list order
             wanted = ids if isinstance(ids, (set, frozenset)) else set(ids)
             return [e for e in rows.values() if e.id in wanted]
-        position = table.positions()
         found = [i for i in ids if i in rows]
-        found.sort(key=position.__getitem__)
+        if len(found) > 1:
+            found.sort(key=table.positions().__getitem__)
         return [rows[i] for i in found]
 
 

@@ -177,6 +177,31 @@ def run_both(
     return ([e.id for e in rows], total, lim, off), ([e.id for e in fast], fast_total, fast_lim, fast_off)
 
 
+@pytest.mark.parametrize(
+    ("text", "limit", "offset"),
+    [
+        ('anyOf(roleAttributes) = "r"', 3, 2),
+        ('anyOf(roleAttributes) in ["r", "s"]', 5, 0),
+        ('anyOf(roleAttributes) = "r" and name = "name-150"', 10, 0),
+        ('anyOf(roleAttributes) = "r" or anyOf(roleAttributes) = "s"', 4, 60),
+        ('name = "name-7"', 10, 0),
+    ],
+)
+def test_an_exact_plan_orders_only_the_page_and_counts_the_index(text: str, limit: int, offset: int) -> None:
+    store = MemoryStore()
+    store.commit([Put(identity(n, roles=["r"] if n % 3 else ["s"])) for n in range(200, 0, -1)])
+    store.commit([Put(identity(n, roles=["t"])) for n in range(300, 400)])
+    store.commit([Delete(Identity, "i150"), Delete(Identity, "i10")])
+    store.commit([Put(identity(150, roles=["r"]))])  # created again: at the end of the list
+    store.list_index(Identity).in_order({"i1", "i2"})  # positions derived from the previous state
+    store.commit([Put(identity(20, roles=["r"])), Delete(Identity, "i21")])
+
+    scan, fast = run_both(store, text, limit=limit, offset=offset)
+
+    assert fast == scan
+    assert scan[0]  # a page was found
+
+
 @pytest.mark.parametrize("others", [0, 30])  # candidates: most of the list, or a few of many
 def test_candidates_keep_list_order_not_index_order(others: int) -> None:
     store = MemoryStore()
