@@ -42,7 +42,10 @@ def open_store(settings: Settings) -> Store:
     from storage.duckdb import DuckDBStore
 
     return DuckDBStore(
-        settings.db_path, memory_limit=settings.db_memory_limit, change_log_retain=settings.change_log_retain
+        settings.db_path,
+        memory_limit=settings.db_memory_limit,
+        change_log_retain=settings.change_log_retain,
+        writer=settings.db_writer,
     )
 
 

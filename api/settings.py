@@ -19,6 +19,9 @@ class Settings:
     enrollment_duration: timedelta = timedelta(minutes=180)
     max_body_bytes: int = 1024 * 1024
     db_memory_limit: str = "1GB"
+    #: Where the database's statements run once loaded: ``process`` (a writer process of its own,
+    #: off the request threads' GIL) or ``thread`` (the committer thread). See storage.duckdb.writer.
+    db_writer: str = "process"
     #: Change-log entries kept after a checkpoint (what a replica may still catch up from).
     change_log_retain: int = 100_000
     threads: int = 16
@@ -76,6 +79,7 @@ class Settings:
             sans=tuple(s.strip() for s in env.get("TRELLIS_SAN", "").split(",") if s.strip()),
             session_timeout=timedelta(minutes=max(1, timeout)),
             db_memory_limit=env.get("TRELLIS_DB_MEMORY_LIMIT", "1GB"),
+            db_writer=_choice(env, "TRELLIS_DB_WRITER", ("process", "thread")),
             change_log_retain=max(1, _count(env, "TRELLIS_CHANGE_LOG_RETAIN", 100_000)),
             threads=int(env.get("TRELLIS_THREADS", "16")),
             cert_proxies=tuple(
@@ -95,6 +99,14 @@ class Settings:
             posture_interval=_seconds(env, "TRELLIS_POSTURE_INTERVAL_SECONDS", 5.0),
             cors_origins=parse_origins(env.get("TRELLIS_CORS_ORIGINS", "")),
         )
+
+
+def _choice(env: dict[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (the first is the default), any case; anything else stops the start."""
+    raw = env.get(name, "").strip().lower() or choices[0]
+    if raw not in choices:
+        raise SystemExit(f"{name} must be one of {', '.join(choices)}, not {env.get(name)!r}")
+    return raw
 
 
 #: The serving time limits' variables: name -> (Settings field, default seconds).

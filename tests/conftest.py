@@ -58,7 +58,10 @@ def home(tmp_path: Path, pki_template: Path) -> Path:
 
 @pytest.fixture
 def settings(home: Path) -> Settings:
-    return Settings(home=home, bind="127.0.0.1:1280")
+    # The committer writes in its own thread here (hundreds of apps are made; a writer process each
+    # would cost a start-up each). The writer process, trellis serve's default, is what the e2e
+    # tests serve, and tests/unit/storage/test_duckdb_store.py runs every store test with both.
+    return Settings(home=home, bind="127.0.0.1:1280", db_writer="thread")
 
 
 class Api:

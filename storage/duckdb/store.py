@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +38,7 @@ from storage.duckdb.migrations import (
     pending_tasks,
     table_name,
 )
+from storage.duckdb.writer import Database, LocalDatabase, ProcessDatabase, Statement, connect
 from storage.files import restrict_umask, tighten
 from storage.memory import MemoryStore
 
@@ -85,11 +85,18 @@ def snapshot_path(path: Path, at: datetime) -> Path:
     return path.with_name(f"{path.name}-{_stamp(at)}")
 
 
-def _database_name(con: duckdb.DuckDBPyConnection) -> str:
-    """The connection's own database, quoted for SQL (``COPY FROM DATABASE``)."""
-    row = con.execute("SELECT current_database()").fetchone()
-    name = str(row[0]) if row else ""
+CURRENT_DATABASE = "SELECT current_database()"
+
+
+def _quoted(rows: Sequence[tuple[object, ...]] | None) -> str:
+    """The database name :data:`CURRENT_DATABASE` answered, quoted for SQL (``COPY FROM DATABASE``)."""
+    name = str(rows[0][0]) if rows else ""
     return '"' + name.replace('"', '""') + '"'
+
+
+def _database_name(con: duckdb.DuckDBPyConnection) -> str:
+    """The connection's own database, quoted for SQL."""
+    return _quoted(con.execute(CURRENT_DATABASE).fetchall())
 
 
 def _remove(*paths: Path) -> None:
@@ -111,8 +118,18 @@ class DuckDBStore(MemoryStore):
     """
 
     def __init__(
-        self, path: Path, *, memory_limit: str = "1GB", change_log_retain: int = CHANGE_LOG_RETAIN
+        self,
+        path: Path,
+        *,
+        memory_limit: str = "1GB",
+        change_log_retain: int = CHANGE_LOG_RETAIN,
+        writer: str = "thread",
     ) -> None:
+        """``writer``: where the statements run once the store is loaded: ``"thread"`` (the
+        committer thread, on this process's connection) or ``"process"`` (a writer process, see
+        :mod:`storage.duckdb.writer`: what ``trellis serve`` uses)."""
+        if writer not in ("thread", "process"):
+            raise ValueError(f"writer must be 'thread' or 'process', not {writer!r}")
         super().__init__(background=True)
         self.change_log_retain = max(1, change_log_retain)
         #: Documents encoded at staging, by entity object, until their batch is written.
@@ -127,16 +144,29 @@ class DuckDBStore(MemoryStore):
             "memory_limit": memory_limit,
         }
         self.path = path
-        self._con = duckdb.connect(str(path), config=self._config)
-        self._con_lock = threading.Lock()
-        self.schema_version = migrate(self._con)
-        if COMPACT_TASK in pending_tasks(self._con):
-            self._compact(path)
-        self._load_all()
-        row = self._con.execute(f"SELECT coalesce(max(seq), 0), count(*) FROM {CHANGE_LOG_TABLE}").fetchone()
-        self._seq = int(row[0]) if row else 0
-        self._logged = int(row[1]) if row else 0
-        self.load([])  # the published state carries the last sequence number
+        # The writer process starts now and imports DuckDB while this one loads the data.
+        child = ProcessDatabase(path, self._config) if writer == "process" else None
+        try:
+            self._con = connect(path, self._config)
+            self.schema_version = migrate(self._con)
+            if COMPACT_TASK in pending_tasks(self._con):
+                self._compact(path)
+            self._load_all()
+            row = self._con.execute(
+                f"SELECT coalesce(max(seq), 0), count(*) FROM {CHANGE_LOG_TABLE}"
+            ).fetchone()
+            self._seq = int(row[0]) if row else 0
+            self._logged = int(row[1]) if row else 0
+            self.load([])  # the published state carries the last sequence number
+            if child is not None:
+                self._con.close()  # the file's lock goes to the writer process
+                child.open()
+        except BaseException:
+            if child is not None:
+                child.close()
+            raise
+        self._db: Database = child if child is not None else LocalDatabase(self._con)
+        self.writer = writer
 
     def _compact(self, path: Path) -> None:
         """Rewrite the database into a fresh file, so that no overwritten value (e.g. a plain
@@ -173,7 +203,7 @@ class DuckDBStore(MemoryStore):
                 leftover.unlink(missing_ok=True)
         finally:
             con.close()
-            self._con = duckdb.connect(str(path), config=self._config)
+            self._con = connect(path, self._config)
 
     def _load_all(self) -> None:
         for kind in ALL_KINDS:
@@ -232,43 +262,46 @@ class DuckDBStore(MemoryStore):
                 log[2].append(change.id)
                 log[3].append("delete")
                 log[4].append(None)
-        with self._con_lock:
-            con = self._con
-            con.execute("BEGIN TRANSACTION")
-            try:
-                # Whole columns bound as lists: one statement per table whatever the batch's size
-                # (a row of ``?`` per value costs more to bind than the write itself).
-                for table, ids in deletes.items():
-                    con.execute(f"DELETE FROM {table} WHERE id IN (SELECT unnest($1::VARCHAR[]))", [ids])
-                for verb, puts in (("INSERT", inserts), ("INSERT OR REPLACE", replaces)):
-                    for table, (ids, docs) in puts.items():
-                        con.execute(
-                            f"{verb} INTO {table} (id, doc) SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[])",
-                            [ids, docs],
-                        )
-                con.execute(
-                    f"INSERT INTO {CHANGE_LOG_TABLE} (seq, batch, kind, id, op, doc) SELECT unnest($1::BIGINT[]), "
-                    "$2, unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), unnest($6::VARCHAR[])",
-                    [log[0], batch, log[1], log[2], log[3], log[4]],
+        # One call: in the writer process, one message and one answer (see storage.duckdb.writer).
+        # Whole columns bound as lists: one statement per table whatever the batch's size (a row
+        # of ``?`` per value costs more to bind than the write itself).
+        statements: list[Statement] = [("BEGIN TRANSACTION", None)]
+        for table, ids in deletes.items():
+            statements.append((f"DELETE FROM {table} WHERE id IN (SELECT unnest($1::VARCHAR[]))", [ids]))
+        for verb, puts in (("INSERT", inserts), ("INSERT OR REPLACE", replaces)):
+            for table, (ids, docs) in puts.items():
+                statements.append(
+                    (
+                        f"{verb} INTO {table} (id, doc) SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[])",
+                        [ids, docs],
+                    )
                 )
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            self._logged += len(entries)
-            if self._logged >= self.change_log_retain + max(1, self.change_log_retain // 2):
-                self._trim_change_log(batch)
+        statements.append(
+            (
+                f"INSERT INTO {CHANGE_LOG_TABLE} (seq, batch, kind, id, op, doc) SELECT unnest($1::BIGINT[]), "
+                "$2, unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), unnest($6::VARCHAR[])",
+                [log[0], batch, log[1], log[2], log[3], log[4]],
+            )
+        )
+        statements.append(("COMMIT", None))
+        self._db.run(statements, on_error=[("ROLLBACK", None)])
+        self._logged += len(entries)
+        if self._logged >= self.change_log_retain + max(1, self.change_log_retain // 2):
+            self._trim_change_log(batch)
 
     def _trim_change_log(self, last: int) -> None:
-        """Checkpoint, then keep the newest ``change_log_retain`` entries (under the connection
-        lock, after a commit). A failure here loses nothing: the log is trimmed next time."""
+        """Checkpoint, then keep the newest ``change_log_retain`` entries (by the committer, after
+        a commit). A failure here loses nothing: the log is trimmed next time."""
         try:
-            self._con.execute("CHECKPOINT")
-            self._con.execute(
-                f"DELETE FROM {CHANGE_LOG_TABLE} WHERE seq <= ?", [last - self.change_log_retain]
+            results = self._db.run(
+                [
+                    ("CHECKPOINT", None),
+                    (f"DELETE FROM {CHANGE_LOG_TABLE} WHERE seq <= ?", [last - self.change_log_retain]),
+                    (f"SELECT count(*) FROM {CHANGE_LOG_TABLE}", None),
+                ]
             )
-            row = self._con.execute(f"SELECT count(*) FROM {CHANGE_LOG_TABLE}").fetchone()
-            self._logged = int(row[0]) if row else 0
+            rows = results[-1]
+            self._logged = int(rows[0][0]) if rows else 0
         except duckdb.Error as ex:
             log.warning("could not trim the change log (retried later): %s", ex)
 
@@ -277,11 +310,14 @@ class DuckDBStore(MemoryStore):
     ) -> list[tuple[int, int, str, str, str, str | None]]:
         """Change-log entries with ``seq`` above ``after``, oldest first: (seq, batch, kind, id,
         op, doc). What a replica follows."""
-        with self._con_lock:
-            rows = self._con.execute(
-                f"SELECT seq, batch, kind, id, op, doc FROM {CHANGE_LOG_TABLE} WHERE seq > ? ORDER BY seq LIMIT ?",
-                [after, limit],
-            ).fetchall()
+        (rows,) = self._db.run(
+            [
+                (
+                    f"SELECT seq, batch, kind, id, op, doc FROM {CHANGE_LOG_TABLE} WHERE seq > ? ORDER BY seq LIMIT ?",
+                    [after, limit],
+                )
+            ]
+        )
         return [
             (int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), None if r[5] is None else str(r[5]))
             for r in rows
@@ -292,48 +328,55 @@ class DuckDBStore(MemoryStore):
         newest logged change is not what its table holds (a put of another document, a delete of
         a row that is there). Entries trimmed away are not compared."""
         problems: list[LogProblem] = []
-        with self._con_lock:
-            con = self._con
-            row = con.execute(f"SELECT count(*), min(seq), max(seq) FROM {CHANGE_LOG_TABLE}").fetchone()
-            if row and row[0]:
-                count, low, high = int(row[0]), int(row[1]), int(row[2])
-                if high - low + 1 != count:
-                    problems.append(
-                        LogProblem(
-                            f"change log: {high - low + 1 - count} sequence numbers missing between {low} and {high}"
-                        )
-                    )
-            tables = [
-                str(r[0]) for r in con.execute(f"SELECT DISTINCT kind FROM {CHANGE_LOG_TABLE}").fetchall()
+        counted, kinds = self._db.run(
+            [
+                (f"SELECT count(*), min(seq), max(seq) FROM {CHANGE_LOG_TABLE}", None),
+                (f"SELECT DISTINCT kind FROM {CHANGE_LOG_TABLE}", None),
             ]
-            known = {table_name(kind.ENTITY): kind.ENTITY for kind in ALL_KINDS}
-            for table in sorted(tables):
-                if table not in known:
-                    problems.append(LogProblem(f"change log: entries of an unknown kind {table!r}"))
-                    continue
-                rows = con.execute(
+        )
+        row = counted[0] if counted else None
+        if row and row[0]:
+            count, low, high = int(row[0]), int(row[1]), int(row[2])
+            if high - low + 1 != count:
+                problems.append(
+                    LogProblem(
+                        f"change log: {high - low + 1 - count} sequence numbers missing between {low} and {high}"
+                    )
+                )
+        known = {table_name(kind.ENTITY): kind.ENTITY for kind in ALL_KINDS}
+        tables = sorted(str(r[0]) for r in kinds)
+        for table in tables:
+            if table not in known:
+                problems.append(LogProblem(f"change log: entries of an unknown kind {table!r}"))
+        compared = [table for table in tables if table in known]
+        answers = self._db.run(
+            [
+                (
                     f"WITH last AS (SELECT id, arg_max(op, seq) AS op, arg_max(doc::VARCHAR, seq) AS doc "
                     f"FROM {CHANGE_LOG_TABLE} WHERE kind = ? GROUP BY id) "
                     f"SELECT last.id, last.op, t.id IS NOT NULL FROM last LEFT JOIN {table} t ON t.id = last.id "
                     "WHERE (last.op = 'delete' AND t.id IS NOT NULL) "
                     "OR (last.op = 'put' AND (t.id IS NULL OR t.doc::VARCHAR <> last.doc)) ORDER BY last.id",
                     [table],
-                ).fetchall()
-                for entity_id, op, present in rows:
-                    if op == "delete":
-                        state = "is deleted in the change log but present in its table"
-                    elif present:
-                        state = "differs from its newest change-log entry"
-                    else:
-                        state = "is in the change log but missing from its table"
-                    problems.append(
-                        LogProblem(f"change log: {table} {entity_id} {state}", known[table], str(entity_id))
-                    )
+                )
+                for table in compared
+            ]
+        )
+        for table, rows in zip(compared, answers, strict=True):
+            for entity_id, op, present in rows:
+                if op == "delete":
+                    state = "is deleted in the change log but present in its table"
+                elif present:
+                    state = "differs from its newest change-log entry"
+                else:
+                    state = "is in the change log but missing from its table"
+                problems.append(
+                    LogProblem(f"change log: {table} {entity_id} {state}", known[table], str(entity_id))
+                )
         return problems
 
     def _persist_setting(self, key: str, value: str) -> None:
-        with self._con_lock:
-            self._con.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [key, value])
+        self._db.run([("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [key, value])])
 
     def snapshot(self, at: datetime) -> str:
         """Copy the database into ``<db>-YYYYMMDD-HHMMSS`` next to it; return that path.
@@ -353,13 +396,14 @@ class DuckDBStore(MemoryStore):
                 return str(target)
             _remove(partial, wal_path(partial))
             try:
-                with self._con_lock:
-                    con = self._con
-                    con.execute(f"ATTACH ? AS {_SNAPSHOT_ALIAS}", [str(partial)])
-                    try:
-                        con.execute(f"COPY FROM DATABASE {_database_name(con)} TO {_SNAPSHOT_ALIAS}")
-                    finally:
-                        con.execute(f"DETACH {_SNAPSHOT_ALIAS}")
+                self._db.run(
+                    [
+                        (f"ATTACH ? AS {_SNAPSHOT_ALIAS}", [str(partial)]),
+                        (f"COPY FROM DATABASE {self._database_name()} TO {_SNAPSHOT_ALIAS}", None),
+                        (f"DETACH {_SNAPSHOT_ALIAS}", None),
+                    ],
+                    on_error=[(f"DETACH {_SNAPSHOT_ALIAS}", None)],
+                )
                 if wal_path(partial).exists():
                     raise RuntimeError(f"the snapshot {partial} was not fully checkpointed")
                 _fsync(partial)
@@ -372,11 +416,15 @@ class DuckDBStore(MemoryStore):
         log.info("created database snapshot %s", target)
         return str(target)
 
+    def _database_name(self) -> str:
+        """The open database's name, quoted for SQL."""
+        (rows,) = self._db.run([(CURRENT_DATABASE, None)])
+        return _quoted(rows)
+
     def close(self) -> None:
         """Commit what is queued, stop the committer, then close the database."""
         super().close()
-        with self._con_lock:
-            self._con.close()
+        self._db.close()
 
 
 class RestoreError(Exception):

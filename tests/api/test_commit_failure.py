@@ -9,13 +9,12 @@ from tests.conftest import Api
 def test_a_failed_commit_is_a_503_and_changes_nothing(api: Api) -> None:
     store = api.ctrl.env.store
     assert isinstance(store, DuckDBStore)
-    with store._con_lock:  # the database refuses the next transaction: its table is gone
-        store._con.execute("ALTER TABLE identities RENAME TO identities_gone")
+    # the database refuses the next transaction: its table is gone
+    store._db.run([("ALTER TABLE identities RENAME TO identities_gone", None)])
     try:
         refused = api.post("/identities", json={"name": "lost", "type": "User", "isAdmin": False})
     finally:
-        with store._con_lock:
-            store._con.execute("ALTER TABLE identities_gone RENAME TO identities")
+        store._db.run([("ALTER TABLE identities_gone RENAME TO identities", None)])
     assert refused.status_code == 503, refused.text
     error = refused.json["error"]
     assert error["code"] == "COMMIT_FAILED"

@@ -472,11 +472,14 @@ def test_the_change_log_out_of_step_with_the_tables_is_found_and_logged_again(ap
     store = api.ctrl.env.store
     assert isinstance(store, DuckDBStore)
     assert run(api, CHECK)["results"] == []
-    with store._con_lock:
-        # a table changed behind the change log's back (an operator's hand edit): the log's newest
-        # entry of the identity no longer matches, and the service's row is gone
-        store._con.execute("UPDATE identities SET doc = json_object('id', id) WHERE id = ?", [identity])
-        store._con.execute("DELETE FROM services WHERE id = ?", [service])
+    # a table changed behind the change log's back (an operator's hand edit): the log's newest
+    # entry of the identity no longer matches, and the service's row is gone
+    store._db.run(
+        [
+            ("UPDATE identities SET doc = json_object('id', id) WHERE id = ?", [identity]),
+            ("DELETE FROM services WHERE id = ?", [service]),
+        ]
+    )
 
     checked = run(api, CHECK)
     fixed = run(api, FIX)
@@ -492,5 +495,5 @@ def test_the_change_log_out_of_step_with_the_tables_is_found_and_logged_again(ap
     # the fix wrote what the controller serves (memory) back to the table, logged again
     assert api.get(f"/identities/{identity}").json["data"]["name"] == "dora"
     assert api.get(f"/services/{service}").status_code == 200
-    names = store._con.execute("SELECT doc->>'name' FROM services WHERE id = ?", [service]).fetchall()
+    (names,) = store._db.run([("SELECT doc->>'name' FROM services WHERE id = ?", [service])])
     assert names == [("svc-log",)]

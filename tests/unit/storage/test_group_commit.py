@@ -48,9 +48,10 @@ def _wait_until(predicate: object, seconds: float = 10.0) -> None:
         time.sleep(0.005)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> DuckDBStore:
-    opened = DuckDBStore(tmp_path / "t.duckdb")
+@pytest.fixture(params=["thread", "process"])
+def store(tmp_path: Path, request: pytest.FixtureRequest) -> DuckDBStore:
+    """A store whose statements run in the committer thread, and one with a writer process."""
+    opened = DuckDBStore(tmp_path / "t.duckdb", writer=request.param)
     yield opened  # type: ignore[misc]
     opened.close()
 
@@ -61,7 +62,7 @@ def test_writers_waiting_on_one_commit_share_the_next_batch_and_are_answered_aft
     store.commit([Put(_identity("seed"))])
     answered: list[int] = []
     # The database is busy (its connection held): the writers stage and wait, none is answered.
-    with store._con_lock:
+    with store._db.lock:
         writers = [
             threading.Thread(target=lambda i=i: (store.commit([Put(_identity(i))]), answered.append(i)))
             for i in range(16)
@@ -86,7 +87,7 @@ def test_writers_waiting_on_one_commit_share_the_next_batch_and_are_answered_aft
 
 def test_a_writer_reads_what_earlier_writers_staged(store: DuckDBStore) -> None:
     store.commit([Put(_identity(0))])
-    with store._con_lock:
+    with store._db.lock:
         first = threading.Thread(target=lambda: store.commit([Put(_identity(1)), Delete(Identity, "id-0")]))
         first.start()
         _wait_until(lambda: store._seq == 3)
@@ -159,9 +160,9 @@ def test_a_failed_batch_fails_it_and_everything_staged_after_it_and_applies_noth
         except CommitFailedError as ex:
             errors[name] = ex
 
-    with store._con_lock:
+    with store._db.lock:
         # the database will refuse the next transaction: its identities table is gone
-        store._con.execute("ALTER TABLE identities RENAME TO identities_gone")
+        store._db.run([("ALTER TABLE identities RENAME TO identities_gone", None)])
         first = threading.Thread(target=write, args=("first", [Put(_identity(2))]))
         first.start()
         _wait_until(lambda: store._seq == 2)
@@ -180,8 +181,8 @@ def test_a_failed_batch_fails_it_and_everything_staged_after_it_and_applies_noth
     assert len(published) == 1  # the listeners (the engine) saw only the first commit
     with store.write_lock():
         assert store.get(Identity, "id-2") is None  # nothing of them is left staged either
-    with store._con_lock:
-        store._con.execute("ALTER TABLE identities_gone RENAME TO identities")
+    with store._db.lock:
+        store._db.run([("ALTER TABLE identities_gone RENAME TO identities", None)])
     store.commit([Put(_identity(3))])
     assert [row[0] for row in _log(store)] == [1, 2]  # numbered on without a gap
     assert store.get(Identity, "id-3") is not None
@@ -224,11 +225,11 @@ def test_pinned_readers_see_whole_batches_only(store: DuckDBStore) -> None:
 def test_the_change_log_check_finds_tables_changed_behind_its_back(store: DuckDBStore) -> None:
     store.commit([Put(_identity(1)), Put(_identity(2)), Put(_identity(3))])
     store.commit([Delete(Identity, "id-3")])
-    with store._con_lock:
-        store._con.execute("UPDATE identities SET doc = json_object('id', 'id-1') WHERE id = 'id-1'")
-        store._con.execute("DELETE FROM identities WHERE id = 'id-2'")
-        store._con.execute("INSERT INTO identities (id, doc) VALUES ('id-3', '{}')")
-        store._con.execute("DELETE FROM change_log WHERE seq = 2")
+    with store._db.lock:
+        store._db.run([("UPDATE identities SET doc = json_object('id', 'id-1') WHERE id = 'id-1'", None)])
+        store._db.run([("DELETE FROM identities WHERE id = 'id-2'", None)])
+        store._db.run([("INSERT INTO identities (id, doc) VALUES ('id-3', '{}')", None)])
+        store._db.run([("DELETE FROM change_log WHERE seq = 2", None)])
     found = {(p.kind, p.id): p.description for p in store.change_log_problems()}
     assert found == {
         (None, None): "change log: 1 sequence numbers missing between 1 and 4",
