@@ -151,30 +151,24 @@ def page(
 ) -> tuple[list[T], dict[str, Any]]:
     """Filter, sort and page ``items`` by the request's ``filter``/``sort``/``limit``/``offset``."""
     query = compile_query(req.get_param("filter"), symbols, sort_param=req.get_param("sort"))
+    limit_param, offset_param = _int_param(req, "limit"), _int_param(req, "offset")
     if isinstance(items, Indexed):
         rows, total, limit, offset = execute_indexed(
             query,
             items.index,
             items.fields,
-            limit_param=_int_param(req, "limit"),
-            offset_param=_int_param(req, "offset"),
+            limit_param=limit_param,
+            offset_param=offset_param,
             keep=items.keep,
             guard=lambda scan: within_deadline(req, scan),
         )
     elif isinstance(items, Loaded):
         rows, total, limit, offset = execute_loaded(
-            query,
-            items.ids,
-            items.load,
-            limit_param=_int_param(req, "limit"),
-            offset_param=_int_param(req, "offset"),
+            query, items.ids, items.load, limit_param=limit_param, offset_param=offset_param
         )
     else:
         rows, total, limit, offset = execute(
-            query,
-            within_deadline(req, items),
-            limit_param=_int_param(req, "limit"),
-            offset_param=_int_param(req, "offset"),
+            query, within_deadline(req, items), limit_param=limit_param, offset_param=offset_param
         )
     meta = {
         "filterableFields": symbols.names(),

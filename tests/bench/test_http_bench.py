@@ -18,20 +18,8 @@ from bench.__main__ import main
 
 pytestmark = pytest.mark.bench
 
-SCENARIOS = [
-    "bare gthread",
-    "bare trellis",
-    "version",
-    "authenticate",
-    "client services",
-    "client services 500",
-    "policy advice",
-    "identities",
-    "identities name=",
-    "identities anyOf",
-    "patch service policy",
-    "create session",
-]
+#: Every row of the report: the two bare apps, then each scenario in its order.
+SCENARIOS = ["bare gthread", "bare trellis", *http.SCENARIO_NAMES]
 
 
 def test_http_bench_runs_every_scenario_at_tier_s(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
