@@ -19,7 +19,8 @@
    127.0.0.1 with the per-client budgets off (``TRELLIS_RATE_AUTH_PER_MINUTE=0``,
    ``TRELLIS_RATE_WRITE_PER_MINUTE=0``). Its start time is from the process's start to the
    first ``GET /version`` answered (polled every 50 ms); its memory is the resident set of the
-   gunicorn master and worker just after start and the worker's peak at the end.
+   gunicorn master, its worker and the worker's database writer process just after start, and the
+   worker's peak at the end; its CPU is theirs together.
 4. **Set-up over HTTP** (a few calls): the ``bench-device`` identity (``#bench-client``, a
    password through an ``updb`` enrollment), an admin API session, and the device's API sessions
    for the Dial scenario (see below).
@@ -381,6 +382,16 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants: gunicorn's master, its worker and the worker's database writer."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(_children(current))
+    return found
+
+
 def _cpu_seconds(pids: Sequence[int]) -> float | None:
     """User + system CPU seconds used so far by ``pids`` (Linux ``/proc``); None elsewhere."""
     ticks = os.sysconf("SC_CLK_TCK")
@@ -408,7 +419,7 @@ class Running:
     log: Path
 
     def pids(self) -> list[int]:
-        return [self.pid, *_children(self.pid)]
+        return _tree(self.pid)
 
     def cpu_seconds(self) -> float | None:
         return _cpu_seconds(self.pids())
@@ -443,7 +454,7 @@ def serving(home: Path, name: str, command: Sequence[str], ready_path: str) -> I
                 break
             time.sleep(0.05)
         started = time.perf_counter() - began
-        rss = sum(_status(pid).get("VmRSS", 0) for pid in [proc.pid, *_children(proc.pid)])
+        rss = sum(_status(pid).get("VmRSS", 0) for pid in _tree(proc.pid))
         yield Running(name, port, ca, proc.pid, round(started, 2), round(rss / 1024, 1), log_path)
     finally:
         if proc.poll() is None:
@@ -838,7 +849,7 @@ class Report:
             f"{self.seconds_per_scenario:g} s per scenario; server worker: {self.worker}.",
             f"trellis serve ({self.worker} worker): started in {trellis.get('start_seconds', 0):.2f} s "
             f"(process start to first answer), {trellis.get('rss_mb_at_start', 0):.0f} MB resident after start "
-            f"(master + worker), worker peak {trellis.get('worker_peak_rss_mb', 0):.0f} MB.",
+            f"(master, worker and database writer), worker peak {trellis.get('worker_peak_rss_mb', 0):.0f} MB.",
             f"machine: {m['cores']} cores, load average {m['load_before']} before and "
             f"{m['load_after']} after; Python {m['python']}; {m['platform']}; {m['wrk']}.",
         ]
