@@ -280,7 +280,10 @@ class _ListIndex:
         if count * HEAP_SHARE > len(ids):
             return self.in_order(ids)[:count]
         position = self._table.positions()
-        first = heapq.nsmallest(count, (i for i in ids if i in rows), key=position.__getitem__)
+        try:  # an index's ids are all rows'
+            first = heapq.nsmallest(count, ids, key=position.__getitem__)
+        except KeyError:
+            first = heapq.nsmallest(count, (i for i in ids if i in rows), key=position.__getitem__)
         return [rows[i] for i in first]
 
     def in_order(self, ids: Collection[str]) -> list[Entity]:

@@ -399,3 +399,14 @@ def test_a_loaded_page_is_the_page_of_everything_loaded(
         assert loaded == [len(expected[0])]  # only the page was loaded
     else:
         assert loaded == [len(ids)]
+
+
+def test_the_first_rows_in_order_leave_out_ids_of_no_row() -> None:
+    store = MemoryStore()
+    store.commit([Put(identity(n)) for n in range(40, 0, -1)])
+    index = store.list_index(Identity)
+    ids = {f"i{n}" for n in range(1, 41)} | {"gone-1", "gone-2"}
+
+    assert [e.id for e in index.first_in_order(ids, 3)] == ["i40", "i39", "i38"]
+    assert [e.id for e in index.first_in_order(ids - {"gone-1", "gone-2"}, 2)] == ["i40", "i39"]
+    assert [e.id for e in index.first_in_order(ids, 100)] == [f"i{n}" for n in range(40, 0, -1)]
