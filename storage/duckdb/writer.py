@@ -5,7 +5,7 @@ table, the change log, ``COMMIT``). In a process that also serves requests on ma
 of those DuckDB calls gives up the GIL and must win it back from the request threads before the
 next statement can start: measured at tier L, a batch of a few rows took ~20 ms that way, and
 durable writes stopped at ~800/s whatever the batch size. :class:`ProcessDatabase` runs the
-statements in a child process instead (``python -m storage.duckdb.writer``, DuckDB's only
+statements in a child process instead (:func:`main` in a fresh interpreter, DuckDB's only
 connection to the file while the store is open): the committer hands it a whole transaction in
 one message and waits once for the answer, and the child runs it on its own GIL.
 
