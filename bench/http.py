@@ -793,6 +793,10 @@ def profiling(
             _, err = spying.communicate()
         if spying.returncode != 0:
             _log(f"py-spy failed for {scenario.name}: {err.strip()[-300:]}")
+        elif target.exists():
+            # the graph's title is py-spy's command line: no path of this machine in a result
+            text = target.read_text().replace(spy, "py-spy").replace(f"{ROOT}{os.sep}", "")
+            target.write_text(text)
 
 
 # -- the report ----------------------------------------------------------------------------------
