@@ -139,11 +139,11 @@ class Grant:
     """What an identity holds on one service: its permissions (``Bind``/``Dial``, sorted) and, per
     service policy granting them, the policy's type and posture check ids (§6)."""
 
-    permissions: list[str]
+    permissions: tuple[str, ...]
     posture: dict[str, tuple[str, tuple[str, ...]]]
 
 
-NO_GRANT = Grant([], {})
+NO_GRANT = Grant((), {})
 
 
 @dataclass(frozen=True)
@@ -370,8 +370,7 @@ class AccessManager:
             known = graph.has_entity(IDENTITY, identity_id)
             for service_id in service_ids:
                 if known and graph.has_entity(SERVICE, service_id):
-                    permissions, posture = graph.grant(identity_id, service_id)
-                    out[service_id] = Grant(list(permissions), posture)
+                    out[service_id] = Grant(*graph.grant(identity_id, service_id))
                 else:
                     out[service_id] = NO_GRANT
         return out

@@ -282,7 +282,6 @@ class PolicyGraph:
             found = side.remove_entity(slot)
             self._entity_changed(side, slot, found | side.all_policies)
         table.remove(entity_id)
-        self._forget_answers()
 
     # -- policy mutations -------------------------------------------------------------------------
 

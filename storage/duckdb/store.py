@@ -166,7 +166,6 @@ class DuckDBStore(MemoryStore):
                 child.close()
             raise
         self._db: Database = child if child is not None else LocalDatabase(self._con)
-        self.writer = writer
 
     def _compact(self, path: Path) -> None:
         """Rewrite the database into a fresh file, so that no overwritten value (e.g. a plain
