@@ -18,6 +18,7 @@ from falcon import media
 from api import __version__, authentication, current, errors, info
 from api.client import register_all as register_client
 from api.controller import Controller
+from api.http import DEFERRED_KEY
 from api.info import ZITI_COMPAT_VERSION
 from api.json_schemas import JsonSchemaChecker
 from api.limits import RequestLimits
@@ -122,10 +123,25 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
         """The TLS context for a new connection: trusts our CA and the verified third-party CAs now."""
         return self.trust.context()
 
+    def runs_on_loop(self, method: str, path: str) -> bool:
+        """Whether the server may run this request on its event loop (see ``api.http.LOOP_READS``):
+        its resource's ``loop_methods`` holds the method."""
+        if len(path) > 1 and path.endswith("/"):  # strip_url_path_trailing_slash, as Falcon does
+            path = path.rstrip("/") or "/"
+        found = self._router.find(path)
+        return found is not None and method in getattr(found[0], "loop_methods", ())
+
     def __call__(self, env: dict[str, Any], start_response: Any) -> Any:
         """Serve one request on one published state of the store: whole batches only, the same
-        throughout the request (and its own writes once they are committed)."""
-        with self.ctrl.env.store.pinned():
+        throughout the request (and its own writes once they are committed). A request run on the
+        server's event loop (``env[DEFERRED_KEY]``) does not wait for its writes: they are handed
+        to the server, which answers once they are durable."""
+        store = self.ctrl.env.store
+        deferred = env.get(DEFERRED_KEY)
+        if deferred is None:
+            with store.pinned():
+                return super().__call__(env, start_response)
+        with store.pinned(), store.deferring(deferred):
             return super().__call__(env, start_response)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import falcon
 
 from api.controller import Controller
-from api.http import empty, ok, read_model
+from api.http import LOOP_READS, empty, ok, read_model
 from api.middleware import ADMIN, NONE, PARTIAL, SESSION, bearer_tokens
 from api.peer import presented_chain
 from api.resources import Family, FamilyCollection, FamilyItem
@@ -77,6 +77,7 @@ class AuthenticateResource:
 
 class CurrentApiSessionResource:
     auth = PARTIAL
+    loop_methods = LOOP_READS
 
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl
@@ -97,6 +98,7 @@ class CurrentApiSessionResource:
 
 class CurrentIdentityResource:
     auth = SESSION
+    loop_methods = LOOP_READS
 
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl

@@ -30,6 +30,16 @@ from engine.query import (
 M = TypeVar("M", bound=WireModel)
 T = TypeVar("T")
 
+#: Where a request runs (``api.worker``): on the server's event loop, with no thread hand-off,
+#: when its resource's ``loop_methods`` holds its method; else on a pool thread. Only requests
+#: that never block belong there: reads bounded by one caller's data (an item, a caller's
+#: services, policy advice) and writes whose answer does not read the write back (they are
+#: answered once durable: ``Store.deferring``). No password hashing, signing, database reads or
+#: lists of a whole collection (those stay on the pool, where the loop keeps serving I/O).
+LOOP_READS = frozenset({"GET", "HEAD"})
+#: The environ key of the list a request run on the event loop puts its deferred writes in.
+DEFERRED_KEY = "trellis.deferred"
+
 #: OpenZiti reports an unlimited page (``limit=-1`` / ``limit none``) as int64 max.
 UNLIMITED = 9223372036854775807
 

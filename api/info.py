@@ -9,7 +9,7 @@ from typing import Any
 import falcon
 
 from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
-from api.http import ok
+from api.http import LOOP_READS, ok
 from api.middleware import NONE
 from api.routing import Route, Routes
 from engine.errors import NotFoundError
@@ -44,6 +44,7 @@ def version_document(ctrl: Controller) -> dict[str, Any]:
 
 class VersionResource:
     auth = NONE
+    loop_methods = LOOP_READS
 
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl
@@ -54,6 +55,7 @@ class VersionResource:
 
 class CapabilitiesResource:
     auth = NONE
+    loop_methods = LOOP_READS
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         ok(resp, list(KNOWN_CAPABILITIES))
@@ -61,6 +63,7 @@ class CapabilitiesResource:
 
 class ProtocolsResource:
     auth = NONE
+    loop_methods = LOOP_READS
 
     def __init__(self, ctrl: Controller) -> None:
         self.ctrl = ctrl

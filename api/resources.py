@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 import falcon
 
-from api.http import Indexed, created, empty, index_fields, list_response, ok, read_model
+from api.http import LOOP_READS, Indexed, created, empty, index_fields, list_response, ok, read_model
 from api.middleware import ADMIN
 from api.routing import Routes
 from api.views import View
@@ -131,6 +131,8 @@ class FamilyCollection(Generic[E]):
 
 
 class FamilyItem(Generic[E]):
+    loop_methods = LOOP_READS
+
     def __init__(self, family: Family[E]) -> None:
         self.family = family
         self.auth = family.auth

@@ -11,10 +11,16 @@ request is complete:
   gunicorn's configuration;
 - it reads the request head (time and size limits: 414, 431), then the body (``Content-Length`` or
   ``Transfer-Encoding: chunked``, a time limit and a cap: 413), answering ``Expect: 100-continue``;
-- only then does a pool thread (``threads`` of them) call the WSGI app, with the body already read
-  (``wsgi.input`` is a ``BytesIO``), serialise the response and write the access log line; the
-  loop writes the response (a time limit too) and keeps the connection alive (idle time limit) or
-  closes it.
+- only then is the WSGI app called, with the body already read (``wsgi.input`` is a ``BytesIO``),
+  the response serialised and the access log line written: on a pool thread (``threads`` of
+  them), or, when the app's ``runs_on_loop(method, path)`` says the request never blocks, right
+  here on the loop (no thread hand-off: on one core, waking a pool thread and winning the GIL back
+  cost more than a small request itself; see ``api.http.LOOP_READS``). A request run on the loop
+  does not wait for its writes: the app puts them, pending, in ``environ["trellis.deferred"]``
+  (``engine.ports.Durable``) and the loop answers once they are durable, 503 ``COMMIT_FAILED`` if
+  one is refused, serving other connections meanwhile;
+- the loop writes the response (a time limit too) and keeps the connection alive (idle time
+  limit) or closes it.
 
 Errors found before the app runs are answered in OpenZiti's JSON error envelope and the connection
 is closed; a timeout just closes it. The environ carries no ``gunicorn.socket``; the client's
@@ -58,7 +64,9 @@ from gunicorn.workers.base import Worker
 
 from api.accesslog import AccessLog
 from api.errors import envelope
+from api.http import DEFERRED_KEY
 from engine import errors as e
+from engine.ports import Durable
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
@@ -72,6 +80,8 @@ _READ_HIGH_WATER = 256 * 1024
 #: connection, from its first byte: 300 KiB of memory per stalled TLS connection. Two TLS records.
 _TLS_READ_BUFFER = 32 * 1024
 _CHUNK_LINE_BYTES = 4096
+#: How long a request run on the event loop waits for its deferred writes (then 503).
+DURABLE_WAIT = 60.0
 
 
 @dataclass(frozen=True)
@@ -423,6 +433,35 @@ class Connection(asyncio.Protocol):
                 self.transport.close()
 
 
+async def _durable(pending: list[Durable]) -> str | None:
+    """Wait for each deferred write; None once all are durable, else why the request failed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DURABLE_WAIT
+    for write in pending:
+        done: asyncio.Future[None] = loop.create_future()
+        write.when_done(partial(loop.call_soon_threadsafe, _settle, done))
+        try:
+            async with asyncio.timeout_at(deadline):
+                await done
+        except TimeoutError:
+            return "the write was not committed in time; it may yet be"
+        if write.error is not None:
+            return e.CommitFailedError.default_message
+    return None
+
+
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+def _commit_failed(message: str) -> _AppResult:
+    status = "503 Service Unavailable"
+    data = error_document(503, "Service Unavailable", e.CommitFailedError.code, message, None)
+    body_length = len(data) - data.index(b"\r\n\r\n") - 4
+    return _AppResult(data, False, status, [("Content-Type", "application/json")], body_length)
+
+
 def _wake(waiter: asyncio.Future[bool] | None, value: bool) -> None:
     if waiter is not None and not waiter.done():
         waiter.set_result(value)
@@ -503,6 +542,8 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         self._default_tls: ssl.SSLContext | None = None
         self._nr_lock = threading.Lock()
         self.access_log = AccessLog(self.log)
+        #: The app's ``runs_on_loop(method, path)``, if it has one (see the module docstring).
+        self._on_loop: Callable[[str, str], bool] | None = None
 
     # -- process set-up (after the fork) --
 
@@ -554,6 +595,8 @@ class TrellisWorker(Worker):  # type: ignore[misc]
     def run(self) -> None:
         assert self.loop is not None
         assert self.pool is not None
+        on_loop = getattr(self.wsgi, "runs_on_loop", None)
+        self._on_loop = on_loop if callable(on_loop) else None
         if self.cfg.is_ssl:
             from gunicorn.sock import ssl_context
 
@@ -743,10 +786,14 @@ class TrellisWorker(Worker):  # type: ignore[misc]
                 return True
             except Disconnected:
                 return True
-            future = self.pool.submit(self._respond, req, body, peer)
-            self._inflight.add(future)
-            future.add_done_callback(self._inflight.discard)
-            result = await asyncio.wrap_future(future)
+            environ = self._environ(req, body, peer)
+            if self._on_loop is not None and self._on_loop(req.method, environ["PATH_INFO"]):
+                result = await self._respond_on_loop(req, environ)
+            else:
+                future = self.pool.submit(self._respond, req, environ)
+                self._inflight.add(future)
+                future.add_done_callback(self._inflight.discard)
+                result = await asyncio.wrap_future(future)
             written = await conn.write(result.data, loop.time() + limits.write_timeout)
             conn.busy = False
             if not written:
@@ -868,10 +915,28 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             environ[key] = ("; " if key == "HTTP_COOKIE" else ",").join(values)
         return environ
 
-    def _respond(self, req: Request, body: bytes, peer: Peer) -> _AppResult:
-        """Run the app and serialise its response (a pool thread)."""
+    def _respond(self, req: Request, environ: dict[str, Any]) -> _AppResult:
+        """Run the app, serialise its response and log it (a pool thread)."""
         started = datetime.now()
-        environ = self._environ(req, body, peer)
+        result = self._run_app(req, environ)
+        self._log_request(req, environ, result, started)
+        return result
+
+    async def _respond_on_loop(self, req: Request, environ: dict[str, Any]) -> _AppResult:
+        """Run the app here, on the event loop; answer once the writes it deferred are durable
+        (503 ``COMMIT_FAILED`` if one is refused or not committed within :data:`DURABLE_WAIT`)."""
+        started = datetime.now()
+        deferred: list[Durable] = []
+        environ[DEFERRED_KEY] = deferred
+        result = self._run_app(req, environ)
+        if deferred:
+            message = await _durable(deferred)
+            if message is not None:
+                result = _commit_failed(message)
+        self._log_request(req, environ, result, started)
+        return result
+
+    def _run_app(self, req: Request, environ: dict[str, Any]) -> _AppResult:
         keep_alive = req.keep_alive and self.alive and self.limits.keepalive_timeout > 0
         with self._nr_lock:
             self.nr += 1
@@ -899,13 +964,17 @@ class TrellisWorker(Worker):  # type: ignore[misc]
                 data, False, "500 Internal Server Error", [("Content-Type", "application/json")]
             )
             result.body_length = len(data) - data.index(b"\r\n\r\n") - 4
+        return result
+
+    def _log_request(
+        self, req: Request, environ: dict[str, Any], result: _AppResult, started: datetime
+    ) -> None:
         logged = _Logged(result.status, result.headers, result.body_length, result.body_length)
         self.access_log.write(self.cfg.access_log_format, logged, req, environ, datetime.now() - started)
         try:
             self.cfg.post_request(self, req, environ, logged)
         except Exception:
             self.log.exception("Exception in post_request hook")
-        return result
 
     def _call_app(self, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], list[bytes]]:
         started: list[tuple[str, list[tuple[str, str]]]] = []

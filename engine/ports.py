@@ -321,6 +321,18 @@ class LogProblem:
     id: str | None = None
 
 
+class Durable(Protocol):
+    """A write staged but not yet known durable (see :meth:`Store.deferring`)."""
+
+    #: Why its batch was refused (``None`` while pending or once durable and published).
+    error: BaseException | None
+
+    def when_done(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once the batch is durable and published, or refused (any thread;
+        at once if that has already happened)."""
+        ...
+
+
 #: Called with each committed batch's changes (one per key, the last of the batch), in order.
 CommitListener = Callable[[list[Change]], None]
 
@@ -370,6 +382,15 @@ class Store(StoreView, Protocol):
 
     def pinned(self) -> AbstractContextManager[object]:
         """Read one published state for the duration (a request), refreshed after own writes."""
+        ...
+
+    def deferring(self, into: list[Durable]) -> AbstractContextManager[object]:
+        """For the duration, on this thread, a write is not waited for where it would be (the
+        outermost :meth:`write_lock`'s exit, ``commit``): its pending batch goes to ``into``
+        instead, and the caller must not answer before each is done and has no ``error``.
+
+        For a request served where it must not block (the server's event loop) whose answer does
+        not read its own write back: reads go on seeing the state as it was before the write."""
         ...
 
     def subscribe(self, listener: CommitListener) -> None:

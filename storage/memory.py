@@ -18,7 +18,8 @@ Three layers, each with one owner:
   change-log entries in one transaction), then published under the write lock (new state, staged
   entries trimmed, listeners called with the batch's changes). What listeners commit in turn (the
   sessions a policy change ends) is the next batch, run at once; only then are the writers
-  answered, so a writer reads its write's consequences too. If persisting fails, that batch and everything staged after it fail with
+  answered, so a writer reads its write's consequences too (a writer ``deferring`` is not waited
+  for: its ticket, a :class:`~engine.ports.Durable`, goes to its caller). If persisting fails, that batch and everything staged after it fail with
   :class:`~engine.errors.CommitFailedError` and nothing of them is applied.
 
 The in-memory twin runs a batch as soon as it is staged, on the writer's thread (it has nothing to
@@ -43,6 +44,7 @@ from engine.errors import CommitFailedError
 from engine.ports import (
     Change,
     CommitListener,
+    Durable,
     LogProblem,
     Put,
     SnapshotUnsupportedError,
@@ -429,13 +431,38 @@ class StagedView:
         return cast("ListIndex[E]", ScanIndex(self.all(kind)))
 
 
+#: Guards every ticket's callbacks against being added while it is being finished.
+_CALLBACKS = threading.Lock()
+
+
 @dataclass(eq=False)
 class Ticket:
-    """One ``commit``'s changes with their sequence numbers; done once published or failed."""
+    """One ``commit``'s changes with their sequence numbers; done once published or failed (a
+    :class:`~engine.ports.Durable`)."""
 
     entries: list[tuple[int, Change]]
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+    _callbacks: list[Callable[[], object]] = field(default_factory=list)
+
+    def when_done(self, callback: Callable[[], object]) -> None:
+        with _CALLBACKS:
+            if not self.done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """Done (published, or refused with ``error``): wake the waiters, call the callbacks."""
+        self.error = error
+        with _CALLBACKS:
+            self.done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("a commit callback failed")
 
     @property
     def last_seq(self) -> int:
@@ -517,6 +544,19 @@ class MemoryStore:
 
     def pinned(self) -> AbstractContextManager[object]:
         return self._pin()
+
+    @contextmanager
+    def _defer(self, into: list[Durable]) -> Iterator[None]:
+        local = self._local
+        previous = getattr(local, "deferred", None)
+        local.deferred = into
+        try:
+            yield
+        finally:
+            local.deferred = previous
+
+    def deferring(self, into: list[Durable]) -> AbstractContextManager[object]:
+        return self._defer(into)
 
     def get_setting(self, key: str) -> str | None:
         return self._settings.get(key)
@@ -608,7 +648,11 @@ class MemoryStore:
             local.ticket = None
         self._lock.release()
         if ticket is not None:
-            self._await(ticket)
+            deferred: list[Durable] | None = getattr(local, "deferred", None)
+            if deferred is not None:
+                deferred.append(ticket)
+            else:
+                self._await(ticket)
 
     def _await(self, ticket: Ticket) -> None:
         if not ticket.done.wait(COMMIT_WAIT_SECONDS):
@@ -683,7 +727,7 @@ class MemoryStore:
         if followups:
             self._run_batch(followups)
         for ticket in tickets:
-            ticket.done.set()
+            ticket.finish()
 
     def _publish(self, entries: list[tuple[int, Change]], final: list[Change]) -> None:
         last = entries[-1][0]
@@ -708,5 +752,4 @@ class MemoryStore:
             self._staged.clear()
             self._seq = self._state.seq  # nothing staged is left: numbering goes on without a gap
             for ticket in [*tickets, *later]:
-                ticket.error = error
-                ticket.done.set()
+                ticket.finish(error)

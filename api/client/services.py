@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import falcon
 
-from api.http import list_response, ok
+from api.http import LOOP_READS, list_response, ok
 from api.middleware import SESSION
 from api.resources import Family, FamilyItem, view_family
 from api.role_filter import role_filtered
@@ -32,6 +32,7 @@ def _require_admin(req: falcon.Request) -> None:
 
 class ClientServiceCollection:
     auth = SESSION
+    loop_methods = LOOP_READS
 
     def __init__(self, view: ServiceView, access: AccessManager) -> None:
         self.view = view

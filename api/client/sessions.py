@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import falcon
 
-from api.http import empty, list_response, ok, read_model
+from api.http import LOOP_READS, empty, list_response, ok, read_model
 from api.middleware import SESSION
 from api.routing import Routes
 from api.schemas.sessions import SYMBOLS, SessionCreate, render_session
@@ -17,6 +17,8 @@ from engine.managers.sessions import SessionManager
 
 class SessionCollection:
     auth = SESSION
+    #: Opening a session answers from the session itself (never read back): on the loop, too.
+    loop_methods = LOOP_READS | {"POST"}
 
     def __init__(self, manager: SessionManager) -> None:
         self.manager = manager
@@ -34,6 +36,7 @@ class SessionCollection:
 
 class SessionItem:
     auth = SESSION
+    loop_methods = LOOP_READS
 
     def __init__(self, manager: SessionManager) -> None:
         self.manager = manager

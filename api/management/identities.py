@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from api.controller import Controller
 from api.errors import field_error_from_validation
-from api.http import created, empty, list_response, ok, read_body, read_model
+from api.http import LOOP_READS, created, empty, list_response, ok, read_body, read_model
 from api.middleware import ADMIN
 from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields, view_family
 from api.role_filter import RoleAttributes, role_ids
@@ -136,6 +136,7 @@ class PolicyAdvice:
     """Analyse whether an identity can reach a service and through which edge routers."""
 
     auth = ADMIN
+    loop_methods = LOOP_READS
 
     def __init__(self, managers: Managers) -> None:
         self.access = managers.access

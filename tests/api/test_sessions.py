@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
 import pytest
 
+from api.http import DEFERRED_KEY
 from tests.api.certs import unique
 from tests.api.conftest import shared_admin_api
 from tests.api.policy_helpers import field_error
@@ -23,7 +25,7 @@ from tests.api.session_helpers import (
     user,
     world,
 )
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, Api
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api
 
 api = shared_admin_api("sessions")
 
@@ -89,6 +91,47 @@ def test_the_same_api_session_type_and_service_share_one_session(api: Api) -> No
 
     assert (again["id"], again["token"]) == (first["id"], first["token"])
     assert bind["id"] != first["id"]
+
+
+def test_opening_a_session_on_the_servers_event_loop_hands_its_write_over(api: Api) -> None:
+    """Client ``POST /sessions`` may run on the server's event loop (``runs_on_loop``): the app
+    answers without waiting for the write, which it hands to the server in ``trellis.deferred``
+    (the server answers once it is durable). A management create stays on a pool thread."""
+    w = world(api)
+    assert api.app.runs_on_loop("POST", CLIENT + "/sessions")
+    assert api.app.runs_on_loop("POST", CLIENT + "/sessions/")  # as Falcon routes it
+    assert api.app.runs_on_loop("GET", CLIENT + "/services")
+    assert not api.app.runs_on_loop("DELETE", CLIENT + "/sessions/x")
+    assert not api.app.runs_on_loop("POST", MGMT + "/identities")
+    assert not api.app.runs_on_loop("GET", MGMT + "/identities")  # a whole collection: the pool
+    assert not api.app.runs_on_loop("GET", "/no/such/route")
+
+    deferred: list[Any] = []
+    opened = api.post(
+        "/sessions",
+        token=w.user.token,
+        base=CLIENT,
+        json={"serviceId": w.service, "type": "Dial"},
+        extras={DEFERRED_KEY: deferred},
+    )
+    assert opened.status_code == 201, opened.text
+    assert len(deferred) == 1
+    done = threading.Event()
+    deferred[0].when_done(done.set)
+    assert done.wait(10)
+    assert deferred[0].error is None
+    session_id = opened.json["data"]["id"]
+    assert client_get(api, f"/sessions/{session_id}", w.user.token).status_code == 200
+    again: list[Any] = []  # the same (API session, type, service): the one session, no write
+    reused = api.post(
+        "/sessions",
+        token=w.user.token,
+        base=CLIENT,
+        json={"serviceId": w.service, "type": "Dial"},
+        extras={DEFERRED_KEY: again},
+    )
+    assert reused.json["data"]["id"] == session_id
+    assert again == []
 
 
 def test_another_api_session_gets_its_own_session(api: Api) -> None:

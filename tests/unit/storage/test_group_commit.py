@@ -15,7 +15,7 @@ from engine.entities import all as _kinds  # noqa: F401
 from engine.entities.identities import Authenticator, Identity
 from engine.entities.services import Service
 from engine.errors import CommitFailedError
-from engine.ports import Change, Delete, Put, StoreView
+from engine.ports import Change, Delete, Durable, Put, StoreView
 from storage.codec import encode
 from storage.duckdb import DuckDBStore
 
@@ -265,3 +265,43 @@ def test_activity_writes_never_wait_for_the_write_lock(store: DuckDBStore) -> No
     thread.join(10)
     assert store.try_submit(touched) is True
     _wait_until(lambda: (store.get(Identity, "id-1") or _identity(0)).role_attributes == ["touched"])
+
+
+def test_a_deferred_write_is_handed_over_pending_and_reported_once_durable(store: DuckDBStore) -> None:
+    """``deferring``: the writer goes on at once (the server's event loop must not block); its
+    pending batch is in the list, and its callbacks run once it is durable and published."""
+    deferred: list[Durable] = []
+    done = threading.Event()
+    with store._db.lock:  # the database is busy: the batch cannot be written yet
+        with store.pinned(), store.deferring(deferred):
+            store.commit([Put(_identity(1))])
+            assert store.get(Identity, "id-1") is None  # reads go on seeing the state before it
+        assert len(deferred) == 1
+        (pending,) = deferred
+        pending.when_done(done.set)
+        assert not done.wait(0.2)
+    assert done.wait(10)
+    assert pending.error is None
+    assert store.get(Identity, "id-1") is not None
+    late = threading.Event()
+    pending.when_done(late.set)  # once done, a callback runs at once
+    assert late.is_set()
+    with store.deferring([]):  # no write: nothing handed over, nothing to wait for
+        assert store.get(Identity, "id-1") is not None
+
+
+def test_a_deferred_write_that_is_refused_reports_its_error(store: DuckDBStore) -> None:
+    deferred: list[Durable] = []
+    store._db.run([("ALTER TABLE identities RENAME TO identities_gone", None)])
+    try:
+        with store.deferring(deferred):
+            store.commit([Put(_identity(1))])
+        done = threading.Event()
+        deferred[0].when_done(done.set)
+        assert done.wait(10)
+    finally:
+        store._db.run([("ALTER TABLE identities_gone RENAME TO identities", None)])
+    assert isinstance(deferred[0].error, duckdb.Error)
+    assert store.get(Identity, "id-1") is None
+    store.commit([Put(_identity(2))])  # outside ``deferring``: waited for as ever
+    assert store.get(Identity, "id-2") is not None
