@@ -433,26 +433,45 @@ class Connection(asyncio.Protocol):
                 self.transport.close()
 
 
-async def _durable(pending: list[Durable]) -> str | None:
-    """Wait for each deferred write; None once all are durable, else why the request failed."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DURABLE_WAIT
-    for write in pending:
-        done: asyncio.Future[None] = loop.create_future()
-        write.when_done(partial(loop.call_soon_threadsafe, _settle, done))
-        try:
-            async with asyncio.timeout_at(deadline):
-                await done
-        except TimeoutError:
-            return "the write was not committed in time; it may yet be"
-        if write.error is not None:
-            return e.CommitFailedError.default_message
-    return None
+class _Settler:
+    """Futures of the loop set done from other threads, one wake-up of the loop for all those
+    settled meanwhile (the committer finishes a whole batch of tickets at once)."""
 
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[asyncio.Future[None]] = []
 
-def _settle(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
+    def settle(self, done: asyncio.Future[None]) -> None:
+        """Any thread: set ``done`` on the loop."""
+        with self._lock:
+            self._ready.append(done)
+            if len(self._ready) > 1:  # a wake-up is already on its way
+                return
+        self._loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for done in ready:
+            if not done.done():
+                done.set_result(None)
+
+    async def durable(self, pending: list[Durable]) -> str | None:
+        """Wait for each deferred write; None once all are durable, else why the request failed."""
+        loop = self._loop
+        deadline = loop.time() + DURABLE_WAIT
+        for write in pending:
+            done: asyncio.Future[None] = loop.create_future()
+            write.when_done(partial(self.settle, done))
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await done
+            except TimeoutError:
+                return "the write was not committed in time; it may yet be"
+            if write.error is not None:
+                return e.CommitFailedError.default_message
+        return None
 
 
 def _commit_failed(message: str) -> _AppResult:
@@ -544,6 +563,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         self.access_log = AccessLog(self.log)
         #: The app's ``runs_on_loop(method, path)``, if it has one (see the module docstring).
         self._on_loop: Callable[[str, str], bool] | None = None
+        self._settler: _Settler | None = None
 
     # -- process set-up (after the fork) --
 
@@ -615,6 +635,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
     async def _main(self) -> None:
         loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
+        self._settler = _Settler(loop)
         for s in self.sockets:
             listener: socket.socket = getattr(s, "sock", s)
             listener.setblocking(False)
@@ -930,7 +951,8 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         environ[DEFERRED_KEY] = deferred
         result = self._run_app(req, environ)
         if deferred:
-            message = await _durable(deferred)
+            assert self._settler is not None
+            message = await self._settler.durable(deferred)
             if message is not None:
                 result = _commit_failed(message)
         self._log_request(req, environ, result, started)

@@ -52,6 +52,7 @@ from engine.ports import (
 )
 from engine.query import ListIndex, ScanIndex
 from engine.query.plan import HEAP_SHARE
+from storage.layered import Layered
 
 E = TypeVar("E", bound=Entity)
 
@@ -96,10 +97,10 @@ class _Table:
 
     def __init__(
         self,
-        rows: dict[str, Entity],
-        unique: dict[str, dict[object, str]],
-        indexed: dict[str, dict[object, set[str]]],
-        multi: dict[str, dict[object, set[str]]],
+        rows: Layered[str, Entity],
+        unique: dict[str, Layered[object, str]],
+        indexed: dict[str, Layered[object, set[str]]],
+        multi: dict[str, Layered[object, set[str]]],
     ) -> None:
         self.rows = rows
         self.unique = unique
@@ -139,19 +140,21 @@ class _Table:
         return worked[0]
 
 
-_EMPTY = _Table({}, {}, {}, {})
+_EMPTY = _Table(Layered(), {}, {}, {})
+_NO_INDEX: Layered[object, Any] = Layered()
 
 
 class _TableBuilder:
-    """A copy of a table being changed by one batch: dicts copied once, index buckets on touch
+    """A new version of a table being changed by one batch: its maps derived once (sharing what
+    the batch does not change, :class:`~storage.layered.Layered`), index buckets copied on touch
     (and only for values that change: an update that keeps a field's value touches no bucket)."""
 
     def __init__(self, base: _Table) -> None:
         self.table = _Table(
-            base.rows.copy(),
-            {name: index.copy() for name, index in base.unique.items()},
-            {name: index.copy() for name, index in base.indexed.items()},
-            {name: index.copy() for name, index in base.multi.items()},
+            base.rows.derive(),
+            {name: index.derive() for name, index in base.unique.items()},
+            {name: index.derive() for name, index in base.indexed.items()},
+            {name: index.derive() for name, index in base.multi.items()},
         )
         self._owned: set[tuple[str, object]] = set()
         self._owned_multi: set[tuple[str, object]] = set()
@@ -172,7 +175,7 @@ class _TableBuilder:
         for name in entity.UNIQUE:
             value = getattr(entity, name)
             if value is not None:
-                self.table.unique.setdefault(name, {})[value] = entity.id
+                self.table.unique.setdefault(name, Layered())[value] = entity.id
         for name in entity.INDEXED:
             value = getattr(entity, name)
             if old is not None:
@@ -220,7 +223,7 @@ class _TableBuilder:
             self._owned.discard((name, value))
 
     def _bucket(self, name: str, value: object) -> set[str]:
-        index = self.table.indexed.setdefault(name, {})
+        index = self.table.indexed.setdefault(name, Layered())
         if (name, value) not in self._owned:
             index[value] = set(index.get(value, ()))
             self._owned.add((name, value))
@@ -234,7 +237,7 @@ class _TableBuilder:
             self._owned_multi.discard((name, value))
 
     def _multi_bucket(self, name: str, value: object) -> set[str]:
-        index = self.table.multi.setdefault(name, {})
+        index = self.table.multi.setdefault(name, Layered())
         if (name, value) not in self._owned_multi:
             index[value] = set(index.get(value, ()))
             self._owned_multi.add((name, value))
@@ -264,18 +267,18 @@ class _ListIndex:
         if field == "id":
             return (value,) if value in table.rows else ()
         if field in kind.UNIQUE:
-            found = table.unique.get(field, {}).get(value)
+            found = table.unique.get(field, _NO_INDEX).get(value)
             return () if found is None else (found,)
         if field in kind.INDEXED:
             if value is None:  # sparse indexes hold no None bucket
                 return None
-            return table.indexed.get(field, {}).get(value, ())
+            return table.indexed.get(field, _NO_INDEX).get(value, ())
         return None
 
     def holding(self, field: str, value: Any) -> Collection[str] | None:
         if field not in self._kind.MULTI_INDEXED:
             return None
-        return self._table.multi.get(field, {}).get(value, ())
+        return self._table.multi.get(field, _NO_INDEX).get(value, ())
 
     def first_in_order(self, ids: Collection[str], count: int) -> list[Entity]:
         rows = self._table.rows
@@ -323,14 +326,14 @@ class State:
         return len(self._tables.get(kind.ENTITY, _EMPTY).rows)
 
     def find_unique(self, kind: type[E], field: str, value: object) -> E | None:
-        entity_id = self._tables.get(kind.ENTITY, _EMPTY).unique.get(field, {}).get(value)
+        entity_id = self._tables.get(kind.ENTITY, _EMPTY).unique.get(field, _NO_INDEX).get(value)
         return None if entity_id is None else self.get(kind, entity_id)
 
     def find_by(self, kind: type[E], field: str, value: object) -> list[E]:
         table = self._tables.get(kind.ENTITY, _EMPTY)
         if value is None:  # indexes are sparse: the entities without a value are found by a scan
             return [e for e in table.rows.values() if getattr(e, field) is None]  # type: ignore[misc]
-        ids = table.indexed.get(field, {}).get(value, ())
+        ids = table.indexed.get(field, _NO_INDEX).get(value, ())
         return [e for e in (table.rows.get(i) for i in ids) if e is not None]  # type: ignore[misc]
 
     def holds(self, kind_name: str, id: str) -> bool:
