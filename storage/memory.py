@@ -7,7 +7,8 @@ Three layers, each with one owner:
   per indexed field and per value of each multi-valued field (``MULTI_INDEXED``: what lists'
   ``anyOf(roleAttributes)`` filters use, through ``list_index``), as of the last published
   batch. It is never changed in place: a batch makes a new state that shares what it did not
-  touch (the touched kinds' dicts are copied) and is swapped in with one assignment, so a reader
+  touch (the touched kinds' maps and index buckets are new versions of
+  :class:`~storage.layered.Layered` maps, sharing all but the changes) and is swapped in with one assignment, so a reader
   sees whole batches only. A request may pin one state
   for its whole duration (:meth:`MemoryStore.pinned`).
 * **Staged changes**: what writers staged and the committer has not yet published, per kind and
@@ -81,6 +82,10 @@ def coalesce(entries: Sequence[tuple[int, Change]]) -> list[Change]:
     return list(final.values())
 
 
+#: The ids an index holds for one value: an ordered set (values None) whose versions share ids.
+Bucket = Layered[str, None]
+
+
 class _Table:
     """One kind's entities and lookups, in one published state (never changed once published).
 
@@ -99,8 +104,8 @@ class _Table:
         self,
         rows: Layered[str, Entity],
         unique: dict[str, Layered[object, str]],
-        indexed: dict[str, Layered[object, set[str]]],
-        multi: dict[str, Layered[object, set[str]]],
+        indexed: dict[str, Layered[object, Bucket]],
+        multi: dict[str, Layered[object, Bucket]],
     ) -> None:
         self.rows = rows
         self.unique = unique
@@ -141,12 +146,18 @@ class _Table:
 
 
 _EMPTY = _Table(Layered(), {}, {}, {})
+
+
+def _derived_bucket(bucket: Bucket | None) -> Bucket:
+    return Layered() if bucket is None else bucket.derive()
+
+
 _NO_INDEX: Layered[object, Any] = Layered()
 
 
 class _TableBuilder:
     """A new version of a table being changed by one batch: its maps derived once (sharing what
-    the batch does not change, :class:`~storage.layered.Layered`), index buckets copied on touch
+    the batch does not change, :class:`~storage.layered.Layered`), index buckets derived on touch
     (and only for values that change: an update that keeps a field's value touches no bucket)."""
 
     def __init__(self, base: _Table) -> None:
@@ -184,7 +195,7 @@ class _TableBuilder:
                     continue
                 self._discard(name, before, entity.id)
             if value is not None:  # sparse: no bucket holds every entity without a value
-                self._bucket(name, value).add(entity.id)
+                self._bucket(name, value)[entity.id] = None
         for name in entity.MULTI_INDEXED:
             values = set(getattr(entity, name) or ())
             if old is not None:
@@ -193,7 +204,7 @@ class _TableBuilder:
                     self._discard_multi(name, value, entity.id)
                 values -= held
             for value in values:
-                self._multi_bucket(name, value).add(entity.id)
+                self._multi_bucket(name, value)[entity.id] = None
 
     def delete(self, id: str) -> None:
         old = self.table.rows.pop(id, None)
@@ -217,29 +228,29 @@ class _TableBuilder:
         if value is None:
             return
         bucket = self._bucket(name, value)
-        bucket.discard(id)
+        bucket.pop(id, None)
         if not bucket:
             del self.table.indexed[name][value]
             self._owned.discard((name, value))
 
-    def _bucket(self, name: str, value: object) -> set[str]:
+    def _bucket(self, name: str, value: object) -> Bucket:
         index = self.table.indexed.setdefault(name, Layered())
         if (name, value) not in self._owned:
-            index[value] = set(index.get(value, ()))
+            index[value] = _derived_bucket(index.get(value))
             self._owned.add((name, value))
         return index[value]
 
     def _discard_multi(self, name: str, value: object, id: str) -> None:
         bucket = self._multi_bucket(name, value)
-        bucket.discard(id)
+        bucket.pop(id, None)
         if not bucket:
             del self.table.multi[name][value]
             self._owned_multi.discard((name, value))
 
-    def _multi_bucket(self, name: str, value: object) -> set[str]:
+    def _multi_bucket(self, name: str, value: object) -> Bucket:
         index = self.table.multi.setdefault(name, Layered())
         if (name, value) not in self._owned_multi:
-            index[value] = set(index.get(value, ()))
+            index[value] = _derived_bucket(index.get(value))
             self._owned_multi.add((name, value))
         return index[value]
 
