@@ -106,14 +106,12 @@ def test_opening_a_session_on_the_servers_event_loop_hands_its_write_over(api: A
     assert not api.app.runs_on_loop("GET", MGMT + "/identities")  # a whole collection: the pool
     assert not api.app.runs_on_loop("GET", "/no/such/route")
 
+    def open_on_loop(into: list[Any]) -> Any:
+        body = {"serviceId": w.service, "type": "Dial"}
+        return api.post("/sessions", token=w.user.token, base=CLIENT, json=body, extras={DEFERRED_KEY: into})
+
     deferred: list[Any] = []
-    opened = api.post(
-        "/sessions",
-        token=w.user.token,
-        base=CLIENT,
-        json={"serviceId": w.service, "type": "Dial"},
-        extras={DEFERRED_KEY: deferred},
-    )
+    opened = open_on_loop(deferred)
     assert opened.status_code == 201, opened.text
     assert len(deferred) == 1
     done = threading.Event()
@@ -123,14 +121,7 @@ def test_opening_a_session_on_the_servers_event_loop_hands_its_write_over(api: A
     session_id = opened.json["data"]["id"]
     assert client_get(api, f"/sessions/{session_id}", w.user.token).status_code == 200
     again: list[Any] = []  # the same (API session, type, service): the one session, no write
-    reused = api.post(
-        "/sessions",
-        token=w.user.token,
-        base=CLIENT,
-        json={"serviceId": w.service, "type": "Dial"},
-        extras={DEFERRED_KEY: again},
-    )
-    assert reused.json["data"]["id"] == session_id
+    assert open_on_loop(again).json["data"]["id"] == session_id
     assert again == []
 
 
