@@ -474,11 +474,11 @@ class _Settler:
         return None
 
 
-def _commit_failed(message: str) -> _AppResult:
-    status = "503 Service Unavailable"
-    data = error_document(503, "Service Unavailable", e.CommitFailedError.code, message, None)
+def _error_result(status: int, phrase: str, error: type[e.ControllerError], message: str) -> _AppResult:
+    """An answer in OpenZiti's error envelope, closing the connection, in place of the app's."""
+    data = error_document(status, phrase, error.code, message, None)
     body_length = len(data) - data.index(b"\r\n\r\n") - 4
-    return _AppResult(data, False, status, [("Content-Type", "application/json")], body_length)
+    return _AppResult(data, False, f"{status} {phrase}", [("Content-Type", "application/json")], body_length)
 
 
 def _wake(waiter: asyncio.Future[bool] | None, value: bool) -> None:
@@ -954,7 +954,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             assert self._settler is not None
             message = await self._settler.durable(deferred)
             if message is not None:
-                result = _commit_failed(message)
+                result = _error_result(503, "Service Unavailable", e.CommitFailedError, message)
         self._log_request(req, environ, result, started)
         return result
 
@@ -979,13 +979,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         except Exception:
             self.log.exception("Error handling request %s %s", req.method, req.uri)
             unhandled = e.ControllerError
-            data = error_document(
-                500, "Internal Server Error", unhandled.code, unhandled.default_message, None
-            )
-            result = _AppResult(
-                data, False, "500 Internal Server Error", [("Content-Type", "application/json")]
-            )
-            result.body_length = len(data) - data.index(b"\r\n\r\n") - 4
+            result = _error_result(500, "Internal Server Error", unhandled, unhandled.default_message)
         return result
 
     def _log_request(

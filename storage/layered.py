@@ -16,6 +16,7 @@ builder got from :meth:`derive` is changed, before it is published; a published 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
+from itertools import chain
 from math import isqrt
 from typing import Any, Generic, TypeVar, overload
 
@@ -91,30 +92,14 @@ class Layered(Generic[K, V]):
         return LayeredValues(self)
 
     def iter_values(self) -> Iterator[V]:
-        over = self._over
-        if over:
-            for key, value in self._base.items():
-                changed = over.get(key, _MISSING)
-                if changed is _MISSING:
-                    yield value
-                elif changed is not _GONE:
-                    yield changed  # type: ignore[misc]
-        else:
-            yield from self._base.values()
-        yield from self._tail.values()
+        if self._over:
+            return (value for _, value in self.items())
+        return chain(self._base.values(), self._tail.values())
 
     def __iter__(self) -> Iterator[K]:
-        over = self._over
-        if over:
-            for key in self._base:
-                if over.get(key) is not _GONE:
-                    yield key
-        else:
-            yield from self._base
-        yield from self._tail
-
-    def keys(self) -> Iterator[K]:
-        return iter(self)
+        if self._over:
+            return (key for key, _ in self.items())
+        return chain(self._base, self._tail)
 
     # -- changes (only on a version from derive(), before it is published) ---------------------
     def __setitem__(self, key: K, value: V) -> None:
@@ -144,13 +129,6 @@ class Layered(Generic[K, V]):
     def __delitem__(self, key: K) -> None:
         if self.pop(key, _MISSING) is _MISSING:
             raise KeyError(key)
-
-    def setdefault(self, key: K, default: V) -> V:
-        found = self.get(key, _MISSING)
-        if found is _MISSING:
-            self[key] = default
-            return default
-        return found  # type: ignore[return-value]
 
     def derive(self) -> Layered[K, V]:
         """A new version to change, this one left as it is: the base shared and the changes

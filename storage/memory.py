@@ -8,9 +8,9 @@ Three layers, each with one owner:
   ``anyOf(roleAttributes)`` filters use, through ``list_index``), as of the last published
   batch. It is never changed in place: a batch makes a new state that shares what it did not
   touch (the touched kinds' maps and index buckets are new versions of
-  :class:`~storage.layered.Layered` maps, sharing all but the changes) and is swapped in with one assignment, so a reader
-  sees whole batches only. A request may pin one state
-  for its whole duration (:meth:`MemoryStore.pinned`).
+  :class:`~storage.layered.Layered` maps, sharing all but the changes) and is swapped in with
+  one assignment, so a reader sees whole batches only. A request may pin one state for its whole
+  duration (:meth:`MemoryStore.pinned`).
 * **Staged changes**: what writers staged and the committer has not yet published, per kind and
   id with the change's sequence number. Writers (the thread holding the write lock) read the
   published state through them (:class:`StagedView`), so each check sees every earlier write.
@@ -20,8 +20,9 @@ Three layers, each with one owner:
   entries trimmed, listeners called with the batch's changes). What listeners commit in turn (the
   sessions a policy change ends) is the next batch, run at once; only then are the writers
   answered, so a writer reads its write's consequences too (a writer ``deferring`` is not waited
-  for: its ticket, a :class:`~engine.ports.Durable`, goes to its caller). If persisting fails, that batch and everything staged after it fail with
-  :class:`~engine.errors.CommitFailedError` and nothing of them is applied.
+  for: its ticket, a :class:`~engine.ports.Durable`, goes to its caller). If persisting fails,
+  that batch and everything staged after it fail with :class:`~engine.errors.CommitFailedError`
+  and nothing of them is applied.
 
 The in-memory twin runs a batch as soon as it is staged, on the writer's thread (it has nothing to
 wait for); the durable subclass runs a committer thread (``background=True``). Entities are
@@ -148,10 +149,6 @@ class _Table:
 _EMPTY = _Table(Layered(), {}, {}, {})
 
 
-def _derived_bucket(bucket: Bucket | None) -> Bucket:
-    return Layered() if bucket is None else bucket.derive()
-
-
 _NO_INDEX: Layered[object, Any] = Layered()
 
 
@@ -225,34 +222,44 @@ class _TableBuilder:
                 del index[value]
 
     def _discard(self, name: str, value: object, id: str) -> None:
-        if value is None:
-            return
-        bucket = self._bucket(name, value)
-        bucket.pop(id, None)
-        if not bucket:
-            del self.table.indexed[name][value]
-            self._owned.discard((name, value))
+        if value is not None:
+            self._drop(self.table.indexed, self._owned, name, value, id)
 
     def _bucket(self, name: str, value: object) -> Bucket:
-        index = self.table.indexed.setdefault(name, Layered())
-        if (name, value) not in self._owned:
-            index[value] = _derived_bucket(index.get(value))
-            self._owned.add((name, value))
-        return index[value]
+        return self._own(self.table.indexed, self._owned, name, value)
 
     def _discard_multi(self, name: str, value: object, id: str) -> None:
-        bucket = self._multi_bucket(name, value)
-        bucket.pop(id, None)
-        if not bucket:
-            del self.table.multi[name][value]
-            self._owned_multi.discard((name, value))
+        self._drop(self.table.multi, self._owned_multi, name, value, id)
 
     def _multi_bucket(self, name: str, value: object) -> Bucket:
-        index = self.table.multi.setdefault(name, Layered())
-        if (name, value) not in self._owned_multi:
-            index[value] = _derived_bucket(index.get(value))
-            self._owned_multi.add((name, value))
+        return self._own(self.table.multi, self._owned_multi, name, value)
+
+    @staticmethod
+    def _own(
+        indexes: dict[str, Layered[object, Bucket]], owned: set[tuple[str, object]], name: str, value: object
+    ) -> Bucket:
+        """``value``'s bucket of index ``name``, a version of this batch's own (derived once)."""
+        index = indexes.setdefault(name, Layered())
+        if (name, value) not in owned:
+            held = index.get(value)
+            index[value] = Layered() if held is None else held.derive()
+            owned.add((name, value))
         return index[value]
+
+    @classmethod
+    def _drop(
+        cls,
+        indexes: dict[str, Layered[object, Bucket]],
+        owned: set[tuple[str, object]],
+        name: str,
+        value: object,
+        id: str,
+    ) -> None:
+        bucket = cls._own(indexes, owned, name, value)
+        bucket.pop(id, None)
+        if not bucket:
+            del indexes[name][value]
+            owned.discard((name, value))
 
 
 class _ListIndex:
@@ -547,30 +554,21 @@ class MemoryStore:
         return self._state
 
     @contextmanager
-    def _pin(self) -> Iterator[None]:
+    def _thread_setting(self, name: str, value: object) -> Iterator[None]:
+        """This thread's ``name`` (``pinned``, ``deferred``) is ``value`` for the duration."""
         local = self._local
-        previous = getattr(local, "pinned", None)
-        local.pinned = self._state
+        previous = getattr(local, name, None)
+        setattr(local, name, value)
         try:
             yield
         finally:
-            local.pinned = previous
+            setattr(local, name, previous)
 
     def pinned(self) -> AbstractContextManager[object]:
-        return self._pin()
-
-    @contextmanager
-    def _defer(self, into: list[Durable]) -> Iterator[None]:
-        local = self._local
-        previous = getattr(local, "deferred", None)
-        local.deferred = into
-        try:
-            yield
-        finally:
-            local.deferred = previous
+        return self._thread_setting("pinned", self._state)
 
     def deferring(self, into: list[Durable]) -> AbstractContextManager[object]:
-        return self._defer(into)
+        return self._thread_setting("deferred", into)
 
     def get_setting(self, key: str) -> str | None:
         return self._settings.get(key)
