@@ -47,6 +47,7 @@ def open_store(settings: Settings) -> Store:
         memory_limit=settings.db_memory_limit,
         change_log_retain=settings.change_log_retain,
         writer=settings.db_writer,
+        journal=settings.db_journal,
     )
 
 

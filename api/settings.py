@@ -22,6 +22,10 @@ class Settings:
     #: Where the database's statements run once loaded: ``process`` (a writer process of its own,
     #: off the request threads' GIL) or ``thread`` (the committer thread). See storage.duckdb.writer.
     db_writer: str = "process"
+    #: A batch is durable once in the journal, and put into the database's tables after (many
+    #: batches to a transaction); off: once its own DuckDB transaction commits. See
+    #: storage.duckdb.journal.
+    db_journal: bool = True
     #: Change-log entries kept after a checkpoint (what a replica may still catch up from).
     change_log_retain: int = 100_000
     threads: int = 16
@@ -80,6 +84,7 @@ class Settings:
             session_timeout=timedelta(minutes=max(1, timeout)),
             db_memory_limit=env.get("TRELLIS_DB_MEMORY_LIMIT", "1GB"),
             db_writer=_choice(env, "TRELLIS_DB_WRITER", ("process", "thread")),
+            db_journal=_choice(env, "TRELLIS_DB_JOURNAL", ("on", "off")) == "on",
             change_log_retain=max(1, _count(env, "TRELLIS_CHANGE_LOG_RETAIN", 100_000)),
             threads=int(env.get("TRELLIS_THREADS", "16")),
             cert_proxies=tuple(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +30,7 @@ import duckdb
 from engine.entities import ALL_KINDS, Entity
 from engine.ports import Change, LogProblem, Put
 from storage.codec import decode, encode
+from storage.duckdb.journal import Entry, Journal, Record
 from storage.duckdb.migrations import (
     CHANGE_LOG_TABLE,
     COMPACT_TASK,
@@ -38,7 +40,7 @@ from storage.duckdb.migrations import (
     pending_tasks,
     table_name,
 )
-from storage.duckdb.writer import Database, LocalDatabase, ProcessDatabase, Statement, connect
+from storage.duckdb.writer import Database, LocalDatabase, ProcessDatabase, Statement, connect, execute
 from storage.files import restrict_umask, tighten
 from storage.memory import MemoryStore
 
@@ -106,6 +108,94 @@ def _remove(*paths: Path) -> None:
 
 #: Change-log entries kept by default (a replica further behind resyncs from a snapshot).
 CHANGE_LOG_RETAIN = 100_000
+#: With a journal: a flush takes at most this many changes into one transaction.
+FLUSH_ENTRIES = 20_000
+#: With a journal: batches wait (the committer is held) while this many changes are not yet in
+#: the database, so that memory and the time a restart replays stay bounded.
+MAX_UNFLUSHED = 200_000
+ROLLBACK: list[Statement] = [("ROLLBACK", None)]
+
+
+def transaction(records: Sequence[Record]) -> list[Statement]:
+    """The one DuckDB transaction that writes ``records`` (batches, in order): each table takes
+    each key's last change, the change log every change.
+
+    A key's first entry says whether it was in its table before these records: a new key is a
+    plain INSERT, only a changed one needs INSERT OR REPLACE (twice the cost), and a key created
+    and deleted within them was never in its table. Whole columns are bound as lists: one
+    statement per table whatever the size (a row of ``?`` per value costs more to bind than the
+    write itself).
+    """
+    existed: dict[tuple[str, str], bool] = {}
+    final: dict[tuple[str, str], str | None] = {}
+    log: tuple[list[int], list[int], list[str], list[str], list[str], list[str | None]] = (
+        [], [], [], [], [], []
+    )  # fmt: skip
+    for batch, entries in records:
+        for seq, table, entity_id, doc, held in entries:
+            key = (table, entity_id)
+            existed.setdefault(key, held)
+            final[key] = doc
+            log[0].append(seq)
+            log[1].append(batch)
+            log[2].append(table)
+            log[3].append(entity_id)
+            log[4].append("delete" if doc is None else "put")
+            log[5].append(doc)
+    inserts: dict[str, tuple[list[str], list[str]]] = {}
+    replaces: dict[str, tuple[list[str], list[str]]] = {}
+    deletes: dict[str, list[str]] = {}
+    for (table, entity_id), doc in final.items():
+        if doc is not None:
+            ids, docs = (replaces if existed[table, entity_id] else inserts).setdefault(table, ([], []))
+            ids.append(entity_id)
+            docs.append(doc)
+        elif existed[table, entity_id]:
+            deletes.setdefault(table, []).append(entity_id)
+    statements: list[Statement] = [("BEGIN TRANSACTION", None)]
+    for table, ids in deletes.items():
+        statements.append((f"DELETE FROM {table} WHERE id IN (SELECT unnest($1::VARCHAR[]))", [ids]))
+    for verb, puts in (("INSERT", inserts), ("INSERT OR REPLACE", replaces)):
+        for table, (ids, docs) in puts.items():
+            statements.append(
+                (
+                    f"{verb} INTO {table} (id, doc) SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[])",
+                    [ids, docs],
+                )
+            )
+    statements.append(
+        (
+            f"INSERT INTO {CHANGE_LOG_TABLE} (seq, batch, kind, id, op, doc) SELECT unnest($1::BIGINT[]), "
+            "unnest($2::BIGINT[]), unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), "
+            "unnest($6::VARCHAR[])",
+            list(log),
+        )
+    )
+    statements.append(("COMMIT", None))
+    return statements
+
+
+def replay_journal(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Put what a run journaled and did not flush into the database at ``path`` (open on
+    ``con``): the records past the change log's last ``seq``; then checkpoint and delete the
+    journal. Every open does this, and a restore before it moves the database aside."""
+    journal = Journal(path)
+    records = list(journal.records())
+    if records:
+        row = con.execute(f"SELECT coalesce(max(seq), 0) FROM {CHANGE_LOG_TABLE}").fetchone()
+        done = int(row[0]) if row else 0
+        missing = [(batch, [e for e in entries if e[0] > done]) for batch, entries in records]
+        missing = [record for record in missing if record[1]]
+        if missing:
+            execute(con, transaction(missing), ROLLBACK)
+            log.warning(
+                "replayed %d journaled batches (%d changes) into %s",
+                len(missing),
+                sum(len(entries) for _, entries in missing),
+                path,
+            )
+        con.execute("CHECKPOINT")
+    journal.clear()
 
 
 class DuckDBStore(MemoryStore):
@@ -124,16 +214,29 @@ class DuckDBStore(MemoryStore):
         memory_limit: str = "1GB",
         change_log_retain: int = CHANGE_LOG_RETAIN,
         writer: str = "thread",
+        journal: bool = False,
     ) -> None:
         """``writer``: where the statements run once the store is loaded: ``"thread"`` (the
         committer thread, on this process's connection) or ``"process"`` (a writer process, see
-        :mod:`storage.duckdb.writer`: what ``trellis serve`` uses)."""
+        :mod:`storage.duckdb.writer`: what ``trellis serve`` uses). ``journal``: a batch is durable
+        once in the journal (:mod:`storage.duckdb.journal`) and put into the database by a flusher
+        thread, many batches to a transaction; without it, once its own transaction commits.
+        Whatever a journal left behind is put into the database at open either way."""
         if writer not in ("thread", "process"):
             raise ValueError(f"writer must be 'thread' or 'process', not {writer!r}")
         super().__init__(background=True)
         self.change_log_retain = max(1, change_log_retain)
         #: Documents encoded at staging, by entity object, until their batch is written.
         self._encoded: dict[int, tuple[Entity, str]] = {}
+        self._journal: Journal | None = None
+        #: Journaled batches not yet in the database, oldest first, and their count of changes.
+        self._pending: list[Record] = []
+        self._pending_entries = 0
+        self._unflushed = threading.Condition(threading.Lock())
+        #: Held by a flush (one transaction of pending batches at a time, in order).
+        self._flush_lock = threading.Lock()
+        self._flusher: threading.Thread | None = None
+        self._stopping = False
         restrict_umask()
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # The database's directory is its own (TRELLIS_HOME); ".tmp" is DuckDB's spill directory.
@@ -148,6 +251,7 @@ class DuckDBStore(MemoryStore):
         child = ProcessDatabase(path, self._config) if writer == "process" else None
         try:
             self._con = connect(path, self._config)
+            self._replay_journal()
             self.schema_version = migrate(self._con)
             if COMPACT_TASK in pending_tasks(self._con):
                 self._compact(path)
@@ -166,6 +270,10 @@ class DuckDBStore(MemoryStore):
                 child.close()
             raise
         self._db: Database = child if child is not None else LocalDatabase(self._con)
+        if journal:
+            self._journal = Journal(path)
+            self._flusher = threading.Thread(target=self._flush_loop, name="trellis-flusher", daemon=True)
+            self._flusher.start()
 
     def _compact(self, path: Path) -> None:
         """Rewrite the database into a fresh file, so that no overwritten value (e.g. a plain
@@ -230,63 +338,102 @@ class DuckDBStore(MemoryStore):
                 if isinstance(change, Put):
                     self._encoded.pop(id(change.entity), None)
 
-    def _write_batch(self, entries: Sequence[tuple[int, Change]], final: Sequence[Change]) -> None:
-        # The published state holds exactly the tables' rows (this batch is not in it yet): a new
-        # key is a plain INSERT, only a changed one needs INSERT OR REPLACE (twice the cost).
+    def _record(self, entries: Sequence[tuple[int, Change]]) -> Record:
+        """A batch as the journal and :func:`transaction` take it."""
+        # The published state holds exactly what the batches before this one left in the tables.
         published = self._state
-        inserts: dict[str, tuple[list[str], list[str]]] = {}
-        replaces: dict[str, tuple[list[str], list[str]]] = {}
-        deletes: dict[str, list[str]] = {}
-        for change in final:
+        out: list[Entry] = []
+        for seq, change in entries:
             if isinstance(change, Put):
                 entity = change.entity
-                into = replaces if published.holds(entity.ENTITY, entity.id) else inserts
-                ids, docs = into.setdefault(table_name(entity.ENTITY), ([], []))
-                ids.append(entity.id)
-                docs.append(self._doc(entity))
-            elif published.holds(change.kind.ENTITY, change.id):
-                # (a key created and deleted within the batch was never in its table)
-                deletes.setdefault(table_name(change.kind.ENTITY), []).append(change.id)
-        batch = entries[-1][0]
-        log: tuple[list[int], list[str], list[str], list[str], list[str | None]] = ([], [], [], [], [])
-        for seq, change in entries:
-            log[0].append(seq)
-            if isinstance(change, Put):
-                log[1].append(table_name(change.entity.ENTITY))
-                log[2].append(change.entity.id)
-                log[3].append("put")
-                log[4].append(self._doc(change.entity))
-            else:
-                log[1].append(table_name(change.kind.ENTITY))
-                log[2].append(change.id)
-                log[3].append("delete")
-                log[4].append(None)
-        # One call: in the writer process, one message and one answer (see storage.duckdb.writer).
-        # Whole columns bound as lists: one statement per table whatever the batch's size (a row
-        # of ``?`` per value costs more to bind than the write itself).
-        statements: list[Statement] = [("BEGIN TRANSACTION", None)]
-        for table, ids in deletes.items():
-            statements.append((f"DELETE FROM {table} WHERE id IN (SELECT unnest($1::VARCHAR[]))", [ids]))
-        for verb, puts in (("INSERT", inserts), ("INSERT OR REPLACE", replaces)):
-            for table, (ids, docs) in puts.items():
-                statements.append(
-                    (
-                        f"{verb} INTO {table} (id, doc) SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[])",
-                        [ids, docs],
-                    )
+                table = table_name(entity.ENTITY)
+                out.append(
+                    (seq, table, entity.id, self._doc(entity), published.holds(entity.ENTITY, entity.id))
                 )
-        statements.append(
-            (
-                f"INSERT INTO {CHANGE_LOG_TABLE} (seq, batch, kind, id, op, doc) SELECT unnest($1::BIGINT[]), "
-                "$2, unnest($3::VARCHAR[]), unnest($4::VARCHAR[]), unnest($5::VARCHAR[]), unnest($6::VARCHAR[])",
-                [log[0], batch, log[1], log[2], log[3], log[4]],
-            )
-        )
-        statements.append(("COMMIT", None))
-        self._db.run(statements, on_error=[("ROLLBACK", None)])
-        self._logged += len(entries)
+            else:
+                table = table_name(change.kind.ENTITY)
+                out.append((seq, table, change.id, None, published.holds(change.kind.ENTITY, change.id)))
+        return entries[-1][0], out
+
+    def _write_batch(self, entries: Sequence[tuple[int, Change]], final: Sequence[Change]) -> None:
+        record = self._record(entries)
+        journal = self._journal
+        if journal is None:
+            # One call: in the writer process, one message and one answer (storage.duckdb.writer).
+            self._db.run(transaction([record]), on_error=ROLLBACK)
+            self._written(len(entries), record[0])
+            return
+        journal.append(*record)  # durable from here: the tables follow (the flusher)
+        with self._unflushed:
+            self._pending.append(record)
+            self._pending_entries += len(entries)
+            self._unflushed.notify_all()
+            while self._pending_entries > MAX_UNFLUSHED and self._flusher is not None:
+                self._unflushed.wait(1.0)
+
+    def _written(self, entries: int, last: int) -> None:
+        """``entries`` more changes are in the change log, the last of batch ``last``."""
+        self._logged += entries
         if self._logged >= self.change_log_retain + max(1, self.change_log_retain // 2):
-            self._trim_change_log(batch)
+            self._trim_change_log(last)
+
+    # -- the journal's flusher -------------------------------------------------------------------
+    def flush(self) -> None:
+        """Put every journaled batch into the database now (a no-op without a journal); raise
+        what the database answered if it refuses them (they stay journaled and pending)."""
+        while self._flush_some():
+            pass
+
+    def _flush_some(self) -> bool:
+        """One transaction of pending batches; False when none was pending."""
+        journal = self._journal
+        if journal is None:
+            return False
+        with self._flush_lock:
+            with self._unflushed:
+                taken = 0
+                count = 0
+                for _, entries in self._pending:
+                    if count and taken + len(entries) > FLUSH_ENTRIES:
+                        break
+                    taken += len(entries)
+                    count += 1
+                records = self._pending[:count]
+            if not records:
+                return False
+            self._db.run(transaction(records), on_error=ROLLBACK)
+            with self._unflushed:
+                del self._pending[:count]
+                self._pending_entries -= taken
+                self._unflushed.notify_all()
+            last = records[-1][0]
+            self._written(taken, last)
+            journal.release(last)
+            return True
+
+    def _flush_loop(self) -> None:
+        delay = 0.0
+        while True:
+            with self._unflushed:
+                while not self._pending and not self._stopping:
+                    self._unflushed.wait()
+                if self._stopping:
+                    return
+                if delay:
+                    self._unflushed.wait(delay)  # after a refusal; close() flushes what is left
+                    if self._stopping:
+                        return
+            try:
+                self._flush_some()
+                delay = 0.0
+            except Exception as ex:
+                delay = min(5.0, max(0.1, delay * 2))
+                log.error(
+                    "could not put journaled batches into the database (retried in %.1f s): %s", delay, ex
+                )
+
+    def _replay_journal(self) -> None:
+        replay_journal(self._con, self.path)
 
     def _trim_change_log(self, last: int) -> None:
         """Checkpoint, then keep the newest ``change_log_retain`` entries (by the committer, after
@@ -309,6 +456,7 @@ class DuckDBStore(MemoryStore):
     ) -> list[tuple[int, int, str, str, str, str | None]]:
         """Change-log entries with ``seq`` above ``after``, oldest first: (seq, batch, kind, id,
         op, doc). What a replica follows."""
+        self.flush()
         (rows,) = self._db.run(
             [
                 (
@@ -326,6 +474,7 @@ class DuckDBStore(MemoryStore):
         """Where the change log disagrees with the tables: gaps in its numbering, or a key whose
         newest logged change is not what its table holds (a put of another document, a delete of
         a row that is there). Entries trimmed away are not compared."""
+        self.flush()
         problems: list[LogProblem] = []
         counted, kinds = self._db.run(
             [
@@ -395,6 +544,7 @@ class DuckDBStore(MemoryStore):
                 return str(target)
             _remove(partial, wal_path(partial))
             try:
+                self.flush()
                 self._db.run(
                     [
                         (f"ATTACH ? AS {_SNAPSHOT_ALIAS}", [str(partial)]),
@@ -421,8 +571,25 @@ class DuckDBStore(MemoryStore):
         return _quoted(rows)
 
     def close(self) -> None:
-        """Commit what is queued, stop the committer, then close the database."""
+        """Commit what is queued, stop the committer and the flusher, put what is journaled into
+        the database (else it stays journaled for the next open), then close the database."""
         super().close()
+        flusher = self._flusher
+        if flusher is not None:
+            with self._unflushed:
+                self._stopping = True
+                self._unflushed.notify_all()
+            flusher.join()
+            self._flusher = None
+        journal = self._journal
+        if journal is not None:
+            try:
+                self.flush()
+            except Exception as ex:
+                log.error("journaled batches stay in the journal until the next open: %s", ex)
+                journal.close()
+            else:
+                journal.clear()
         self._db.close()
 
 
@@ -469,7 +636,8 @@ def restore_snapshot(path: Path, snapshot: Path, at: datetime) -> Path | None:
 
 
 def _checkpoint_unlocked(path: Path) -> None:
-    """Fold the database's WAL into it, refusing while another process (the server) holds it."""
+    """Fold the database's journal and WAL into it, refusing while another process (the server)
+    holds it."""
     try:
         con = duckdb.connect(str(path), config=dict(_CONFIG))
     except duckdb.IOException as ex:
@@ -477,6 +645,7 @@ def _checkpoint_unlocked(path: Path) -> None:
             raise RestoreError(f"{path} is in use by a running server: stop it first ({ex})") from None
         raise RestoreError(f"cannot open {path}: {ex}") from None
     try:
+        replay_journal(con, path)
         con.execute("CHECKPOINT")
     finally:
         con.close()

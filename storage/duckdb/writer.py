@@ -42,7 +42,7 @@ from typing import IO, Any, Protocol
 
 import duckdb
 
-__all__ = ["Database", "LocalDatabase", "ProcessDatabase", "Statement", "WriterGone", "connect"]
+__all__ = ["Database", "LocalDatabase", "ProcessDatabase", "Statement", "WriterGone", "connect", "execute"]
 
 log = logging.getLogger(__name__)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from storage.duckdb import DuckDBStore
 from tests.conftest import Api
 
@@ -9,12 +11,12 @@ from tests.conftest import Api
 def test_a_failed_commit_is_a_503_and_changes_nothing(api: Api) -> None:
     store = api.ctrl.env.store
     assert isinstance(store, DuckDBStore)
-    # the database refuses the next transaction: its table is gone
-    store._db.run([("ALTER TABLE identities RENAME TO identities_gone", None)])
-    try:
-        refused = api.post("/identities", json={"name": "lost", "type": "User", "isAdmin": False})
-    finally:
-        store._db.run([("ALTER TABLE identities_gone RENAME TO identities", None)])
+    journal = store._journal
+    assert journal is not None  # the controller's default: a batch is durable once journaled
+    api.post("/identities", json={"name": "first", "type": "User", "isAdmin": False})
+    assert journal._fd is not None
+    os.close(journal._fd)  # the journal's file refuses the next batch, as a failing disk would
+    refused = api.post("/identities", json={"name": "lost", "type": "User", "isAdmin": False})
     assert refused.status_code == 503, refused.text
     error = refused.json["error"]
     assert error["code"] == "COMMIT_FAILED"

@@ -474,6 +474,7 @@ def test_the_change_log_out_of_step_with_the_tables_is_found_and_logged_again(ap
     assert run(api, CHECK)["results"] == []
     # a table changed behind the change log's back (an operator's hand edit): the log's newest
     # entry of the identity no longer matches, and the service's row is gone
+    store.flush()
     store._db.run(
         [
             ("UPDATE identities SET doc = json_object('id', id) WHERE id = ?", [identity]),

@@ -1,0 +1,233 @@
+"""The journal in front of DuckDB: records read back whole, a torn or damaged tail ends its
+segment, refused appends leave nothing, and a store running on it keeps every acknowledged write
+through a kill -9, a refused flush and a restore."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from engine.entities import all as _kinds  # noqa: F401
+from engine.entities.identities import Identity
+from engine.errors import CommitFailedError
+from engine.ports import Delete, Put
+from storage.duckdb import DuckDBStore
+from storage.duckdb.journal import MAGIC, Journal, JournalError, segments
+from storage.duckdb.store import restore_snapshot
+
+NOW = datetime(2026, 3, 4, 5, 6, 7, 123000, tzinfo=UTC)
+
+
+def _identity(i: int | str, **kw: object) -> Identity:
+    return Identity(id=f"id-{i}", created_at=NOW, updated_at=NOW, name=f"name-{i}", **kw)  # type: ignore[arg-type]
+
+
+def _ids(store: DuckDBStore) -> set[str]:
+    return {i.id for i in store.all(Identity)}
+
+
+def _table_ids(store: DuckDBStore) -> set[str]:
+    (rows,) = store._db.run([("SELECT id FROM identities", None)])
+    return {str(r[0]) for r in rows}
+
+
+# -- the journal on its own ----------------------------------------------------------------------
+
+
+def test_records_read_back_in_order_across_segments(tmp_path: Path) -> None:
+    db = tmp_path / "j.duckdb"
+    journal = Journal(db)
+    journal.append(2, [(1, "identities", "a", '{"x":1}', False), (2, "identities", "b", None, True)])
+    journal.close()  # the next append starts a second segment
+    journal.append(3, [(3, "services", "s", '{"y":"z"}', False)])
+    journal.close()
+
+    assert [n for n, _ in segments(db)] == [1, 2]
+    assert list(Journal(db).records()) == [
+        (2, [(1, "identities", "a", '{"x":1}', False), (2, "identities", "b", None, True)]),
+        (3, [(3, "services", "s", '{"y":"z"}', False)]),
+    ]
+
+
+@pytest.mark.parametrize("damage", ["torn", "flipped"])
+def test_a_damaged_last_record_ends_its_segment_and_nothing_else(tmp_path: Path, damage: str) -> None:
+    db = tmp_path / "j.duckdb"
+    journal = Journal(db)
+    for batch in (1, 2, 3):
+        journal.append(batch, [(batch, "identities", f"i{batch}", "{}", False)])
+    journal.close()
+    (_, path), *_ = segments(db)
+    data = bytearray(path.read_bytes())
+    if damage == "torn":  # a crash in the middle of the last append
+        path.write_bytes(bytes(data[:-3]))
+    else:  # a bit of the last record's payload changed
+        data[-2] ^= 0x01
+        path.write_bytes(bytes(data))
+    journal = Journal(db)
+    journal.append(4, [(4, "identities", "i4", "{}", False)])  # goes on in a new segment
+    journal.close()
+
+    assert [batch for batch, _ in Journal(db).records()] == [1, 2, 4]
+
+
+def test_a_failed_append_leaves_nothing_and_the_next_goes_to_a_new_segment(tmp_path: Path) -> None:
+    db = tmp_path / "j.duckdb"
+    journal = Journal(db)
+    journal.append(1, [(1, "identities", "a", "{}", False)])
+    assert journal._fd is not None
+    os.close(journal._fd)  # the file can no longer be written (EBADF), as a failing disk
+    with pytest.raises(JournalError, match="could not take the batch"):
+        journal.append(2, [(2, "identities", "b", "{}", False)])
+    journal.append(3, [(2, "identities", "c", "{}", False)])
+    journal.close()
+
+    assert [n for n, _ in segments(db)] == [1, 2]
+    assert [batch for batch, _ in Journal(db).records()] == [1, 3]
+
+
+def test_release_deletes_only_segments_wholly_in_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "j.duckdb"
+    journal = Journal(db)
+    for batch in (1, 2, 3):
+        journal.append(batch, [(batch, "identities", f"i{batch}", "{}", False)])
+        journal.close()
+    journal.append(4, [(4, "identities", "i4", "{}", False)])  # the segment being written
+
+    journal.release(2)
+    assert [n for n, _ in segments(db)] == [3, 4]
+    journal.release(10)
+    assert [n for n, _ in segments(db)] == [4]  # never the open one
+    assert segments(db)[0][1].read_bytes().startswith(MAGIC)
+    journal.clear()
+    assert segments(db) == []
+
+
+# -- a store on the journal ----------------------------------------------------------------------
+
+
+@pytest.fixture(params=["thread", "process"])
+def writer(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_writes_reach_the_tables_and_change_log_as_without_a_journal(tmp_path: Path, writer: str) -> None:
+    logs = []
+    for journal in (False, True):
+        store = DuckDBStore(tmp_path / f"{journal}.duckdb", writer=writer, journal=journal)
+        store.commit([Put(_identity(1)), Put(_identity(2))])
+        store.commit([Put(_identity(1, is_admin=True)), Delete(Identity, "id-2"), Put(_identity(3))])
+        store.commit([Put(_identity(4)), Delete(Identity, "id-4")])  # created and deleted in one
+        logs.append([(seq, kind, id, op, doc) for seq, _, kind, id, op, doc in store.change_log()])
+        store.flush()
+        assert _table_ids(store) == {"id-1", "id-3"}
+        store.close()
+        reopened = DuckDBStore(tmp_path / f"{journal}.duckdb", writer=writer)
+        assert _ids(reopened) == {"id-1", "id-3"}
+        assert reopened.get(Identity, "id-1").is_admin  # type: ignore[union-attr]
+        assert reopened.change_log_problems() == []
+        reopened.close()
+    assert logs[0] == logs[1]
+    assert not segments(tmp_path / "True.duckdb")  # a clean close leaves no journal
+
+
+def test_acknowledged_writes_survive_kill_9_before_any_flush(tmp_path: Path, writer: str) -> None:
+    """Nothing reached the tables (the flusher held off): the journal alone brings them back."""
+    path = tmp_path / "crash.duckdb"
+    script = textwrap.dedent(
+        f"""
+        import os
+        from datetime import UTC, datetime
+        from engine.entities import all as _
+        from engine.entities.identities import Identity
+        from engine.ports import Put, Delete
+        from storage.duckdb import DuckDBStore
+        now = datetime.now(UTC)
+        store = DuckDBStore(__import__("pathlib").Path({str(path)!r}), writer={writer!r}, journal=True)
+        store.commit([Put(Identity(id="early", created_at=now, updated_at=now, name="early"))])
+        store.flush()
+        store._flush_lock.acquire()  # from here on nothing is put into the tables
+        for i in range(50):
+            store.commit([Put(Identity(id=f"i{{i}}", created_at=now, updated_at=now, name=f"n{{i}}"))])
+        store.commit([Delete(Identity, "early")])
+        print("acknowledged", flush=True)
+        os.kill(os.getpid(), 9)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=Path(__file__).parents[3]
+    )
+    assert "acknowledged" in done.stdout, done.stderr
+    assert done.returncode == -9
+    assert segments(path)
+
+    reopened = DuckDBStore(path, writer=writer)
+    assert _ids(reopened) == {f"i{i}" for i in range(50)}
+    assert _table_ids(reopened) == _ids(reopened)
+    assert reopened.change_log_problems() == []
+    assert not segments(path)  # replayed, then deleted
+    reopened.close()
+
+
+def test_a_batch_the_journal_refuses_is_a_commit_failure_and_applies_nothing(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "t.duckdb", journal=True)
+    store.commit([Put(_identity(1))])
+    journal = store._journal
+    assert journal is not None
+    assert journal._fd is not None
+    os.close(journal._fd)  # the journal's file fails the next write
+
+    with pytest.raises(CommitFailedError):
+        store.commit([Put(_identity(2))])
+    store.commit([Put(_identity(3))])
+
+    assert _ids(store) == {"id-1", "id-3"}
+    store.close()
+    reopened = DuckDBStore(tmp_path / "t.duckdb")
+    assert _ids(reopened) == {"id-1", "id-3"}
+    assert reopened.change_log_problems() == []
+    reopened.close()
+
+
+def test_a_refused_flush_keeps_the_batches_and_retries(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "t.duckdb", journal=True)
+    with store._flush_lock:  # the flusher cannot take them before the table is gone
+        store._db.run([("ALTER TABLE identities RENAME TO identities_gone", None)])
+        store.commit([Put(_identity(1))])  # acknowledged: it is in the journal
+    with pytest.raises(Exception, match="identities"):
+        store.flush()
+    assert _ids(store) == {"id-1"}
+    store._db.run([("ALTER TABLE identities_gone RENAME TO identities", None)])
+    store.flush()
+    assert _table_ids(store) == {"id-1"}
+    store.close()
+
+
+def test_a_restore_keeps_the_replaced_database_whole_and_drops_its_journal(tmp_path: Path) -> None:
+    path = tmp_path / "t.duckdb"
+    store = DuckDBStore(path, journal=True)
+    store.commit([Put(_identity(1))])
+    snapshot = Path(store.snapshot(NOW))
+    store._flush_lock.acquire()  # as a crash before the flush: id-2 is only in the journal
+    store.commit([Put(_identity(2))])
+    store._stopping = True  # what close() would flush stays journaled
+    assert store._journal is not None
+    store._journal.close()
+    store._db.close()
+    assert segments(path)
+
+    aside = restore_snapshot(path, snapshot, datetime(2026, 3, 4, 6, 0, tzinfo=UTC))
+
+    assert not segments(path)
+    restored = DuckDBStore(path)
+    assert _ids(restored) == {"id-1"}
+    restored.close()
+    assert aside is not None
+    kept = DuckDBStore(aside)
+    assert _ids(kept) == {"id-1", "id-2"}
+    kept.close()
