@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 import uuid
 from datetime import UTC, datetime
 
@@ -12,9 +13,24 @@ _BYTE_TO_CHAR = bytes(ord(_ALPHABET[b & 63]) for b in range(256))
 
 
 class SystemClock:
+    """The wall clock in whole milliseconds (OpenZiti's timestamps' precision), UTC.
+
+    A request asks for the time several times (its API session's expiry and activity, posture,
+    the entities it writes): the datetime of the current millisecond is made once and shared.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[int, datetime] = (-1, datetime.fromtimestamp(0, UTC))
+
     def now(self) -> datetime:
-        now = datetime.now(UTC)
-        return now.replace(microsecond=now.microsecond // 1000 * 1000)
+        ms = time.time_ns() // 1_000_000
+        last = self._last
+        if last[0] == ms:
+            return last[1]
+        now = datetime.fromtimestamp(ms / 1000, UTC)
+        now = now.replace(microsecond=now.microsecond // 1000 * 1000)
+        self._last = (ms, now)
+        return now
 
 
 class ShortIds:

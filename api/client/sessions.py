@@ -29,8 +29,8 @@ class SessionCollection:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = read_model(req, SessionCreate)
-        session = self.manager.open(req.context.session, body.service_id, body.type, body.tags)
-        ok(resp, render_session(self.manager.view(session)))
+        opened = self.manager.open(req.context.session, body.service_id, body.type, body.tags)
+        ok(resp, render_session(opened))
         resp.status = falcon.HTTP_201
 
 

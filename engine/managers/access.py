@@ -346,8 +346,7 @@ class AccessManager:
                 self._graph.has_entity(IDENTITY, identity_id) and self._graph.has_entity(SERVICE, service_id)
             ):
                 return []
-            mine = set(self._graph.edge_routers_for_identity(identity_id))
-            ids = [i for i in self._graph.edge_routers_for_service(service_id) if i in mine]
+            ids = self._graph.common_edge_routers(identity_id, service_id)
         return self._load(EdgeRouter, ids)
 
     def posture_checks_for(

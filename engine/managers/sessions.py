@@ -72,8 +72,9 @@ class SessionManager(EntityManager[Session]):
         service_id: str | None,
         session_type: str | None,
         tags: dict[str, object] | None = None,
-    ) -> Session:
-        """A Dial or Bind session for the API session's identity (§5.2 checks, in order)."""
+    ) -> SessionView:
+        """A Dial or Bind session for the API session's identity (§5.2 checks, in order), as its
+        answer shows it (the routers found by the checks are the ones it names)."""
         identity_id = api_session.identity_id
         service, permissions = self.access.service_for_identity(identity_id, service_id)
         wanted = session_type or DIAL
@@ -92,12 +93,13 @@ class SessionManager(EntityManager[Session]):
                     for f in verdict.failures
                 },
             )
-        if not self.access.common_edge_routers(identity_id, service.id):
+        routers = self.access.common_edge_routers(identity_id, service.id)
+        if not routers:
             raise NoEdgeRoutersAvailableError()
         with self.env.store.write_lock():
             existing = self.env.store.find_unique(Session, "use", (api_session.id, wanted, service.id))
             if existing is not None:
-                return existing
+                return self.view(existing, routers)
             if self.env.store.get(ApiSession, api_session.id) is None:
                 raise NotFoundError()
             now = self.env.clock.now()
@@ -113,17 +115,21 @@ class SessionManager(EntityManager[Session]):
                 type=wanted,
                 service_policy_ids=list(verdict.passing_policy_ids),
             )
-            return self.save(session)
+            return self.view(self.save(session), routers)
 
     # -- reads -----------------------------------------------------------------------------------
-    def view(self, session: Session) -> SessionView:
+    def view(self, session: Session, edge_routers: list[EdgeRouter] | None = None) -> SessionView:
+        """The session with what its wire form names; ``edge_routers``: the pair's common routers,
+        when the caller has them already."""
         store = self.env.store
         policies = (store.get(ServicePolicy, i) for i in session.service_policy_ids)
         return SessionView(
             session=session,
             service=store.get(Service, session.service_id),
             api_session=store.get(ApiSession, session.api_session_id),
-            edge_routers=self.edge_routers(session),
+            edge_routers=(
+                self.edge_routers(session) if edge_routers is None else edge_routers[:MAX_SESSION_ROUTERS]
+            ),
             service_policies=[p for p in policies if p is not None],
         )
 

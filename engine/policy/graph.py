@@ -511,6 +511,13 @@ class PolicyGraph:
         """Edge routers linked to the service by service edge router policies."""
         return self._entity_ids(self._routers, self._service_cache.get(service_id)[2])
 
+    def common_edge_routers(self, identity_id: str, service_id: str) -> list[str]:
+        """Edge routers linked to both the identity (edge router policies) and the service
+        (service edge router policies), sorted: one intersection of the two cached router sets."""
+        mine = self._identity_cache.get(identity_id)[2]
+        theirs = self._service_cache.get(service_id)[2]
+        return self._entity_ids(self._routers, mine & theirs)
+
     def services_for_edge_router(self, edge_router_id: str) -> list[str]:
         """Services linked to the edge router by service edge router policies."""
         policies = self._serp_router.effective_links(self._slot(EDGE_ROUTER, edge_router_id))

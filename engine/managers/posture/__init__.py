@@ -219,7 +219,9 @@ class PostureManager:
         request; re-checks of existing sessions are not).
         """
         policies = self.access.posture_checks_for(identity_id, service_id, session_type)
-        if not self.access.has_posture_checks() or not policies:
+        if not policies or not any(policies.values()) or not self.access.has_posture_checks():
+            # nothing to check: no granting policy names a posture check (a policy without
+            # checks passes), or no posture check exists at all
             return PostureResult(True, tuple(sorted(policies)))
         now = self.env.clock.now()
         with self._lock:
