@@ -124,13 +124,20 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
         """The TLS context for a new connection: trusts our CA and the verified third-party CAs now."""
         return self.trust.context()
 
-    def runs_on_loop(self, method: str, path: str) -> bool:
+    def runs_on_loop(self, method: str, path: str, query_string: str = "") -> bool:
         """Whether the server may run this request on its event loop (see ``api.http.LOOP_READS``):
-        its resource's ``loop_methods`` holds the method."""
+        its resource's ``loop_methods`` holds the method, or its ``runs_on_loop(method,
+        query_string)`` says this one is bounded (a small page of a list)."""
         if len(path) > 1 and path.endswith("/"):  # strip_url_path_trailing_slash, as Falcon does
             path = path.rstrip("/") or "/"
         found = self._router.find(path)
-        return found is not None and method in getattr(found[0], "loop_methods", ())
+        if found is None:
+            return False
+        resource = found[0]
+        if method in getattr(resource, "loop_methods", ()):
+            return True
+        decide = getattr(resource, "runs_on_loop", None)
+        return callable(decide) and bool(decide(method, query_string))
 
     def __call__(self, env: dict[str, Any], start_response: Any) -> Any:
         """Serve one request on one published state of the store: whole batches only, the same

@@ -9,22 +9,32 @@ from typing import Any, Generic, TypeVar
 
 import falcon
 import orjson
+from falcon.util.uri import parse_query_string
 from pydantic import ValidationError
 
 from api.errors import ERROR_META, field_error_from_validation
 from api.limits import within_deadline
 from api.wire import INT64_MAX, INT64_MIN, WireModel
 from engine.entities import Entity
-from engine.errors import CouldNotParseBodyError, InvalidPaginationError, RequestEntityTooLargeError
+from engine.errors import (
+    CouldNotParseBodyError,
+    InvalidFilterError,
+    InvalidPaginationError,
+    InvalidSortError,
+    RequestEntityTooLargeError,
+)
 from engine.query import (
     ListIndex,
     Symbol,
     SymbolTable,
     SymbolType,
     compile_query,
+    effective_limit,
+    effective_offset,
     execute,
     execute_indexed,
     execute_loaded,
+    plan,
 )
 
 M = TypeVar("M", bound=WireModel)
@@ -37,6 +47,12 @@ T = TypeVar("T")
 #: answered once durable: ``Store.deferring``). No password hashing, signing, database reads or
 #: lists of a whole collection (those stay on the pool, where the loop keeps serving I/O).
 LOOP_READS = frozenset({"GET", "HEAD"})
+#: A list of a whole collection runs on the loop too when its page is bounded, read from the
+#: indexes and not sorted (:func:`bounded_list`): at most this many rows, starting at most this
+#: far into the list, from at most this many ids an index answered exactly.
+LOOP_LIST_LIMIT = 100
+LOOP_LIST_OFFSET = 10_000
+LOOP_LIST_CANDIDATES = 20_000
 #: The environ key of the list a request run on the event loop puts its deferred writes in.
 DEFERRED_KEY = "trellis.deferred"
 
@@ -114,12 +130,53 @@ _GO_INT = re.compile(r"[+-]?[0-9]{1,19}")
 def _int_param(req: falcon.Request, name: str) -> int | None:
     """A paging parameter as go-swagger reads an ``integer``: an int64, else INVALID_PAGINATION."""
     raw = req.get_param(name)
-    if raw is None or raw == "":
-        return None
-    if _GO_INT.fullmatch(raw) and INT64_MIN <= (value := int(raw)) <= INT64_MAX:
+    value = _go_int(raw)
+    if value is not None or raw is None or raw == "":
         return value
     shown = raw if len(raw) <= 64 else raw[:61] + "..."
     raise InvalidPaginationError(field=name, value=shown, reason=f"{name} must be a 64-bit integer")
+
+
+def _go_int(raw: str | None) -> int | None:
+    """``raw`` as an int64 (ASCII digits, an optional sign), else None."""
+    if raw and _GO_INT.fullmatch(raw) and INT64_MIN <= (value := int(raw)) <= INT64_MAX:
+        return value
+    return None
+
+
+def bounded_list(
+    query_string: str, symbols: SymbolTable, index: ListIndex[Any], fields: Mapping[str, str]
+) -> bool:
+    """Whether a list of ``index``'s whole collection asked with ``query_string`` is answered in
+    bounded time, so that it may run on the event loop (:data:`LOOP_LIST_LIMIT` and its kin): no
+    sort, a small page near the start, and no filter or one every term of which an index
+    answers from few ids. A request that will be refused (a bad filter or page) is cheap too.
+    """
+    params = parse_query_string(query_string, keep_blank=True)
+    if "sort" in params or "roleFilter" in params:  # a sort reads every row; roles ask the engine
+        return False
+    raw: dict[str, str | None] = {}
+    for name in ("filter", "limit", "offset"):
+        value = params.get(name)
+        if isinstance(value, list):  # repeated: left to the pool
+            return False
+        raw[name] = value
+    limit_param, offset_param = _go_int(raw["limit"]), _go_int(raw["offset"])
+    if (raw["limit"] and limit_param is None) or (raw["offset"] and offset_param is None):
+        return True  # INVALID_PAGINATION
+    try:
+        query = compile_query(raw["filter"], symbols)
+    except (InvalidFilterError, InvalidSortError):
+        return True
+    limit = effective_limit(query.limit, limit_param)
+    if query.sort or limit == -1 or limit > LOOP_LIST_LIMIT:
+        return False
+    if effective_offset(query.skip, offset_param) > LOOP_LIST_OFFSET:
+        return False
+    if query.matches_all:
+        return True
+    ids, exact = plan(query.expr, symbols, fields, index)
+    return ids is not None and exact and len(ids) <= LOOP_LIST_CANDIDATES
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,17 @@ from typing import Any, Generic, TypeVar
 
 import falcon
 
-from api.http import LOOP_READS, Indexed, created, empty, index_fields, list_response, ok, read_model
+from api.http import (
+    LOOP_READS,
+    Indexed,
+    bounded_list,
+    created,
+    empty,
+    index_fields,
+    list_response,
+    ok,
+    read_model,
+)
 from api.middleware import ADMIN
 from api.routing import Routes
 from api.views import View
@@ -111,6 +121,15 @@ class FamilyCollection(Generic[E]):
         self.fields = index_fields(family.manager.kind, family.symbols)
         if family.create_model is None:
             _drop_responder(self, "on_post")
+
+    def runs_on_loop(self, method: str, query_string: str) -> bool:
+        """A list of the whole collection, bounded (:func:`~api.http.bounded_list`), runs on the
+        server's event loop; any other, and a create, on a pool thread."""
+        fam = self.family
+        if method != "GET" or fam.list_items is not None:
+            return False
+        index = fam.manager.env.store.list_index(fam.manager.kind)
+        return bounded_list(query_string, fam.symbols, index, self.fields)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         fam = self.family

@@ -13,7 +13,7 @@ request is complete:
   ``Transfer-Encoding: chunked``, a time limit and a cap: 413), answering ``Expect: 100-continue``;
 - only then is the WSGI app called, with the body already read (``wsgi.input`` is a ``BytesIO``),
   the response serialised and the access log line written: on a pool thread (``threads`` of
-  them), or, when the app's ``runs_on_loop(method, path)`` says the request never blocks, right
+  them), or, when the app's ``runs_on_loop(method, path, query)`` says the request never blocks, right
   here on the loop (no thread hand-off: on one core, waking a pool thread and winning the GIL back
   cost more than a small request itself; see ``api.http.LOOP_READS``). A request run on the loop
   does not wait for its writes: the app puts them, pending, in ``environ["trellis.deferred"]``
@@ -561,8 +561,8 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         self._default_tls: ssl.SSLContext | None = None
         self._nr_lock = threading.Lock()
         self.access_log = AccessLog(self.log)
-        #: The app's ``runs_on_loop(method, path)``, if it has one (see the module docstring).
-        self._on_loop: Callable[[str, str], bool] | None = None
+        #: The app's ``runs_on_loop(method, path, query)``, if it has one (see the module docstring).
+        self._on_loop: Callable[[str, str, str], bool] | None = None
         self._settler: _Settler | None = None
 
     # -- process set-up (after the fork) --
@@ -808,7 +808,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             except Disconnected:
                 return True
             environ = self._environ(req, body, peer)
-            if self._on_loop is not None and self._on_loop(req.method, environ["PATH_INFO"]):
+            if self._on_loop is not None and self._on_loop(req.method, environ["PATH_INFO"], req.query):
                 result = await self._respond_on_loop(req, environ)
             else:
                 future = self.pool.submit(self._respond, req, environ)

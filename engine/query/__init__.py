@@ -29,7 +29,7 @@ from engine.query.evaluate import (
     execute_loaded,
     parse_sort_param,
 )
-from engine.query.plan import ListIndex, ScanIndex, candidates, execute_indexed
+from engine.query.plan import ListIndex, ScanIndex, candidates, execute_indexed, plan
 from engine.query.zitiql import parse
 
 __all__ = [
@@ -55,4 +55,5 @@ __all__ = [
     "execute_loaded",
     "parse",
     "parse_sort_param",
+    "plan",
 ]

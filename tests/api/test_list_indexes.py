@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from api.http import index_fields
+from api.http import DEFERRED_KEY, index_fields
 from api.resources import FamilyCollection
 from engine.entities.identities import Identity
 from engine.entities.services import Service
@@ -162,3 +162,43 @@ def test_service_and_policy_lists_use_their_indexes_too(api: Api) -> None:
     assert services == _scan(api, Service, api.ctrl.managers.services, params)
     assert services[1] == 3
     assert policies[1] == 1
+
+
+@pytest.mark.parametrize(
+    ("query", "on_loop"),
+    [
+        ("", True),  # the first page in list order: only the page is read
+        ("limit=100&offset=10000", True),
+        ('filter=name="user-03"', True),  # a unique index answers it
+        ('filter=anyOf(roleAttributes)="red" and name in ["user-00", "user-02"]', True),
+        ('filter=name="user-03" limit 5', True),
+        ("limit=101", False),  # a long page to render
+        ("limit=-1", False),
+        ("offset=10001", False),  # far into the list
+        ("sort=name", False),  # a sort reads every row
+        ("roleFilter=%23red", False),  # the policy engine's answer, of any size
+        ('filter=true sort by name', False),
+        ('filter=name contains "user"', False),  # no index: a scan
+        ('filter=not anyOf(roleAttributes)="red"', False),
+        ("filter=name%3D%22a%22&filter=name%3D%22b%22", False),  # repeated: left to the pool
+        ("limit=ten", True),  # refused (INVALID_PAGINATION): cheap
+        ('filter=nosuchfield="x"', True),  # refused (INVALID_FILTER): cheap
+    ],
+)
+def test_a_bounded_list_runs_on_the_event_loop_and_any_other_on_the_pool(
+    api: Api, population: list[str], query: str, on_loop: bool
+) -> None:
+    """A management list may run on the server's event loop only when an index answers it in
+    bounded time (no sort, a short page near the start, every filter term from an index)."""
+    assert api.app.runs_on_loop("GET", "/edge/management/v1/identities", query) is on_loop
+    assert api.app.runs_on_loop("POST", "/edge/management/v1/identities", query) is False
+    assert api.app.runs_on_loop("GET", "/edge/management/v1/identities/x", query) is True  # an item
+
+
+def test_a_list_answers_the_same_on_the_event_loop_as_on_the_pool(api: Api, population: list[str]) -> None:
+    for params in ({}, {"filter": 'anyOf(roleAttributes)="blue"', "limit": "3", "offset": "2"}):
+        pooled = api.get("/identities", params=params)
+        looped = api.get("/identities", params=params, extras={DEFERRED_KEY: []})
+        assert looped.status_code == pooled.status_code == 200
+        assert looped.json["data"] == pooled.json["data"]
+        assert looped.json["meta"]["pagination"] == pooled.json["meta"]["pagination"]

@@ -72,7 +72,7 @@ def app(environ, start_response):
     return [data]
 
 
-app.runs_on_loop = lambda method, path: method == "GET" and path.startswith("/loop/")
+app.runs_on_loop = lambda method, path, query: method == "GET" and path.startswith("/loop/")
 
 
 class App(BaseApplication):
