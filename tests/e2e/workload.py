@@ -32,6 +32,7 @@ import requests
 from engine.managers.access import build_graph
 from engine.policy import EDGE_ROUTER, IDENTITY, SERVICE, PolicyGraph
 from storage.duckdb import DuckDBStore
+from storage.duckdb.journal import segments
 from tests.e2e.server import CLIENT, MGMT, Server
 
 #: What the workers' role attributes and ``#`` roles are drawn from.
@@ -529,9 +530,10 @@ def audit(server: Server, token: str, ledgers: Iterable[Ledger]) -> list[str]:
 
 
 def rebuilt_graph(db: Path, scratch: Path) -> PolicyGraph:
-    """A policy graph built from a copy of the DuckDB file ``db`` (and its WAL), as start-up does."""
+    """A policy graph built from a copy of the DuckDB file ``db`` (its WAL and its journal), as
+    start-up does."""
     scratch.mkdir(parents=True, exist_ok=False)
-    for source in (db, db.with_name(db.name + ".wal")):
+    for source in (db, db.with_name(db.name + ".wal"), *(path for _, path in segments(db))):
         if source.exists():
             shutil.copy2(source, scratch / source.name)
     store = DuckDBStore(scratch / db.name)
