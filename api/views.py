@@ -12,6 +12,7 @@ identity's service-config overrides) and, on the client API, ``postureQueries``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -25,7 +26,7 @@ from api.routing import Routes
 from api.schemas.authenticators import authenticator_symbols, render_authenticator
 from api.schemas.configs import CONFIG_TYPE_SYMBOLS, config_symbols, render_config, render_config_type
 from api.schemas.enrollments import enrollment_symbols, render_enrollment
-from api.schemas.identities import identity_symbols, render_identity
+from api.schemas.identities import identity_form, identity_symbols, render_identity
 from api.schemas.policies import (
     EDGE_ROUTER_POLICY_SYMBOLS,
     SERVICE_EDGE_ROUTER_POLICY_SYMBOLS,
@@ -37,7 +38,7 @@ from api.schemas.policies import (
 from api.schemas.posture import render_posture_queries
 from api.schemas.posture_checks import POSTURE_CHECK_SYMBOLS, render_posture_check
 from api.schemas.routers import EDGE_ROUTER_SYMBOLS, ROUTER_SYMBOLS, render_edge_router, render_router
-from api.schemas.services import SERVICE_SYMBOLS, render_service, service_permissions
+from api.schemas.services import SERVICE_SYMBOLS, render_service, service_form, service_permissions
 from api.schemas.trust import (
     AUTH_POLICY_SYMBOLS,
     CA_SYMBOLS,
@@ -46,6 +47,7 @@ from api.schemas.trust import (
     render_ca,
     render_external_jwt_signer,
 )
+from api.wire import Forms
 from engine.entities import Entity
 from engine.entities.identities import Authenticator, Enrollment, Identity
 from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy, ServicePolicy
@@ -114,11 +116,13 @@ class ServiceRenderer:
         identity: Identity,
         wanted: frozenset[str],
         posture: Callable[[Mapping[str, Grant]], dict[str, list[PolicyPosture]]] | None = None,
+        form: Callable[[Service], dict[str, Any]] = service_form,
     ) -> None:
         self.managers = managers
         self.identity = identity
         self.wanted = wanted
         self.posture = posture
+        self.form = form
         self._grants: dict[str, Grant] = {}
         self._queries: dict[str, list[PolicyPosture]] = {}
 
@@ -138,6 +142,7 @@ class ServiceRenderer:
             service,
             config=self.managers.services.config_map(service, self.wanted, overrides),
             permissions=service_permissions(grant.permissions),
+            form=self.form,
         )
         if self.posture is not None:
             out["postureQueries"] = render_posture_queries(self._queries[service.id])
@@ -150,10 +155,10 @@ class ServiceView(View[Service]):
     def __init__(self, managers: Managers) -> None:
         super().__init__(Service, SERVICE_SYMBOLS, self._unseen)
         self.managers = managers
+        self.forms = Forms(service_form)
 
-    @staticmethod
-    def _unseen(service: Service) -> dict[str, Any]:
-        return render_service(service, permissions=service_permissions(()))
+    def _unseen(self, service: Service) -> dict[str, Any]:
+        return render_service(service, permissions=service_permissions(()), form=self.forms)
 
     def _wanted(self, req: falcon.Request) -> frozenset[str]:
         """Config type ids for ``config``: asked on the request, else at login (names, ids or all)."""
@@ -176,14 +181,14 @@ class ServiceView(View[Service]):
 
     def renderer(self, req: falcon.Request) -> Callable[[Service], dict[str, Any]]:
         """Management: the permissions and overrides of the caller or of ``asIdentity``."""
-        return ServiceRenderer(self.managers, self._as_identity(req), self._wanted(req))
+        return ServiceRenderer(self.managers, self._as_identity(req), self._wanted(req), form=self.forms)
 
     def client_renderer(self, req: falcon.Request) -> Callable[[Service], dict[str, Any]]:
         """Client API: the caller's permissions and overrides, and its ``postureQueries``."""
         identity: Identity = req.context.identity
         session_id: str = req.context.session.id
         queries = self.managers.posture.service_queries_for(identity.id, session_id)
-        return ServiceRenderer(self.managers, identity, self._wanted(req), queries)
+        return ServiceRenderer(self.managers, identity, self._wanted(req), queries, self.forms)
 
     def visible(self, identity: Identity, service_id: str) -> Service:
         """The service if the identity may Dial or Bind it; else 404 (policy-semantics §5.1)."""
@@ -264,7 +269,7 @@ class Views:
         self.identities: View[Identity] = View(
             Identity,
             identity_symbols(ctrl),
-            lambda e: render_identity(ctrl, e),
+            functools.partial(render_identity, ctrl, form=Forms(identity_form)),
             (
                 SubList(
                     "services", Service, lambda id, req: access.services_of_identity(id, policy_type(req))

@@ -6,7 +6,7 @@ import functools
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
@@ -161,6 +161,35 @@ def base(entity: Entity, *subs: str) -> dict[str, Any]:
         "updatedAt": ts(entity.updated_at),
         "tags": entity.tags,
     }
+
+
+E = TypeVar("E", bound=Entity)
+
+#: How many entities' forms a :class:`Forms` keeps (then it starts afresh).
+FORMS_KEPT = 8192
+
+
+class Forms(Generic[E]):
+    """The part of a kind's wire form that depends on the entity alone (``make``), made once per
+    entity version: entities are immutable values (a change is a new object), so an entity's
+    form is kept by the object itself, and a list that renders the same entities again and again
+    copies it instead of building it. Each call answers a new dict (a shallow copy: the nested
+    values are shared and never changed)."""
+
+    def __init__(self, make: Callable[[E], dict[str, Any]], kept: int = FORMS_KEPT) -> None:
+        self._make = make
+        self._most = kept
+        #: id(entity) -> (the entity, held so that its id is not reused meanwhile; its form)
+        self._kept: dict[int, tuple[E, dict[str, Any]]] = {}
+
+    def __call__(self, entity: E) -> dict[str, Any]:
+        kept = self._kept.get(id(entity))
+        if kept is None or kept[0] is not entity:
+            kept = (entity, self._make(entity))
+            if len(self._kept) >= self._most:
+                self._kept.clear()
+            self._kept[id(entity)] = kept
+        return dict(kept[1])
 
 
 def require_field(value: object, field: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -176,22 +177,9 @@ def is_disabled(ctrl: Controller, identity: Identity) -> bool:
     return ctrl.managers.identities.is_disabled(identity)
 
 
-def render_identity(ctrl: Controller, identity: Identity) -> dict[str, Any]:
-    managers = ctrl.managers
-    authenticators: dict[str, Any] = {}
-    for auth in managers.authenticators.for_identity(identity.id):
-        if auth.method == "updb":
-            authenticators["updb"] = {"id": auth.id, "username": auth.username}
-        elif auth.method == "cert":
-            authenticators["cert"] = {"id": auth.id, "fingerprint": auth.fingerprint}
-    enrollment: dict[str, Any] = {}
-    for enr in managers.enrollments.for_identity(identity.id):
-        enrollment[enr.method] = render_enrollment_summary(ctrl, enr)
+def identity_form(identity: Identity) -> dict[str, Any]:
+    """What ``identityDetail`` takes from the identity alone (see :class:`~api.wire.Forms`)."""
     policy_id = identity.auth_policy_id or DEFAULT_AUTH_POLICY_ID
-    policy = managers.auth_policies.get(policy_id)
-    sessions = managers.api_sessions
-    has_session = any(not sessions.is_expired(s) for s in sessions.find_by("identity_id", identity.id))
-    disabled = is_disabled(ctrl, identity)
     out = base(
         identity,
         "auth-policies",
@@ -209,18 +197,13 @@ def render_identity(ctrl: Controller, identity: Identity) -> dict[str, Any]:
     out.update(
         {
             "appData": identity.app_data,
-            "authPolicy": ref(policy),
             "authPolicyId": policy_id,
-            "authenticators": authenticators,
             "defaultHostingCost": identity.default_hosting_cost,
             "defaultHostingPrecedence": identity.default_hosting_precedence,
-            "disabled": disabled,
             "disabledAt": ts(identity.disabled_at),
             "disabledUntil": ts(identity.disabled_until),
-            "enrollment": enrollment,
             "envInfo": identity.env_info,
             "externalId": identity.external_id,
-            "hasApiSession": has_session,
             # No edge router reports connections to Trellis yet: "offline", as OpenZiti says of
             # an identity without an edge router connection (a required field of identityDetail).
             "edgeRouterConnectionStatus": "offline",
@@ -238,6 +221,34 @@ def render_identity(ctrl: Controller, identity: Identity) -> dict[str, Any]:
             "type": identity_type_ref(identity.type_id),
             "typeId": identity.type_id,
         }
+    )
+    return out
+
+
+def render_identity(
+    ctrl: Controller, identity: Identity, form: Callable[[Identity], dict[str, Any]] = identity_form
+) -> dict[str, Any]:
+    """``identityDetail``: the identity's own part from ``form`` (a :class:`~api.wire.Forms`
+    keeps it), then what other entities and the time say (authenticators, enrollments, the auth
+    policy's name, a live API session, disabled now)."""
+    managers = ctrl.managers
+    authenticators: dict[str, Any] = {}
+    for auth in managers.authenticators.for_identity(identity.id):
+        if auth.method == "updb":
+            authenticators["updb"] = {"id": auth.id, "username": auth.username}
+        elif auth.method == "cert":
+            authenticators["cert"] = {"id": auth.id, "fingerprint": auth.fingerprint}
+    enrollment: dict[str, Any] = {}
+    for enr in managers.enrollments.for_identity(identity.id):
+        enrollment[enr.method] = render_enrollment_summary(ctrl, enr)
+    sessions = managers.api_sessions
+    out = form(identity)
+    out["authPolicy"] = ref(managers.auth_policies.get(out["authPolicyId"]))
+    out["authenticators"] = authenticators
+    out["disabled"] = is_disabled(ctrl, identity)
+    out["enrollment"] = enrollment
+    out["hasApiSession"] = any(
+        not sessions.is_expired(s) for s in sessions.find_by("identity_id", identity.id)
     )
     return out
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from api.wire import Attributes, Tags, WireModel, base
@@ -59,26 +59,34 @@ SERVICE_SYMBOLS = SymbolTable(
 )
 
 
+def service_form(service: Service) -> dict[str, Any]:
+    """What ``serviceDetail`` takes from the service alone (see :class:`~api.wire.Forms`)."""
+    out = base(service, "configs", "service-edge-router-policies", "service-policies", "terminators")
+    out.update(
+        {
+            "configs": list(service.configs),
+            "encryptionRequired": service.encryption_required,
+            "maxIdleTimeMillis": service.max_idle_time_millis,
+            "name": service.name,
+            "roleAttributes": service.role_attributes,
+            "terminatorStrategy": service.terminator_strategy,
+        }
+    )
+    return out
+
+
 def render_service(
     service: Service,
     *,
     config: dict[str, Any] | None = None,
     permissions: Iterable[str] = (),
     posture_queries: list[dict[str, Any]] | None = None,
+    form: Callable[[Service], dict[str, Any]] = service_form,
 ) -> dict[str, Any]:
-    """``serviceDetail``: ``config`` is the map by config type name the caller asked for."""
-    out = base(service, "configs", "service-edge-router-policies", "service-policies", "terminators")
-    out.update(
-        {
-            "config": config or {},
-            "configs": list(service.configs),
-            "encryptionRequired": service.encryption_required,
-            "maxIdleTimeMillis": service.max_idle_time_millis,
-            "name": service.name,
-            "permissions": list(permissions),
-            "postureQueries": posture_queries or [],
-            "roleAttributes": service.role_attributes,
-            "terminatorStrategy": service.terminator_strategy,
-        }
-    )
+    """``serviceDetail``: ``config`` is the map by config type name the caller asked for;
+    ``form`` makes the service's own part (a :class:`~api.wire.Forms` keeps it)."""
+    out = form(service)
+    out["config"] = config or {}
+    out["permissions"] = list(permissions)
+    out["postureQueries"] = posture_queries or []
     return out

@@ -177,7 +177,7 @@ def test_service_and_policy_lists_use_their_indexes_too(api: Api) -> None:
         ("offset=10001", False),  # far into the list
         ("sort=name", False),  # a sort reads every row
         ("roleFilter=%23red", False),  # the policy engine's answer, of any size
-        ('filter=true sort by name', False),
+        ("filter=true sort by name", False),
         ('filter=name contains "user"', False),  # no index: a scan
         ('filter=not anyOf(roleAttributes)="red"', False),
         ("filter=name%3D%22a%22&filter=name%3D%22b%22", False),  # repeated: left to the pool
