@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError
 
 from engine.entities import Entity
 from engine.errors import FieldError
+from engine.memo import PerObject
 
 #: OpenZiti's integers are Go ``int64``s; no number outside this range is ever stored.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -171,25 +172,15 @@ FORMS_KEPT = 8192
 
 class Forms(Generic[E]):
     """The part of a kind's wire form that depends on the entity alone (``make``), made once per
-    entity version: entities are immutable values (a change is a new object), so an entity's
-    form is kept by the object itself, and a list that renders the same entities again and again
-    copies it instead of building it. Each call answers a new dict (a shallow copy: the nested
-    values are shared and never changed)."""
+    entity version (:class:`~engine.memo.PerObject`): a list that renders the same entities
+    again and again copies their forms instead of building them. Each call answers a new dict (a
+    shallow copy: the nested values are shared and never changed)."""
 
     def __init__(self, make: Callable[[E], dict[str, Any]], kept: int = FORMS_KEPT) -> None:
-        self._make = make
-        self._most = kept
-        #: id(entity) -> (the entity, held so that its id is not reused meanwhile; its form)
-        self._kept: dict[int, tuple[E, dict[str, Any]]] = {}
+        self._forms: PerObject[E, dict[str, Any]] = PerObject(make, kept)
 
     def __call__(self, entity: E) -> dict[str, Any]:
-        kept = self._kept.get(id(entity))
-        if kept is None or kept[0] is not entity:
-            kept = (entity, self._make(entity))
-            if len(self._kept) >= self._most:
-                self._kept.clear()
-            self._kept[id(entity)] = kept
-        return dict(kept[1])
+        return dict(self._forms(entity))
 
 
 def require_field(value: object, field: str) -> None:

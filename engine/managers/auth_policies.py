@@ -34,6 +34,7 @@ from engine.entities.identities import DEFAULT_AUTH_POLICY_ID, Identity
 from engine.entities.trust import AuthPolicy, ExternalJwtSigner
 from engine.errors import FieldError, NotFoundError, ReferencedEntityError
 from engine.managers._base import EntityManager
+from engine.memo import PerObject
 from engine.ports import Store, UnitOfWork
 
 MIN_PASSWORD_LENGTH = 5
@@ -173,10 +174,14 @@ NO_LOGIN = PolicyRules(
 )
 
 
+#: Typed rules per policy version (every request of an API session asks for its identity's).
+_RULES: PerObject[AuthPolicy, PolicyRules] = PerObject(PolicyRules.from_policy, 256)
+
+
 def rules_for(store: Store | UnitOfWork, identity: Identity) -> PolicyRules:
     """The identity's auth policy as typed rules (nothing allowed if the policy is missing)."""
     policy = store.get(AuthPolicy, identity.auth_policy_id or DEFAULT_AUTH_POLICY_ID)
-    return PolicyRules.from_policy(policy) if policy is not None else NO_LOGIN
+    return _RULES(policy) if policy is not None else NO_LOGIN
 
 
 def secondary_for(store: Store | UnitOfWork, identity: Identity) -> SecondaryRules:
