@@ -119,7 +119,7 @@ def store_write_loop(
                 record("delete config", started, True)
             elif operation == "create session":
                 started = time.perf_counter()
-                m.sessions.delete_for(device, created.id)
+                m.sessions.delete_for(device, created.session.id)
                 record("delete session", started, True)
 
 

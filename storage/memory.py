@@ -146,6 +146,33 @@ class _Table:
         return worked[0]
 
 
+def _built(rows: dict[str, Entity]) -> _Table:
+    """A table holding ``rows`` (id -> entity, in list order), each index built in one pass (the
+    start-up load: what putting them one by one would build, without a version per change)."""
+    unique: dict[str, dict[object, str]] = {}
+    indexed: dict[str, dict[object, dict[str, None]]] = {}
+    multi: dict[str, dict[object, dict[str, None]]] = {}
+    for entity in rows.values():
+        entity_id = entity.id
+        for name in entity.UNIQUE:
+            value = getattr(entity, name)
+            if value is not None:
+                unique.setdefault(name, {})[value] = entity_id
+        for name in entity.INDEXED:
+            value = getattr(entity, name)
+            if value is not None:
+                indexed.setdefault(name, {}).setdefault(value, {})[entity_id] = None
+        for name in entity.MULTI_INDEXED:
+            for value in set(getattr(entity, name) or ()):
+                multi.setdefault(name, {}).setdefault(value, {})[entity_id] = None
+    return _Table(
+        Layered(rows),
+        {name: Layered(index) for name, index in unique.items()},
+        {name: Layered({v: Layered(ids) for v, ids in index.items()}) for name, index in indexed.items()},
+        {name: Layered({v: Layered(ids) for v, ids in index.items()}) for name, index in multi.items()},
+    )
+
+
 _EMPTY = _Table(Layered(), {}, {}, {})
 
 
@@ -613,8 +640,19 @@ class MemoryStore:
         return True
 
     def load(self, entities: Sequence[Entity]) -> None:
-        """Fill memory from durable storage at start-up (no write-through)."""
-        self._state = self._state.apply([Put(e) for e in entities], self._seq)
+        """Fill memory from durable storage at start-up (no write-through): a kind memory does
+        not hold yet is built in one pass, any other takes the entities as puts."""
+        fresh: dict[str, dict[str, Entity]] = {}
+        held: list[Change] = []
+        state = self._state
+        for entity in entities:
+            if state.count(type(entity)):
+                held.append(Put(entity))
+            else:
+                fresh.setdefault(entity.ENTITY, {})[entity.id] = entity
+        tables = dict(state._tables)
+        tables.update((name, _built(rows)) for name, rows in fresh.items())
+        self._state = State(tables, self._seq).apply(held, self._seq)
 
     def snapshot(self, at: datetime) -> str:
         """Memory has no database file to copy: a durable subclass (``DuckDBStore``) does it."""

@@ -188,3 +188,46 @@ def test_lookups_come_back_in_list_order_after_any_history_of_batches(seed: int)
         for _ in range(5):
             wanted = set(rng.sample(pool, 8))
             assert [e.id for e in index.in_order(wanted)] == [i for i in listed if i in wanted]
+
+
+def _lookups(store: MemoryStore) -> dict[str, Any]:
+    """Everything a list can ask of the identities and authenticators, in list order."""
+    identities = store.list_index(Identity)
+    authenticators = store.list_index(Authenticator)
+    roles = {r for i in store.all(Identity) for r in i.role_attributes}
+    return {
+        "rows": [e.id for e in identities.items()],
+        "names": {i.name: list(identities.equal("name", i.name) or ()) for i in store.all(Identity)},
+        "roles": {r: list(identities.holding("role_attributes", r) or ()) for r in roles},
+        "by identity": {
+            a.identity_id: list(authenticators.equal("identity_id", a.identity_id) or ())
+            for a in store.all(Authenticator)
+        },
+        "usernames": {
+            a.username: store.find_unique(Authenticator, "username", a.username)
+            for a in store.all(Authenticator)
+        },
+    }
+
+
+def test_loading_at_start_builds_what_committing_the_same_entities_builds() -> None:
+    rng = random.Random(7)
+    entities: list[Any] = []
+    for n in range(300):
+        entities.append(identity(n, rng.sample(["a", "b", "c", "d"], rng.randint(0, 3))))
+        if n % 3 == 0:
+            entities.append(
+                Authenticator(
+                    id=f"au{n}", created_at=NOW, updated_at=NOW, identity_id=f"i{n % 50}", method="updb",
+                    username=f"user-{n}",
+                )
+            )  # fmt: skip
+    loaded, committed = MemoryStore(), MemoryStore()
+    loaded.load(entities[:200])  # kinds memory does not hold yet: built in one pass
+    loaded.load(entities[200:])  # then the kinds it holds: puts
+    committed.commit([Put(e) for e in entities])
+
+    assert _lookups(loaded) == _lookups(committed)
+    loaded.commit([Put(identity(5, ["z"])), Delete(Identity, "i7")])  # a built table changes as any
+    committed.commit([Put(identity(5, ["z"])), Delete(Identity, "i7")])
+    assert _lookups(loaded) == _lookups(committed)
