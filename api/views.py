@@ -35,7 +35,7 @@ from api.schemas.policies import (
     render_service_edge_router_policy,
     render_service_policy,
 )
-from api.schemas.posture import render_posture_queries
+from api.schemas.posture import render_policy_posture, render_posture_queries
 from api.schemas.posture_checks import POSTURE_CHECK_SYMBOLS, render_posture_check
 from api.schemas.routers import EDGE_ROUTER_SYMBOLS, ROUTER_SYMBOLS, render_edge_router, render_router
 from api.schemas.services import SERVICE_SYMBOLS, render_service, service_form, service_permissions
@@ -59,6 +59,7 @@ from engine.errors import FieldError, NotFoundError
 from engine.managers.access import Grant
 from engine.managers.posture import PolicyPosture
 from engine.managers.registry import Managers
+from engine.memo import PerObject
 from engine.query import SymbolTable
 
 E = TypeVar("E", bound=Entity)
@@ -125,6 +126,8 @@ class ServiceRenderer:
         self.form = form
         self._grants: dict[str, Grant] = {}
         self._queries: dict[str, list[PolicyPosture]] = {}
+        #: each policy's posture as rendered for this request (shared by the services it grants)
+        self._postures: PerObject[PolicyPosture, dict[str, Any]] = PerObject(render_policy_posture, 1024)
 
     def prepare(self, services: Sequence[Service]) -> None:
         missing = [s.id for s in services if s.id not in self._grants]
@@ -145,7 +148,7 @@ class ServiceRenderer:
             form=self.form,
         )
         if self.posture is not None:
-            out["postureQueries"] = render_posture_queries(self._queries[service.id])
+            out["postureQueries"] = render_posture_queries(self._queries[service.id], self._postures)
         return out
 
 

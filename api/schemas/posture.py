@@ -8,6 +8,7 @@ data last changed when that is later) plus ``queryType``, ``isPassing``, ``timeo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -65,17 +66,22 @@ def render_posture_query(query: PostureQuery) -> dict[str, Any]:
     return out
 
 
-def render_posture_queries(items: list[PolicyPosture]) -> list[dict[str, Any]]:
-    """A service's ``postureQueries``: one ``postureQueries`` object per policy."""
-    return [
-        {
-            "isPassing": item.is_passing,
-            "policyId": item.policy_id,
-            "policyType": item.policy_type,
-            "postureQueries": [render_posture_query(q) for q in item.queries],
-        }
-        for item in items
-    ]
+def render_policy_posture(item: PolicyPosture) -> dict[str, Any]:
+    """One policy's ``postureQueries`` object."""
+    return {
+        "isPassing": item.is_passing,
+        "policyId": item.policy_id,
+        "policyType": item.policy_type,
+        "postureQueries": [render_posture_query(q) for q in item.queries],
+    }
+
+
+def render_posture_queries(
+    items: list[PolicyPosture], render: Callable[[PolicyPosture], dict[str, Any]] = render_policy_posture
+) -> list[dict[str, Any]]:
+    """A service's ``postureQueries``: one ``postureQueries`` object per policy (``render``: a
+    page's renderer may keep each policy's, shared by the services it grants)."""
+    return [render(item) for item in items]
 
 
 # -- posture responses (client requests) ------------------------------------------------------

@@ -189,18 +189,25 @@ class PostureManager:
                 found = asked[check.id] = self._query(check, api_session_id, data, now, passing)
             return found
 
+        #: policy id -> its posture: a policy's checks, and so its answer, are the same for every
+        #: service it grants (a page of services shares a few policies)
+        made: dict[str, PolicyPosture] = {}
+
+        def policy(policy_id: str, policy_type: str, check_ids: tuple[str, ...]) -> PolicyPosture:
+            found = made.get(policy_id)
+            if found is None:
+                checked = tuple(query(check) for check in self._checks(check_ids))
+                found = made[policy_id] = PolicyPosture(
+                    policy_id, policy_type, all(q.is_passing for q in checked), checked
+                )
+            return found
+
         def queries(grants: Mapping[str, Grant]) -> dict[str, list[PolicyPosture]]:
-            out: dict[str, list[PolicyPosture]] = {}
             with self._lock:
-                for service_id, grant in grants.items():
-                    policies: list[PolicyPosture] = []
-                    for policy_id, (policy_type, check_ids) in grant.posture.items():
-                        found = tuple(query(check) for check in self._checks(check_ids))
-                        policies.append(
-                            PolicyPosture(policy_id, policy_type, all(q.is_passing for q in found), found)
-                        )
-                    out[service_id] = policies
-            return out
+                return {
+                    service_id: [policy(p, t, checks) for p, (t, checks) in grant.posture.items()]
+                    for service_id, grant in grants.items()
+                }
 
         return queries
 
