@@ -7,6 +7,7 @@ the store (batched commits, as the API would), then measures, in a child process
 
 from __future__ import annotations
 
+import gc
 import resource
 import tempfile
 import time
@@ -70,6 +71,7 @@ def _entities(tier: str, seed: int) -> list[Entity]:
 
 
 def _measure_start(path: str, out: dict[str, float]) -> None:
+    gc.disable()  # as the serving worker loads (api.serve): nothing made at start is garbage
     began = time.perf_counter()
     store = DuckDBStore(Path(path))
     loaded = time.perf_counter()
