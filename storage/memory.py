@@ -15,8 +15,9 @@ Three layers, each with one owner:
   id with the change's sequence number. Writers (the thread holding the write lock) read the
   published state through them (:class:`StagedView`), so each check sees every earlier write.
 * **The queue** of tickets (one per ``commit``), taken by the committer in order. A batch is every
-  waiting ticket (bounded): it is persisted (``_persist``: the durable subclass writes it and its
-  change-log entries in one transaction), then published under the write lock (new state, staged
+  waiting ticket (bounded): it is persisted (``_persist``: the durable subclass appends it to its
+  journal, or writes it and its change-log entries in one transaction), then published under
+  the write lock (new state, staged
   entries trimmed, listeners called with the batch's changes). What listeners commit in turn (the
   sessions a policy change ends) is the next batch, run at once; only then are the writers
   answered, so a writer reads its write's consequences too (a writer ``deferring`` is not waited

@@ -1,8 +1,12 @@
-"""The DuckDB store: every entity in memory for reads, every write committed to DuckDB first.
+"""The DuckDB store: every entity in memory for reads, every write made durable first.
 
 One process may open the file read-write (design.md §5), so the server runs one worker and
-opens the store after the fork. A write batch is one DuckDB transaction; only after COMMIT
-returns are the changes applied in memory and the request acknowledged.
+opens the store after the fork. With a journal (``journal=True``, what ``trellis serve`` uses) a
+write batch is durable once appended to it (:mod:`storage.duckdb.journal`); a flusher thread
+then writes the journaled batches into the tables and the change log, many to one DuckDB
+transaction, and every open first puts into the database what a run journaled and did not
+flush. Without one, a batch is one DuckDB transaction of its own. Either way, only then are the
+changes applied in memory and the request acknowledged.
 
 The database holds secrets (password hashes, enrollment tokens, API-session token hashes), so
 its directory is private (0700) and the database and its WAL are 0600 from the moment they
