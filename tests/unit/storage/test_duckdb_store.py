@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import functools
-import subprocess
-import sys
-import textwrap
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +17,7 @@ from engine.errors import CommitFailedError
 from engine.ports import Delete, Put
 from storage.duckdb import DuckDBStore
 from storage.duckdb.migrations import MIGRATIONS
+from tests.unit.storage.crash import run_killed
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 123000, tzinfo=UTC)
 Opener = Callable[[Path], DuckDBStore]
@@ -116,28 +114,14 @@ def test_settings_persist(tmp_path: Path, open_store: Opener) -> None:
 def test_acknowledged_writes_survive_kill_9(tmp_path: Path, open_store: Opener, writer: str) -> None:
     """A process killed without closing keeps every committed batch and nothing else."""
     path = tmp_path / "crash.duckdb"
-    script = textwrap.dedent(
+    run_killed(
         f"""
-        import os
-        from datetime import UTC, datetime
-        from engine.entities import all as _
-        from engine.entities.identities import Identity
-        from engine.ports import Put
-        from storage.duckdb import DuckDBStore
-        now = datetime.now(UTC)
-        store = DuckDBStore(__import__("pathlib").Path({str(path)!r}), writer={writer!r})
+        store = DuckDBStore(Path({str(path)!r}), writer={writer!r})
         for i in range(50):
             store.commit([Put(Identity(id=f"i{{i}}", created_at=now, updated_at=now, name=f"n{{i}}"))])
         store._db.run([("BEGIN TRANSACTION", None), ("INSERT INTO identities VALUES ('uncommitted', '{{}}')", None)])
-        print("acknowledged", flush=True)
-        os.kill(os.getpid(), 9)
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=Path(__file__).parents[3]
-    )
-    assert "acknowledged" in done.stdout, done.stderr
-    assert done.returncode == -9
     reopened = open_store(path)
     ids = {i.id for i in reopened.all(Identity)}
     assert ids == {f"i{i}" for i in range(50)}

@@ -5,9 +5,6 @@ through a kill -9, a refused flush and a restore."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from engine.ports import Delete, Put
 from storage.duckdb import DuckDBStore
 from storage.duckdb.journal import MAGIC, Journal, JournalError, segments
 from storage.duckdb.store import restore_snapshot
+from tests.unit.storage.crash import run_killed
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 123000, tzinfo=UTC)
 
@@ -139,31 +137,17 @@ def test_writes_reach_the_tables_and_change_log_as_without_a_journal(tmp_path: P
 def test_acknowledged_writes_survive_kill_9_before_any_flush(tmp_path: Path, writer: str) -> None:
     """Nothing reached the tables (the flusher held off): the journal alone brings them back."""
     path = tmp_path / "crash.duckdb"
-    script = textwrap.dedent(
+    run_killed(
         f"""
-        import os
-        from datetime import UTC, datetime
-        from engine.entities import all as _
-        from engine.entities.identities import Identity
-        from engine.ports import Put, Delete
-        from storage.duckdb import DuckDBStore
-        now = datetime.now(UTC)
-        store = DuckDBStore(__import__("pathlib").Path({str(path)!r}), writer={writer!r}, journal=True)
+        store = DuckDBStore(Path({str(path)!r}), writer={writer!r}, journal=True)
         store.commit([Put(Identity(id="early", created_at=now, updated_at=now, name="early"))])
         store.flush()
         store._flush_lock.acquire()  # from here on nothing is put into the tables
         for i in range(50):
             store.commit([Put(Identity(id=f"i{{i}}", created_at=now, updated_at=now, name=f"n{{i}}"))])
         store.commit([Delete(Identity, "early")])
-        print("acknowledged", flush=True)
-        os.kill(os.getpid(), 9)
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=Path(__file__).parents[3]
-    )
-    assert "acknowledged" in done.stdout, done.stderr
-    assert done.returncode == -9
     assert segments(path)
 
     reopened = DuckDBStore(path, writer=writer)
