@@ -45,7 +45,8 @@ T = TypeVar("T")
 #: that never block belong there: reads bounded by one caller's data (an item, a caller's
 #: services, policy advice) and writes whose answer does not read the write back (they are
 #: answered once durable: ``Store.deferring``). No password hashing, signing, database reads or
-#: lists of a whole collection (those stay on the pool, where the loop keeps serving I/O).
+#: unbounded lists of a whole collection (those stay on the pool, where the loop keeps serving
+#: I/O; a bounded one may run on the loop, :func:`bounded_list`).
 LOOP_READS = frozenset({"GET", "HEAD"})
 #: A list of a whole collection runs on the loop too when its page is bounded, read from the
 #: indexes and not sorted (:func:`bounded_list`): at most this many rows, starting at most this

@@ -27,8 +27,8 @@ class SystemClock:
         last = self._last
         if last[0] == ms:
             return last[1]
-        now = datetime.fromtimestamp(ms / 1000, UTC)
-        now = now.replace(microsecond=now.microsecond // 1000 * 1000)
+        seconds, millis = divmod(ms, 1000)
+        now = datetime.fromtimestamp(seconds, UTC).replace(microsecond=millis * 1000)
         self._last = (ms, now)
         return now
 

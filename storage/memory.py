@@ -17,11 +17,11 @@ Three layers, each with one owner:
 * **The queue** of tickets (one per ``commit``), taken by the committer in order. A batch is every
   waiting ticket (bounded): it is persisted (``_persist``: the durable subclass appends it to its
   journal, or writes it and its change-log entries in one transaction), then published under
-  the write lock (new state, staged
-  entries trimmed, listeners called with the batch's changes). What listeners commit in turn (the
-  sessions a policy change ends) is the next batch, run at once; only then are the writers
-  answered, so a writer reads its write's consequences too (a writer ``deferring`` is not waited
-  for: its ticket, a :class:`~engine.ports.Durable`, goes to its caller). If persisting fails,
+  the write lock (new state, staged entries trimmed, listeners called with the batch's
+  changes). What listeners commit in turn (the sessions a policy change ends) is the next batch,
+  run at once; only then are the writers answered, so a writer reads its write's consequences
+  too (a writer ``deferring`` is not waited for: its ticket, a :class:`~engine.ports.Durable`,
+  goes to its caller). If persisting fails,
   that batch and everything staged after it fail with :class:`~engine.errors.CommitFailedError`
   and nothing of them is applied.
 
@@ -674,9 +674,9 @@ class MemoryStore:
         thread.join(COMMIT_WAIT_SECONDS)
 
     # -- hooks for durable subclasses --------------------------------------------------------
-    def _persist(self, entries: Sequence[tuple[int, Change]], final: Sequence[Change]) -> None:
+    def _persist(self, entries: Sequence[tuple[int, Change]]) -> None:
         """Make a batch durable, atomically: ``entries`` every change in order with its sequence
-        number, ``final`` the last change per key. Raise to refuse the whole batch."""
+        number. Raise to refuse the whole batch."""
 
     def _persist_setting(self, key: str, value: str) -> None:
         """Make a setting durable."""
@@ -763,15 +763,15 @@ class MemoryStore:
     def _run_batch(self, tickets: list[Ticket]) -> None:
         """Persist, publish and answer one batch; on failure fail it and all staged after it."""
         entries = [entry for ticket in tickets for entry in ticket.entries]
-        final = coalesce(entries)
         try:
-            self._persist(entries, final)
+            self._persist(entries)
         except BaseException as ex:
             log.exception(
                 "a write batch of %d changes failed; it and all staged after it are refused", len(entries)
             )
             self._fail(tickets, ex)
             return
+        final = coalesce(entries)
         with self._lock:
             self._publish(entries, final)
             followups, self._followups = self._followups, []

@@ -35,7 +35,17 @@ from pathlib import Path
 
 import orjson
 
-__all__ = ["MAGIC", "SEGMENT_BYTES", "Entry", "Journal", "JournalError", "Record", "segments"]
+__all__ = [
+    "MAGIC",
+    "SEGMENT_BYTES",
+    "Entry",
+    "Journal",
+    "JournalError",
+    "Record",
+    "discard",
+    "read_records",
+    "segments",
+]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +78,19 @@ def segments(database: Path) -> list[tuple[int, Path]]:
         if suffix.isdigit():
             found.append((int(suffix), path))
     return sorted(found)
+
+
+def read_records(database: Path) -> Iterator[Record]:
+    """Every whole record of ``database``'s segments, oldest first (see the module on damaged
+    records)."""
+    for _, path in segments(database):
+        yield from _read_segment(path)
+
+
+def discard(database: Path) -> None:
+    """Delete every segment of ``database`` (everything in them is in the database)."""
+    for _, path in segments(database):
+        path.unlink(missing_ok=True)
 
 
 def _segment_path(database: Path, number: int) -> Path:
@@ -122,9 +145,8 @@ class Journal:
             self._segments[number] = max((batch for batch, _ in _read_segment(path)), default=None)
 
     def records(self) -> Iterator[Record]:
-        """Every whole record on disk, oldest first (see the module on damaged records)."""
-        for _, path in segments(self.database):
-            yield from _read_segment(path)
+        """Every whole record on disk, oldest first (:func:`read_records`)."""
+        return read_records(self.database)
 
     def append(self, batch: int, entries: list[Entry]) -> None:
         """Write one record and make it durable; :class:`JournalError` if that fails (nothing of
@@ -161,9 +183,7 @@ class Journal:
         """Delete every segment (everything in them is in the database)."""
         with self._lock:
             self._close_current()
-            for number, path in segments(self.database):
-                path.unlink(missing_ok=True)
-                self._segments.pop(number, None)
+            discard(self.database)
             self._segments.clear()
 
     def close(self) -> None:

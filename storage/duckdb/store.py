@@ -34,7 +34,7 @@ import duckdb
 from engine.entities import ALL_KINDS, Entity
 from engine.ports import Change, LogProblem, Put
 from storage.codec import decode, encode
-from storage.duckdb.journal import Entry, Journal, Record
+from storage.duckdb.journal import Entry, Journal, Record, discard, read_records
 from storage.duckdb.migrations import (
     CHANGE_LOG_TABLE,
     COMPACT_TASK,
@@ -183,8 +183,7 @@ def replay_journal(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     """Put what a run journaled and did not flush into the database at ``path`` (open on
     ``con``): the records past the change log's last ``seq``; then checkpoint and delete the
     journal. Every open does this, and a restore before it moves the database aside."""
-    journal = Journal(path)
-    records = list(journal.records())
+    records = list(read_records(path))
     if records:
         row = con.execute(f"SELECT coalesce(max(seq), 0) FROM {CHANGE_LOG_TABLE}").fetchone()
         done = int(row[0]) if row else 0
@@ -199,7 +198,7 @@ def replay_journal(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                 path,
             )
         con.execute("CHECKPOINT")
-    journal.clear()
+    discard(path)
 
 
 class DuckDBStore(MemoryStore):
@@ -255,7 +254,7 @@ class DuckDBStore(MemoryStore):
         child = ProcessDatabase(path, self._config) if writer == "process" else None
         try:
             self._con = connect(path, self._config)
-            self._replay_journal()
+            replay_journal(self._con, path)
             self.schema_version = migrate(self._con)
             if COMPACT_TASK in pending_tasks(self._con):
                 self._compact(path)
@@ -334,9 +333,9 @@ class DuckDBStore(MemoryStore):
         cached = self._encoded.get(id(entity))
         return cached[1] if cached is not None and cached[0] is entity else encode(entity)
 
-    def _persist(self, entries: Sequence[tuple[int, Change]], final: Sequence[Change]) -> None:
+    def _persist(self, entries: Sequence[tuple[int, Change]]) -> None:
         try:
-            self._write_batch(entries, final)
+            self._write_batch(entries)
         finally:
             for _, change in entries:
                 if isinstance(change, Put):
@@ -359,7 +358,7 @@ class DuckDBStore(MemoryStore):
                 out.append((seq, table, change.id, None, published.holds(change.kind.ENTITY, change.id)))
         return entries[-1][0], out
 
-    def _write_batch(self, entries: Sequence[tuple[int, Change]], final: Sequence[Change]) -> None:
+    def _write_batch(self, entries: Sequence[tuple[int, Change]]) -> None:
         record = self._record(entries)
         journal = self._journal
         if journal is None:
@@ -435,9 +434,6 @@ class DuckDBStore(MemoryStore):
                 log.error(
                     "could not put journaled batches into the database (retried in %.1f s): %s", delay, ex
                 )
-
-    def _replay_journal(self) -> None:
-        replay_journal(self._con, self.path)
 
     def _trim_change_log(self, last: int) -> None:
         """Checkpoint, then keep the newest ``change_log_retain`` entries (by the committer, after
