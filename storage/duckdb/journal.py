@@ -20,7 +20,9 @@ the first record that is cut short or fails its checksum: what a crash in the mi
 leaves at the end of the segment being written. After a failed append the journal cuts the
 segment back to its last whole record and goes on in a new segment, so a damaged record only
 ever ends a segment. Segments whose records are all in the database are deleted
-(:meth:`Journal.release`); a new segment is started past :data:`SEGMENT_BYTES`.
+(:meth:`Journal.release`); a new segment is started past :data:`SEGMENT_BYTES`. A journal that
+does not continue its database is not replayed past the gap, and its segments are set aside
+(:func:`set_aside`, :func:`storage.duckdb.store.replay_journal`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "discard",
     "read_records",
     "segments",
+    "set_aside",
 ]
 
 log = logging.getLogger(__name__)
@@ -91,6 +94,23 @@ def discard(database: Path) -> None:
     """Delete every segment of ``database`` (everything in them is in the database)."""
     for _, path in segments(database):
         path.unlink(missing_ok=True)
+
+
+def set_aside(database: Path) -> list[Path]:
+    """Rename every segment of ``database`` to ``<segment>.orphaned`` (``.orphaned.2`` and on if
+    taken): no longer read as the journal, kept for inspection. The new paths, in order."""
+    kept: list[Path] = []
+    for _, path in segments(database):
+        target = path.with_name(path.name + ".orphaned")
+        n = 1
+        while target.exists():
+            n += 1
+            target = path.with_name(f"{path.name}.orphaned.{n}")
+        path.rename(target)
+        kept.append(target)
+    if kept:
+        _fsync_directory(database.parent)
+    return kept
 
 
 def _segment_path(database: Path, number: int) -> Path:

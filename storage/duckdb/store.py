@@ -34,7 +34,7 @@ import duckdb
 from engine.entities import ALL_KINDS, Entity
 from engine.ports import Change, LogProblem, Put
 from storage.codec import decode, encode
-from storage.duckdb.journal import Entry, Journal, Record, discard, read_records
+from storage.duckdb.journal import Entry, Journal, Record, discard, read_records, set_aside
 from storage.duckdb.migrations import (
     CHANGE_LOG_TABLE,
     COMPACT_TASK,
@@ -182,13 +182,20 @@ def transaction(records: Sequence[Record]) -> list[Statement]:
 def replay_journal(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     """Put what a run journaled and did not flush into the database at ``path`` (open on
     ``con``): the records past the change log's last ``seq``; then checkpoint and delete the
-    journal. Every open does this, and a restore before it moves the database aside."""
+    journal. Every open does this, and a restore before it moves the database aside.
+
+    Replay goes on only while the journal continues the database, change by change
+    (:func:`continuing`). A journal that resumes past a gap is not this database's next
+    history: a snapshot copied over the file by hand, or a record lost in the middle of the
+    journal. Applying it would leave the tables in a state no run ever had. So replay stops at
+    the gap, as PostgreSQL stops at the first bad WAL record: the batches after it are not
+    applied and their segments are kept beside the database, renamed ``*.orphaned``, for an
+    operator to inspect."""
     records = list(read_records(path))
     if records:
         row = con.execute(f"SELECT coalesce(max(seq), 0) FROM {CHANGE_LOG_TABLE}").fetchone()
         done = int(row[0]) if row else 0
-        missing = [(batch, [e for e in entries if e[0] > done]) for batch, entries in records]
-        missing = [record for record in missing if record[1]]
+        missing, gap = continuing(records, done)
         if missing:
             execute(con, transaction(missing), ROLLBACK)
             log.warning(
@@ -198,7 +205,36 @@ def replay_journal(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                 path,
             )
         con.execute("CHECKPOINT")
+        if gap is not None:
+            kept = set_aside(path)
+            log.error(
+                "the journal of %s does not continue it: the database ends at change %d, the journal "
+                "resumes at change %d; the batches from there on were not applied; its segments are "
+                "kept as %s",
+                path,
+                gap[0],
+                gap[1],
+                ", ".join(p.name for p in kept),
+            )
+            return
     discard(path)
+
+
+def continuing(records: Sequence[Record], done: int) -> tuple[list[Record], tuple[int, int] | None]:
+    """The batches of ``records`` past change ``done`` that follow on from it without a gap, each
+    with only its changes past ``done``, and where a gap stopped them: (the last change applied,
+    the change the journal resumed at), or None. A batch is taken whole or not at all."""
+    out: list[Record] = []
+    last = done
+    for batch, entries in records:
+        ahead = [entry for entry in entries if entry[0] > done]
+        if not ahead:
+            continue
+        if [entry[0] for entry in ahead] != list(range(last + 1, last + 1 + len(ahead))):
+            return out, (last, ahead[0][0])
+        out.append((batch, ahead))
+        last = ahead[-1][0]
+    return out, None
 
 
 class DuckDBStore(MemoryStore):

@@ -15,8 +15,8 @@ from engine.entities.identities import Identity
 from engine.errors import CommitFailedError
 from engine.ports import Delete, Put
 from storage.duckdb import DuckDBStore
-from storage.duckdb.journal import MAGIC, Journal, JournalError, segments
-from storage.duckdb.store import restore_snapshot
+from storage.duckdb.journal import MAGIC, Entry, Journal, JournalError, Record, segments
+from storage.duckdb.store import continuing, restore_snapshot
 from tests.unit.storage.crash import run_killed
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, 123000, tzinfo=UTC)
@@ -215,3 +215,58 @@ def test_a_restore_keeps_the_replaced_database_whole_and_drops_its_journal(tmp_p
     kept = DuckDBStore(aside)
     assert _ids(kept) == {"id-1", "id-2"}
     kept.close()
+
+
+# -- a journal that does not continue its database -----------------------------------------------
+
+
+def _entry(seq: int) -> Entry:
+    return (seq, "identities", f"id-{seq}", "{}", False)
+
+
+def test_replay_takes_the_batches_that_continue_the_database_and_stops_at_a_gap() -> None:
+    records: list[Record] = [
+        (2, [_entry(1), _entry(2)]),  # already in the database
+        (4, [_entry(3), _entry(4)]),
+        (5, [_entry(5)]),
+        (8, [_entry(7), _entry(8)]),  # change 6 is nowhere: a record lost in the middle
+        (9, [_entry(9)]),
+    ]
+
+    assert continuing(records, 2) == ([(4, [_entry(3), _entry(4)]), (5, [_entry(5)])], (5, 7))
+    assert continuing(records[:3], 2) == ([(4, [_entry(3), _entry(4)]), (5, [_entry(5)])], None)
+    assert continuing(records[:3], 5) == ([], None)  # all of it is in the database
+    assert continuing(records[1:], 0) == ([], (0, 3))  # the database ends before the journal begins
+
+
+def test_a_snapshot_copied_over_the_database_by_hand_gets_no_foreign_journal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The journal resumes past the snapshot's last change: it is set aside, not replayed."""
+    path = tmp_path / "t.duckdb"
+    store = DuckDBStore(path, journal=True)
+    store.commit([Put(_identity(1))])
+    snapshot = Path(store.snapshot(NOW))
+    store.commit([Put(_identity(2))])
+    store.flush()
+    journal = store._journal
+    assert journal is not None
+    journal.close()  # id-3 goes to a segment of its own, and the one holding id-1 and id-2 goes
+    journal.release(store.last_seq)
+    store._flush_lock.acquire()  # as a crash before the flush: id-3 is only in the journal
+    store.commit([Put(_identity(3))])
+    store._stopping = True
+    journal.close()
+    store._db.close()
+    path.write_bytes(snapshot.read_bytes())  # an operator puts the snapshot back by hand
+
+    reopened = DuckDBStore(path)
+
+    assert _ids(reopened) == {"id-1"}
+    assert reopened.change_log_problems() == []
+    reopened.close()
+    assert not segments(path)
+    (kept,) = [p for p in tmp_path.iterdir() if p.name.endswith(".orphaned")]
+    assert kept.name.startswith("t.duckdb.journal.")
+    assert kept.stat().st_size > len(MAGIC)
+    assert "does not continue it" in caplog.text
