@@ -305,3 +305,51 @@ def test_a_deferred_write_that_is_refused_reports_its_error(store: DuckDBStore) 
     assert store.get(Identity, "id-1") is None
     store.commit([Put(_identity(2))])  # outside ``deferring``: waited for as ever
     assert store.get(Identity, "id-2") is not None
+
+
+def test_after_a_costly_publish_the_committer_gathers_writes_before_the_next_batch(tmp_path: Path) -> None:
+    """As PostgreSQL's commit_delay: only once publishing is costly, never longer than the cap."""
+    from storage.memory import GATHER_AFTER_SECONDS, GATHER_MAX_SECONDS
+
+    store = DuckDBStore(tmp_path / "t.duckdb", journal=True)
+    costly = threading.Event()
+    store.subscribe(lambda changes: time.sleep(0.02) if costly.is_set() else None)
+    store.commit([Put(_identity(1))])
+    assert store._gather_seconds() == 0.0  # a cheap publish: the next batch goes at once
+
+    costly.set()
+    store.commit([Put(_identity(2))])  # its publish took 20 ms
+
+    assert store._publish_seconds > GATHER_AFTER_SECONDS
+    assert store._gather_seconds() == GATHER_MAX_SECONDS
+    store.close()
+    assert store._gather_seconds() == 0.0  # nor while closing
+
+
+def test_writers_gathered_behind_costly_publishes_are_all_answered_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "t.duckdb"
+    store = DuckDBStore(path, journal=True)
+    store.subscribe(lambda changes: time.sleep(0.005))
+    answered: list[int] = []
+    lock = threading.Lock()
+
+    def write(i: int) -> None:
+        for round in range(5):
+            store.commit([Put(_identity(f"{i}-{round}"))])
+            with lock:
+                answered.append(i)
+
+    writers = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(30)
+    store.close()
+
+    assert len(answered) == 40
+    reopened = DuckDBStore(path)
+    assert len(reopened.all(Identity)) == 40
+    log = _log(reopened)
+    assert [row[0] for row in log] == list(range(1, 41))
+    assert len({row[1] for row in log}) < 40  # they shared batches
+    reopened.close()
