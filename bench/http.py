@@ -43,7 +43,11 @@
    - ``patch service policy``: ``PATCH /service-policies/{id}`` of a tier Dial policy, its
      ``identityRoles`` alternating between the generated roles and those plus one ``@identity``
      (admin; a durable write and a policy role change each);
-   - ``create session``: ``POST /edge/client/v1/sessions`` (Dial) as the device.
+   - ``create session``: ``POST /edge/client/v1/sessions`` (Dial) as the device;
+   - ``repeat session``: the same request over the device's own API session and the 100 bench
+     services, each of which has its session after its first request: the whole path of a
+     ``create session`` (TLS, authentication, the policy checks, the answer) but the durable
+     write, which is what separates the two rows.
 
    **Durable session creations.** A session is kept per (API session, type, service): asking
    again returns the same session (also 201) and writes nothing. So the harness logs the device
@@ -586,6 +590,7 @@ SCENARIO_NAMES = (
     "identities anyOf",
     "patch service policy",
     "create session",
+    "repeat session",
 )
 
 
@@ -648,6 +653,14 @@ def scenarios(seeded: Seeded, world: World) -> list[Scenario]:
         ),
         Scenario("patch service policy", patches, "identityRoles alternating"),
         Scenario("create session", dials, f"Dial; {len(dials):,} (API session, service) pairs"),
+        Scenario(
+            "repeat session",
+            [
+                ("POST", f"{CLIENT}/sessions", device, json.dumps({"serviceId": service, "type": "Dial"}))
+                for service in services
+            ],
+            f"Dial; the device's own {len(services)} pairs, each open after its first: nothing to write",
+        ),
     ]
 
 
