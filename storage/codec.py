@@ -22,6 +22,8 @@ from engine.errors import FieldError
 
 _FIELD_NAMES: dict[type[Entity], frozenset[str]] = {}
 _DATETIME_FIELDS: dict[type[Entity], frozenset[str]] = {}
+#: Each kind's fields but ``id``, in declaration order: what :func:`encode` writes.
+_STORED_NAMES: dict[type[Entity], tuple[str, ...]] = {}
 
 #: What orjson writes as a JSON integer: signed 64-bit up to unsigned 64-bit.
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
@@ -39,7 +41,11 @@ def encode(entity: Entity) -> str:
 
     Raises UnstorableValueError when a field holds a value that cannot be stored.
     """
-    doc = {f.name: getattr(entity, f.name) for f in dataclasses.fields(entity) if f.name != "id"}
+    kind = type(entity)
+    names = _STORED_NAMES.get(kind)
+    if names is None:
+        names = _STORED_NAMES[kind] = tuple(f.name for f in dataclasses.fields(entity) if f.name != "id")
+    doc = {name: getattr(entity, name) for name in names}
     try:
         return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode()
     except orjson.JSONEncodeError as ex:

@@ -500,22 +500,32 @@ class Ticket:
     :class:`~engine.ports.Durable`)."""
 
     entries: list[tuple[int, Change]]
-    done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+    finished: bool = False
     _callbacks: list[Callable[[], object]] = field(default_factory=list)
 
     def when_done(self, callback: Callable[[], object]) -> None:
         with _CALLBACKS:
-            if not self.done.is_set():
+            if not self.finished:
                 self._callbacks.append(callback)
                 return
         callback()
+
+    def wait(self, timeout: float) -> bool:
+        """Block until done (True) or ``timeout`` seconds have passed (False). The event is made
+        only here: a write answered from the event loop (``when_done``) never needs one."""
+        with _CALLBACKS:
+            if self.finished:
+                return True
+            event = threading.Event()
+            self._callbacks.append(event.set)
+        return event.wait(timeout)
 
     def finish(self, error: BaseException | None = None) -> None:
         """Done (published, or refused with ``error``): wake the waiters, call the callbacks."""
         self.error = error
         with _CALLBACKS:
-            self.done.set()
+            self.finished = True
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             try:
@@ -718,7 +728,7 @@ class MemoryStore:
                 self._await(ticket)
 
     def _await(self, ticket: Ticket) -> None:
-        if not ticket.done.wait(COMMIT_WAIT_SECONDS):
+        if not ticket.wait(COMMIT_WAIT_SECONDS):
             raise CommitFailedError("the write was not committed in time; it may yet be")
         if ticket.error is not None:  # the database's own words go to the log, not to the client
             raise CommitFailedError() from ticket.error
