@@ -624,6 +624,14 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         try:
             self.loop.run_until_complete(self._main())
         finally:
+            # Stopping already: a signal from here on has nothing left to ask (a Ctrl-C reaches
+            # the worker both from the terminal and from the master, as SIGINT then SIGQUIT).
+            # Left to the loop, one landing while it closes found its wake-up socket closed
+            # ("Exception ignored when trying to write to the signal wakeup fd").
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+                with suppress(Exception):
+                    self.loop.remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_IGN)
             for s in self.sockets:
                 with suppress(OSError):
                     s.close()
