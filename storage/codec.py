@@ -20,7 +20,6 @@ import orjson
 from engine.entities import Entity
 from engine.errors import FieldError
 
-_FIELD_NAMES: dict[type[Entity], frozenset[str]] = {}
 _DATETIME_FIELDS: dict[type[Entity], frozenset[str]] = {}
 #: Each kind's fields but ``id``, in declaration order: what :func:`encode` writes.
 _STORED_NAMES: dict[type[Entity], tuple[str, ...]] = {}
@@ -41,11 +40,7 @@ def encode(entity: Entity) -> str:
 
     Raises UnstorableValueError when a field holds a value that cannot be stored.
     """
-    kind = type(entity)
-    names = _STORED_NAMES.get(kind)
-    if names is None:
-        names = _STORED_NAMES[kind] = tuple(f.name for f in dataclasses.fields(entity) if f.name != "id")
-    doc = {name: getattr(entity, name) for name in names}
+    doc = {name: getattr(entity, name) for name in _stored_names(type(entity))}
     try:
         return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode()
     except orjson.JSONEncodeError as ex:
@@ -103,22 +98,26 @@ def unstorable(doc: dict[str, Any], fallback: str) -> UnstorableValueError:
 
 
 def decode(kind: type[Entity], id: str, document: str) -> Entity:
-    """Rebuild an entity of ``kind``; unknown keys (from newer versions) are ignored."""
+    """Rebuild an entity of ``kind``; unknown keys (from newer versions) are ignored.
+
+    The keyword arguments are keyed by the field names themselves, not the document's keys: a
+    decoded key is a fresh string, and matching 20-odd of those to the parameters compares them
+    character by character (an identity's constructor call took 11 µs of its 19 µs decode; start
+    at 100k identities decodes every one)."""
     raw: dict[str, Any] = orjson.loads(document)
+    fields = {name: raw[name] for name in _stored_names(kind) if name in raw}
     for key in _datetime_fields(kind):
-        value = raw.get(key)
+        value = fields.get(key)
         if isinstance(value, str):
-            raw[key] = datetime.fromisoformat(value)
-    known = _field_names(kind)
-    if not raw.keys() <= known:
-        raw = {k: v for k, v in raw.items() if k in known}
-    return kind(id=id, **raw)
+            fields[key] = datetime.fromisoformat(value)
+    return kind(id=id, **fields)
 
 
-def _field_names(kind: type[Entity]) -> frozenset[str]:
-    names = _FIELD_NAMES.get(kind)
+def _stored_names(kind: type[Entity]) -> tuple[str, ...]:
+    """The kind's fields but ``id``, in declaration order: what :func:`encode` writes."""
+    names = _STORED_NAMES.get(kind)
     if names is None:
-        names = _FIELD_NAMES[kind] = frozenset(f.name for f in dataclasses.fields(kind))
+        names = _STORED_NAMES[kind] = tuple(f.name for f in dataclasses.fields(kind) if f.name != "id")
     return names
 
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from engine.entities import all as _kinds  # noqa: F401
@@ -85,3 +86,20 @@ def test_a_refused_batch_writes_nothing(tmp_path: Path) -> None:
     assert reopened.get(Identity, "id-2") is None
     assert reopened.get(Identity, "id-1") is None
     reopened.close()
+
+
+def test_documents_round_trip_and_decode_across_versions() -> None:
+    """A document from a newer version (a key this one lacks) decodes with that key ignored; one
+    from an older version (a field it lacked) takes the field's default."""
+    entity = identity(role_attributes=["a", "b"], tags={"k": "v"}, disabled_until=NOW, is_admin=True)
+    assert decode(Identity, "id-1", encode(entity)) == entity
+
+    newer = orjson.loads(encode(entity)) | {"from_a_newer_version": 1}
+    assert decode(Identity, "id-1", orjson.dumps(newer).decode()) == entity
+
+    older = {k: v for k, v in orjson.loads(encode(entity)).items() if k not in ("tags", "is_mfa_enabled")}
+    decoded = decode(Identity, "id-1", orjson.dumps(older).decode())
+    assert decoded.tags == {}
+    assert decoded.is_mfa_enabled is False
+    assert decoded.disabled_until == NOW
+    assert decoded.created_at == NOW
