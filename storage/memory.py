@@ -98,6 +98,36 @@ def coalesce(entries: Sequence[tuple[int, Change]]) -> list[Change]:
 Bucket = Layered[str, None]
 
 
+class _Orders:
+    """Index buckets put in list order, kept by the bucket object (:class:`~engine.memo.PerObject`
+    keeps a value's answer the same way).
+
+    A published bucket never changes, and the rows it names keep their places relative to each
+    other from one version of the table to the next (new rows go last, a row changed in place
+    stays, and removing or re-adding a row changes its buckets): so one bucket's order holds for
+    as long as the bucket does. A page of ``anyOf(roleAttributes) = "x"`` then costs its rows,
+    not a heap over every holder of ``x`` (6,000 of them at 1M identities: 10 ms a request).
+    """
+
+    #: Buckets kept before starting afresh.
+    KEPT = 64
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[Collection[str], list[str]]] = {}
+
+    def of(self, bucket: Collection[str], positions: Callable[[], dict[str, int]]) -> list[str]:
+        kept = self._kept.get(id(bucket))
+        if kept is None or kept[0] is not bucket:
+            position = positions()
+            ordered = sorted((i for i in bucket if i in position), key=position.__getitem__)
+            if len(self._kept) >= self.KEPT:
+                self._kept.clear()
+            kept = self._kept[id(bucket)] = (bucket, ordered)
+        return kept[1]
+
+
 class _Table:
     """One kind's entities and lookups, in one published state (never changed once published).
 
@@ -106,7 +136,7 @@ class _Table:
     are put in order by) is worked out on first use and kept with the table: from the previous
     table's, when that one had them, and the ids the batch added and removed."""
 
-    __slots__ = ("_derive", "_positions", "indexed", "multi", "rows", "unique")
+    __slots__ = ("_derive", "_positions", "indexed", "multi", "orders", "rows", "unique")
 
     #: One table's positions are worked out once, not by every request that finds them missing
     #: at once (at 1M rows each would take a second, all of them under the GIL).
@@ -118,11 +148,14 @@ class _Table:
         unique: dict[str, Layered[object, str]],
         indexed: dict[str, Layered[object, Bucket]],
         multi: dict[str, Layered[object, Bucket]],
+        orders: _Orders | None = None,
     ) -> None:
         self.rows = rows
         self.unique = unique
         self.indexed = indexed
         self.multi = multi
+        #: index buckets put in list order, shared by every version of the kind's table
+        self.orders = orders if orders is not None else _Orders()
         #: (positions, the next free position), once worked out
         self._positions: tuple[dict[str, int], int] | None = None
         #: (the previous table's positions, the ids the batch added, those it removed), or None
@@ -201,6 +234,7 @@ class _TableBuilder:
             {name: index.derive() for name, index in base.unique.items()},
             {name: index.derive() for name, index in base.indexed.items()},
             {name: index.derive() for name, index in base.multi.items()},
+            None if base is _EMPTY else base.orders,
         )
         self._owned: set[tuple[str, object]] = set()
         self._owned_multi: set[tuple[str, object]] = set()
@@ -340,6 +374,9 @@ class _ListIndex:
         rows = self._table.rows
         if count * HEAP_SHARE > len(ids):
             return self.in_order(ids)[:count]
+        if isinstance(ids, Layered):  # an index bucket, as a lookup gave it: ordered once
+            table = self._table
+            return [rows[i] for i in table.orders.of(ids, table.positions)[:count]]
         position = self._table.positions()
         try:  # an index's ids are all rows'
             first = heapq.nsmallest(count, ids, key=position.__getitem__)
