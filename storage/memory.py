@@ -133,8 +133,9 @@ class _Table:
 
     ``unique``: field -> value -> id; ``indexed``: field -> value (not None) -> ids; ``multi``: collection
     field -> each value held -> ids. Each row's place in list order (what a list's index lookups
-    are put in order by) is worked out on first use and kept with the table: from the previous
-    table's, when that one had them, and the ids the batch added and removed."""
+    are put in order by) is worked out when a table is built at load, else on first use, and kept
+    with the table: from the previous table's, when that one had them, and the ids the batch
+    added and removed."""
 
     __slots__ = ("_derive", "_positions", "indexed", "multi", "orders", "rows", "unique")
 
