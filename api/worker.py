@@ -15,10 +15,10 @@ request is complete:
   the response serialised and the access log line written: on a pool thread (``threads`` of
   them), or, when the app's ``runs_on_loop(method, path, query)`` says the request never
   blocks, right here on the loop (no thread hand-off: on one core, waking a pool thread and
-  winning the GIL back cost more than a small request itself; see ``api.http.LOOP_READS``). A request run on the loop
-  does not wait for its writes: the app puts them, pending, in ``environ["trellis.deferred"]``
-  (``engine.ports.Durable``) and the loop answers once they are durable, 503 ``COMMIT_FAILED`` if
-  one is refused, serving other connections meanwhile;
+  winning the GIL back cost more than a small request itself; see ``api.http.LOOP_READS``). A
+  request run on the loop does not wait for its writes: the app puts them, pending, in
+  ``environ["trellis.deferred"]`` (``engine.ports.Durable``) and the loop answers once they are
+  durable, 503 ``COMMIT_FAILED`` if one is refused, serving other connections meanwhile;
 - the loop writes the response (a time limit too) and keeps the connection alive (idle time
   limit) or closes it.
 

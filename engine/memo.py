@@ -17,19 +17,28 @@ V = TypeVar("V")
 
 class PerObject(Generic[K, V]):
     """``make(value)``, made once per value object (see the module docstring); thread-safe in
-    that concurrent callers at worst make the same answer twice."""
+    that concurrent callers at worst make the same answer twice.
+
+    ``make`` is given here, or per call to :meth:`get` when making the answer takes more than the
+    value (what it takes must not change the answer while the value lives)."""
 
     __slots__ = ("_kept", "_make", "_most")
 
-    def __init__(self, make: Callable[[K], V], kept: int) -> None:
+    def __init__(self, make: Callable[[K], V] | None, kept: int) -> None:
         self._make = make
         self._most = kept
         self._kept: dict[int, tuple[K, V]] = {}
 
     def __call__(self, value: K) -> V:
+        if self._make is None:
+            raise TypeError("this memo's answers are made by get(value, make)")
+        return self.get(value, self._make)
+
+    def get(self, value: K, make: Callable[[K], V]) -> V:
+        """The answer kept for ``value``, else ``make(value)``, kept."""
         kept = self._kept.get(id(value))
         if kept is None or kept[0] is not value:
-            kept = (value, self._make(value))
+            kept = (value, make(value))
             if len(self._kept) >= self._most:
                 self._kept.clear()
             self._kept[id(value)] = kept

@@ -45,6 +45,7 @@ from typing import Any, TypeVar, cast
 
 from engine.entities import Entity
 from engine.errors import CommitFailedError
+from engine.memo import PerObject
 from engine.ports import (
     Change,
     CommitListener,
@@ -96,36 +97,8 @@ def coalesce(entries: Sequence[tuple[int, Change]]) -> list[Change]:
 
 #: The ids an index holds for one value: an ordered set (values None) whose versions share ids.
 Bucket = Layered[str, None]
-
-
-class _Orders:
-    """Index buckets put in list order, kept by the bucket object (:class:`~engine.memo.PerObject`
-    keeps a value's answer the same way).
-
-    A published bucket never changes, and the rows it names keep their places relative to each
-    other from one version of the table to the next (new rows go last, a row changed in place
-    stays, and removing or re-adding a row changes its buckets): so one bucket's order holds for
-    as long as the bucket does. A page of ``anyOf(roleAttributes) = "x"`` then costs its rows,
-    not a heap over every holder of ``x`` (6,000 of them at 1M identities: 10 ms a request).
-    """
-
-    #: Buckets kept before starting afresh.
-    KEPT = 64
-
-    __slots__ = ("_kept",)
-
-    def __init__(self) -> None:
-        self._kept: dict[int, tuple[Collection[str], list[str]]] = {}
-
-    def of(self, bucket: Collection[str], positions: Callable[[], dict[str, int]]) -> list[str]:
-        kept = self._kept.get(id(bucket))
-        if kept is None or kept[0] is not bucket:
-            position = positions()
-            ordered = sorted((i for i in bucket if i in position), key=position.__getitem__)
-            if len(self._kept) >= self.KEPT:
-                self._kept.clear()
-            kept = self._kept[id(bucket)] = (bucket, ordered)
-        return kept[1]
+#: Index buckets whose list order a kind's tables keep (``_Table.orders``) before starting afresh.
+ORDERS_KEPT = 64
 
 
 class _Table:
@@ -149,18 +122,31 @@ class _Table:
         unique: dict[str, Layered[object, str]],
         indexed: dict[str, Layered[object, Bucket]],
         multi: dict[str, Layered[object, Bucket]],
-        orders: _Orders | None = None,
+        orders: PerObject[Bucket, list[str]] | None = None,
     ) -> None:
         self.rows = rows
         self.unique = unique
         self.indexed = indexed
         self.multi = multi
-        #: index buckets put in list order, shared by every version of the kind's table
-        self.orders = orders if orders is not None else _Orders()
+        #: Index buckets put in list order (:meth:`in_list_order`), kept by the bucket object and
+        #: shared by every version of the kind's table. A published bucket never changes, and the
+        #: rows it names keep their places relative to each other from one version to the next
+        #: (new rows go last, a row changed in place stays, and removing or re-adding a row
+        #: changes its buckets): so one bucket's order holds for as long as the bucket does. A
+        #: page of ``anyOf(roleAttributes) = "x"`` then costs its rows, not a heap over every
+        #: holder of ``x`` (6,000 of them at 1M identities: 10 ms a request).
+        self.orders: PerObject[Bucket, list[str]] = (
+            orders if orders is not None else PerObject(None, ORDERS_KEPT)
+        )
         #: (positions, the next free position), once worked out
         self._positions: tuple[dict[str, int], int] | None = None
         #: (the previous table's positions, the ids the batch added, those it removed), or None
         self._derive: tuple[tuple[dict[str, int], int], list[str], list[str]] | None = None
+
+    def in_list_order(self, ids: Collection[str]) -> list[str]:
+        """``ids`` (rows') in list order."""
+        position = self.positions()
+        return sorted((i for i in ids if i in position), key=position.__getitem__)
 
     def positions(self) -> dict[str, int]:
         """Each row's place in list order (increasing along the list, not necessarily 0..n-1)."""
@@ -382,7 +368,7 @@ class _ListIndex:
             return self.in_order(ids)[:count]
         if isinstance(ids, Layered):  # an index bucket, as a lookup gave it: ordered once
             table = self._table
-            return [rows[i] for i in table.orders.of(ids, table.positions)[:count]]
+            return [rows[i] for i in table.orders.get(ids, table.in_list_order)[:count]]
         position = self._table.positions()
         try:  # an index's ids are all rows'
             first = heapq.nsmallest(count, ids, key=position.__getitem__)
