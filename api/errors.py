@@ -50,6 +50,7 @@ STATUS: dict[type[e.ControllerError], int] = {
     e.MfaExistsError: 409,
     e.MfaInvalidTokenError: 401,
     e.MfaNotEnrolledError: 404,
+    e.MfaLoginNotEnrolledError: 401,
     e.InvalidPostureError: 409,
     e.NoEdgeRoutersAvailableError: 400,
     e.TooManyRequestsError: 429,

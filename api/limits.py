@@ -4,8 +4,9 @@ Budgets are token buckets, one per client and kind, owned by the controller's ap
 state: two apps in one process share nothing):
 
 - **authentication** (``/authenticate``, ``/authenticate/mfa``, the enrollment endpoints and MFA
-  verification, every method but GET/HEAD) per client address, checked before any credential is
-  looked at, so guessing costs the server nothing once the budget is spent;
+  verification, every method but GET/HEAD; and every other operation that checks an MFA code or
+  a current password: :func:`is_authentication`) per client address, checked before any
+  credential is looked at, so guessing costs the server nothing once the budget is spent;
 - **writes** (POST/PUT/PATCH/DELETE anywhere else) per API session, else per client address.
 
 A refused request is answered 429 ``SERVER_TOO_MANY_REQUESTS`` (OpenZiti's code for its command
@@ -47,17 +48,37 @@ _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _BASES = (CLIENT_BASE, MANAGEMENT_BASE)
 
 
-def is_authentication(path: str) -> bool:
-    """Whether ``path`` (under an API base) authenticates or enrolls: the per-address budget."""
+#: Operations that check a guessable secret besides the authentication paths, by method: the MFA
+#: code operations (remove MFA, view or regenerate recovery codes, a TOTP token) and the current
+#: password of an identity changing its own (``/current-identity/authenticators/{id}``).
+_SECRET_CHECKS: dict[str, tuple[str, ...]] = {
+    "GET": ("/current-identity/mfa/recovery-codes",),
+    "POST": ("/current-identity/mfa/recovery-codes", "/current-api-session/totp-token"),
+    "DELETE": ("/current-identity/mfa",),
+    "PUT": ("/current-identity/authenticators/",),
+    "PATCH": ("/current-identity/authenticators/",),
+}
+
+
+def is_authentication(path: str, method: str = "POST") -> bool:
+    """Whether ``method path`` (under an API base) authenticates, enrolls or checks a guessable
+    secret (an MFA code, a current password): the per-address authentication budget."""
     for base in _BASES:
         if path.startswith(base):
-            rest = path[len(base) :]
+            rest = path[len(base) :].rstrip("/")
             break
     else:
         return False
-    return rest in ("/authenticate", "/enroll", "/current-identity/mfa/verify") or rest.startswith(
+    if rest in ("/authenticate", "/enroll", "/current-identity/mfa/verify") or rest.startswith(
         ("/authenticate/", "/enroll/")
-    )
+    ):
+        return method not in ("GET", "HEAD")
+    for checked in _SECRET_CHECKS.get(method, ()):
+        if rest == checked or (
+            checked.endswith("/") and rest.startswith(checked) and "/" not in rest[len(checked) :]
+        ):
+            return True
+    return False
 
 
 @dataclass
@@ -191,10 +212,11 @@ class RequestLimits:
 
     def admit(self, req: falcon.Request) -> None:
         """Spend the request's budget, or raise 429 with ``Retry-After``."""
-        if req.method not in _WRITES:
-            return
+        method = req.method
+        if method not in _WRITES and not (method == "GET" and req.path.endswith("/recovery-codes")):
+            return  # reads spend nothing (the one read that checks a code is counted)
         address = str(req.remote_addr or "")
-        if is_authentication(req.path):
+        if is_authentication(req.path, method):
             wait = self.auth.take(address)
         else:
             session: Any = getattr(req.context, "session", None)

@@ -44,6 +44,7 @@ The tree (HTTP statuses live only in ``api/errors.py``)::
     ├── MfaExistsError                      MFA_EXISTS
     ├── MfaInvalidTokenError                MFA_INVALID_TOKEN
     ├── MfaNotEnrolledError                 MFA_NOT_ENROLLED
+    │   └── MfaLoginNotEnrolledError        MFA_NOT_ENROLLED (401 at /authenticate/mfa)
     ├── InvalidPostureError                 INVALID_POSTURE (cause: failed policies)
     ├── NoEdgeRoutersAvailableError         NO_EDGE_ROUTERS_AVAILABLE
     ├── TooManyRequestsError                SERVER_TOO_MANY_REQUESTS (a client's budget is spent)
@@ -327,6 +328,11 @@ class MfaInvalidTokenError(ControllerError):
 class MfaNotEnrolledError(ControllerError):
     code = "MFA_NOT_ENROLLED"
     default_message = "The current identity is not enrolled in MFA"
+
+
+class MfaLoginNotEnrolledError(MfaNotEnrolledError):
+    """Completing a login's MFA without a verified enrollment (answered 401, not 404: seed 000
+    lists 401 and 429 only for ``/authenticate/mfa``)."""
 
 
 class InvalidPostureError(ControllerError):

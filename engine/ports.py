@@ -174,12 +174,72 @@ class TotpService(Protocol):
         """A fresh set of single-use recovery codes (OpenZiti: 20 codes of 6 base32 characters)."""
         ...
 
-    def verify(self, secret: str, code: str, at: datetime) -> bool:
-        """Whether ``code`` is the TOTP of ``secret`` at ``at``, give or take the accepted window."""
+    def step(self, secret: str, code: str, at: datetime) -> int | None:
+        """The time step (RFC 6238's ``T``) whose TOTP of ``secret`` is ``code``, searched within
+        the accepted window around ``at``; None when ``code`` is no such code."""
         ...
 
     def provisioning_url(self, secret: str, account: str) -> str:
         """The ``otpauth://totp/...`` URL an authenticator app enrolls from."""
+        ...
+
+
+@dataclass(frozen=True)
+class Lockout:
+    """At most ``max_attempts`` failed-or-pending guesses (0: no limit); the caller locks out."""
+
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """``free`` failures, then one guess at a time, the wait doubling from ``base`` to ``cap``
+    seconds after each further failure."""
+
+    free: int
+    base: float
+    cap: float
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A guess's place in an :class:`Attempts` ledger; ``granted`` False: refused unchecked."""
+
+    key: str
+    granted: bool
+    #: For a refused guess under a backoff: the seconds until one may be taken again.
+    retry_after: float | None = None
+
+
+class Attempts(Protocol):
+    """Guesses at secrets counted before they are checked (implemented in ``engine.attempts``).
+
+    ``at`` is the caller's clock in seconds. Each granted :class:`Attempt` must be settled once:
+    :meth:`fail`, :meth:`succeed` or :meth:`abandon`.
+    """
+
+    def begin(self, key: str, at: float, rule: Lockout | Backoff) -> Attempt: ...
+
+    def fail(self, attempt: Attempt, at: float, rule: Lockout | Backoff) -> int:
+        """Count a failed guess; the failures of its key since the last success."""
+        ...
+
+    def succeed(self, attempt: Attempt) -> None:
+        """A right guess: its key's failures and wait are cleared."""
+        ...
+
+    def abandon(self, attempt: Attempt) -> None:
+        """The check could not run: the place is given back, nothing counted."""
+        ...
+
+    def failures(self, key: str) -> int: ...
+
+    def forget(self, key: str) -> None:
+        """Clear a key's failures and wait (after a lockout, which then holds the identity)."""
+        ...
+
+    def claim(self, key: str, value: int, at: float) -> bool:
+        """Record ``value`` for ``key`` if above every value claimed before; else False."""
         ...
 
 
@@ -238,7 +298,7 @@ class UnconfiguredTotp:
     def new_recovery_codes(self) -> list[str]:
         raise RuntimeError(self._MESSAGE)
 
-    def verify(self, secret: str, code: str, at: datetime) -> bool:
+    def step(self, secret: str, code: str, at: datetime) -> int | None:
         raise RuntimeError(self._MESSAGE)
 
     def provisioning_url(self, secret: str, account: str) -> str:

@@ -13,6 +13,7 @@ are computed by pyotp with that one check relaxed to OpenZiti's size (:class:`_T
 from __future__ import annotations
 
 import base64
+import hmac
 import secrets
 from datetime import datetime
 
@@ -24,6 +25,8 @@ RECOVERY_CODES = 20
 RECOVERY_CODE_LENGTH = 6
 #: Steps accepted either side of the current one.
 WINDOW = 2
+#: Digits of a code.
+DIGITS = 6
 
 
 def _base32(raw: bytes) -> str:
@@ -53,13 +56,24 @@ class PyotpTotp:
     def new_recovery_codes(self) -> list[str]:
         return [_base32(secrets.token_bytes(8))[:RECOVERY_CODE_LENGTH] for _ in range(RECOVERY_CODES)]
 
-    def verify(self, secret: str, code: str, at: datetime) -> bool:
-        if not code or not code.isdigit():
-            return False
+    def step(self, secret: str, code: str, at: datetime) -> int | None:
+        """The time step of ``code`` within :data:`WINDOW` steps of ``at`` (now first, then the
+        nearest); each candidate is compared in constant time."""
+        if not code or not code.isdigit() or len(code) != DIGITS:
+            return None
         try:
-            return _Totp(secret).verify(code, for_time=at, valid_window=WINDOW)
+            totp = _Totp(secret)
+            now = totp.timecode(at)
+            for offset in sorted(range(-WINDOW, WINDOW + 1), key=abs):
+                if hmac.compare_digest(totp.generate_otp(now + offset), code):
+                    return now + offset
         except (ValueError, TypeError):  # a corrupt secret never verifies
-            return False
+            return None
+        return None
+
+    def verify(self, secret: str, code: str, at: datetime) -> bool:
+        """Whether ``code`` is a TOTP of ``secret`` within the window around ``at``."""
+        return self.step(secret, code, at) is not None
 
     def provisioning_url(self, secret: str, account: str) -> str:
         return _Totp(secret).provisioning_uri(name=account, issuer_name=self.issuer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -9,6 +10,13 @@ from typing import Any
 from engine.entities import Entity, register
 
 DEFAULT_AUTH_POLICY_ID = "default"
+
+
+def username_key(username: str) -> str:
+    """What two usernames share when a reader would take them for the same name: compatibility
+    forms folded (NFKC), case folded, surrounding whitespace dropped (``"Admin"``, ``"admin "``
+    and fullwidth ``admin`` are all ``"admin"``)."""
+    return unicodedata.normalize("NFKC", username).casefold().strip()
 
 
 @register
@@ -60,7 +68,8 @@ class Identity(Entity):
 class Authenticator(Entity):
     ENTITY = "authenticators"
     UNIQUE = ("username", "fingerprint", "unverified_fingerprint")
-    INDEXED = ("identity_id",)
+    #: ``username_key`` (computed): usernames that read alike are refused (``check_username``).
+    INDEXED = ("identity_id", "username_key")
 
     identity_id: str
     method: str  # "updb" or "cert"
@@ -79,6 +88,10 @@ class Authenticator(Entity):
     is_key_roll_requested: bool = False
     extend_requested_at: datetime | None = None
     last_extend_rolled_keys: bool = False
+
+    @property
+    def username_key(self) -> str | None:
+        return username_key(self.username) if self.username else None
 
 
 @register

@@ -16,9 +16,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from engine.attempts import MemoryAttempts
 from engine.entities import Entity
 from engine.errors import FieldError, NameConflictError, NotFoundError
 from engine.ports import (
+    Attempts,
     CertificateAuthority,
     Change,
     Clock,
@@ -56,6 +58,8 @@ class Env:
     totp: TotpService = field(default_factory=UnconfiguredTotp)
     #: Signature checks of external identity providers' JWTs (``pki.jwks``).
     jwt_verifier: ExternalJwtVerifier = field(default_factory=UnconfiguredJwtVerifier)
+    #: Guesses at passwords and codes, counted before they are checked (``engine.attempts``).
+    attempts: Attempts = field(default_factory=MemoryAttempts)
     #: Told every published batch, in order (the policy engine, caches, session enforcement).
     listeners: list[Listener] = field(default_factory=list)
 

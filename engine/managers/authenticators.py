@@ -22,23 +22,27 @@ own after the identity's own change, as an identity keeps the session it changed
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from engine.entities.identities import ApiSession, Authenticator, Enrollment, Identity
+from engine.entities.identities import ApiSession, Authenticator, Enrollment, Identity, username_key
 from engine.entities.trust import Ca
 from engine.errors import (
     ControllerError,
     EnrollmentExistsError,
     FieldError,
     InvalidClientCertError,
+    NameConflictError,
     NotFoundError,
     UnauthorizedError,
 )
 from engine.managers._base import EntityManager
 from engine.managers.api_sessions import delete_session, end_identity_sessions
-from engine.managers.auth_policies import check_password, rules_for
+from engine.managers.auth_policies import check_password as check_password_rules
+from engine.managers.auth_policies import rules_for
+from engine.managers.authentication.password import check_password
 from engine.managers.enrollment._core import (
     OTT,
     OTTCA,
@@ -74,6 +78,20 @@ def check_length(field: str, value: str | None, low: int, high: int) -> None:
         raise FieldError(field, f"{field} should be at least {low} chars long", _masked(field, value))
     if len(value) > high:
         raise FieldError(field, f"{field} should be at most {high} chars long", _masked(field, value))
+
+
+def check_username(uow: UnitOfWork, username: str, own_id: str | None, field: str = "username") -> None:
+    """A username no other authenticator's reads alike (:func:`username_key`): no surrounding
+    whitespace, no control or format characters, and not another's in other case or width
+    (400 ``COULD_NOT_VALIDATE``; OpenZiti checks exact uniqueness only). Logins still match the
+    username exactly."""
+    if username != username.strip():
+        raise FieldError(field, f"{field} may not start or end with whitespace", username)
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn") for ch in username):
+        raise FieldError(field, f"{field} may not contain control or invisible characters", None)
+    for other in uow.find_by(Authenticator, "username_key", username_key(username)):
+        if other.id != own_id:
+            raise NameConflictError(field, username, Authenticator.ENTITY)
 
 
 def _masked(field: str, value: str) -> str:
@@ -137,7 +155,7 @@ class AuthenticatorManager(EntityManager[Authenticator]):
     def _check_policy(self, uow: UnitOfWork, identity_id: str, password: str) -> None:
         identity = uow.get(Identity, identity_id) if identity_id else None
         if identity is not None:
-            check_password(rules_for(uow, identity).updb, password)
+            check_password_rules(rules_for(uow, identity).updb, password)
 
     def after_update(self, uow: UnitOfWork, old: Authenticator, new: Authenticator) -> None:
         if new.password_hash != old.password_hash:
@@ -158,12 +176,18 @@ class AuthenticatorManager(EntityManager[Authenticator]):
         for a certificate, 401 for a wrong current password (OpenZiti's ``UpdateSelf``). A new
         password ends the identity's other API sessions; ``keep_session`` (the caller's) stays.
         """
+        checked = self.require_own(identity_id, id)
+        if checked.method != "updb":
+            raise AuthenticatorCanNotBeUpdatedError(reason="only updb authenticators have a password")
+        identity = self.env.store.get(Identity, identity_id)
+        # Counted against the auth policy's lockout like a login's password, and checked before
+        # the write lock is taken (a password hash is slow; writers must not wait for it).
+        if identity is None or not check_password(self.env, checked, identity, current_password):
+            raise UnauthorizedError(field="currentPassword", reason="invalid current password")
         with self.env.store.write_lock():
             uow = UnitOfWork(self.env.store)
             old = self.require_own(identity_id, id)
-            if old.method != "updb":
-                raise AuthenticatorCanNotBeUpdatedError(reason="only updb authenticators have a password")
-            if not old.password_hash or not self.env.hasher.verify(current_password, old.password_hash):
+            if old.password_hash != checked.password_hash:  # changed meanwhile: prove the new one
                 raise UnauthorizedError(field="currentPassword", reason="invalid current password")
             new = self.apply(uow, old, fields)
             self.validate(uow, new, old)
@@ -175,6 +199,8 @@ class AuthenticatorManager(EntityManager[Authenticator]):
             return new
 
     def validate(self, uow: UnitOfWork, new: Authenticator, old: Authenticator | None) -> None:
+        if new.username is not None and (old is None or new.username != old.username):
+            check_username(uow, new.username, new.id)
         if old is not None:
             return
         identity = uow.get(Identity, new.identity_id) if new.identity_id else None

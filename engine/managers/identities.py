@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from engine.attempts import password_key
 from engine.entities.identities import (
     DEFAULT_AUTH_POLICY_ID,
     ApiSession,
@@ -226,12 +227,16 @@ class IdentityManager(EntityManager[Identity]):
             return new
 
     def enable(self, id: str) -> Identity:
+        """End a disable or lockout; the identity's counted password failures start again from 0."""
         with self.env.store.write_lock():
             old = self.require(id)
             new = dataclasses.replace(
                 old, disabled=False, disabled_at=None, disabled_until=None, updated_at=self.env.clock.now()
             )
-            return self.save(new)
+            saved = self.save(new)
+        for authenticator in self.env.store.find_by(Authenticator, "identity_id", id):
+            self.env.attempts.forget(password_key(authenticator.id))
+        return saved
 
     def is_disabled(self, identity: Identity) -> bool:
         """Disabled now: locked and the lock has no end or has not ended yet."""

@@ -22,20 +22,45 @@ Seed 000's MFA state table, with OpenZiti's rules (``model/mfa_manager.go``,
   Trellis has only the latter, so it issues them to those.
 
 Bad codes are ``MFA_INVALID_TOKEN``; a missing (or, where it must be verified, an unverified)
-enrollment is ``NOT_FOUND``. Codes are checked against the controller's clock.
+enrollment is ``NOT_FOUND``; completing a login without a verified enrollment is 401
+``MFA_NOT_ENROLLED`` (seed 000 lists 401 and 429 only for it). Codes are checked against the
+controller's clock.
+
+Every code check goes through :meth:`MfaManager._check_code`, whichever operation takes the code:
+the guess is counted in the environment's :class:`~engine.ports.Attempts` ledger under the identity
+before the code is compared, under a :class:`~engine.ports.Backoff` (by default 10 failures free,
+then one guess at a time with a wait doubling from 30 s to an hour, cleared by a right code):
+past it a guess is refused unchecked with 429 ``SERVER_TOO_MANY_REQUESTS`` and ``Retry-After``.
+A stolen session therefore gets about 24 guesses a day at its owner's codes instead of a thousand
+a second. A TOTP code's time step is accepted once per identity (RFC 6238 §5.2; OpenZiti accepts a
+code again within its window): a code already used, or one older than a code used since, is
+``MFA_INVALID_TOKEN`` and counts as a failure.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hmac
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from engine.attempts import code_key, step_key
 from engine.entities.identities import ApiSession, Identity, Mfa
-from engine.errors import MfaExistsError, MfaInvalidTokenError, MfaNotEnrolledError, NotFoundError
+from engine.errors import (
+    MfaExistsError,
+    MfaInvalidTokenError,
+    MfaLoginNotEnrolledError,
+    MfaNotEnrolledError,
+    NotFoundError,
+    TooManyRequestsError,
+)
 from engine.managers._base import EntityManager, Env
 from engine.managers.api_sessions import ApiSessionManager, forget_mfa, mark_mfa_complete
-from engine.ports import UnitOfWork
+from engine.ports import Backoff, UnitOfWork
+
+#: The default throttle of MFA code guesses per identity (see the module docstring).
+DEFAULT_CODE_BACKOFF = Backoff(free=10, base=30.0, cap=3600.0)
 
 #: A TOTP token's ``z_t`` claim and audience (OpenZiti's ``TokenTypeTotp`` and its access tokens').
 TOTP_TOKEN_TYPE = "t"
@@ -53,11 +78,18 @@ class TotpToken:
 class MfaManager(EntityManager[Mfa]):
     kind = Mfa
 
-    def __init__(self, env: Env, sessions: ApiSessionManager, issuer: str = "") -> None:
+    def __init__(
+        self,
+        env: Env,
+        sessions: ApiSessionManager,
+        issuer: str = "",
+        code_backoff: Backoff = DEFAULT_CODE_BACKOFF,
+    ) -> None:
         super().__init__(env)
         self.sessions = sessions
         #: The ``iss`` of TOTP tokens: the client API's ``https://host:port``.
         self.issuer = issuer
+        self.code_backoff = code_backoff
 
     # -- reads -----------------------------------------------------------------------------------
     def of_identity(self, identity_id: str) -> Mfa | None:
@@ -86,8 +118,7 @@ class MfaManager(EntityManager[Mfa]):
     def recovery_codes(self, identity_id: str, code: str) -> Mfa:
         """A verified enrollment, to show its recovery codes; needs a valid TOTP code."""
         mfa = self._require_verified(identity_id)
-        if not self._totp_ok(mfa, code):
-            raise MfaInvalidTokenError()
+        self._check_code(mfa, code)
         return mfa
 
     # -- enrollment ------------------------------------------------------------------------------
@@ -120,8 +151,7 @@ class MfaManager(EntityManager[Mfa]):
             mfa = uow.find_unique(Mfa, "identity_id", identity_id)
             if mfa is None or mfa.is_verified:
                 raise NotFoundError()
-            if not self._totp_ok(mfa, code):
-                raise MfaInvalidTokenError()
+            self._check_code(mfa, code)
             now = self.env.clock.now()
             verified = dataclasses.replace(mfa, is_verified=True, updated_at=now)
             uow.put(verified)
@@ -138,8 +168,8 @@ class MfaManager(EntityManager[Mfa]):
             mfa = uow.find_unique(Mfa, "identity_id", identity_id)
             if mfa is None:
                 raise NotFoundError()
-            if mfa.is_verified and not self._code_ok(uow, mfa, code):
-                raise MfaInvalidTokenError()
+            if mfa.is_verified:
+                self._check_code(mfa, code, uow)
             self._delete(uow, mfa)
             self.env.commit(uow)
 
@@ -160,8 +190,7 @@ class MfaManager(EntityManager[Mfa]):
         with self.env.store.write_lock():
             uow = UnitOfWork(self.env.store)
             mfa = self._require_verified(identity_id, uow)
-            if not self._code_ok(uow, mfa, code):
-                raise MfaInvalidTokenError()
+            self._check_code(mfa, code, uow)
             current = uow.get(Mfa, mfa.id) or mfa
             renewed = dataclasses.replace(
                 current, recovery_codes=self.env.totp.new_recovery_codes(), updated_at=self.env.clock.now()
@@ -177,9 +206,8 @@ class MfaManager(EntityManager[Mfa]):
             uow = UnitOfWork(self.env.store)
             mfa = uow.find_unique(Mfa, "identity_id", session.identity_id)
             if mfa is None or not mfa.is_verified:
-                raise MfaNotEnrolledError()
-            if not self._code_ok(uow, mfa, code):
-                raise MfaInvalidTokenError()
+                raise MfaLoginNotEnrolledError()
+            self._check_code(mfa, code, uow)
             updated = mark_mfa_complete(uow, session, self.env.clock.now())
             self.env.commit(uow)
             return updated
@@ -191,8 +219,7 @@ class MfaManager(EntityManager[Mfa]):
         mfa = self.of_identity(session.identity_id)
         if mfa is None or not mfa.is_verified:
             raise MfaNotEnrolledError()
-        if not self._totp_ok(mfa, code):
-            raise MfaInvalidTokenError()
+        self._check_code(mfa, code)
         now = self.env.clock.now()
         claims = {
             "iss": self.issuer,
@@ -213,16 +240,42 @@ class MfaManager(EntityManager[Mfa]):
             raise NotFoundError()
         return mfa
 
-    def _totp_ok(self, mfa: Mfa, code: str) -> bool:
-        return bool(code) and self.env.totp.verify(mfa.secret, code, self.env.clock.now())
+    def _check_code(self, mfa: Mfa, code: str, uow: UnitOfWork | None = None) -> None:
+        """Pass when ``code`` is a TOTP code of ``mfa`` not used before, or (given ``uow``, which
+        then removes it) one of its recovery codes; else ``MFA_INVALID_TOKEN``. The guess is
+        counted before it is compared; past the backoff it is refused unchecked (429)."""
+        if not code:
+            raise MfaInvalidTokenError()
+        ledger, rule = self.env.attempts, self.code_backoff
+        now = self.env.clock.now()
+        attempt = ledger.begin(code_key(mfa.identity_id), now.timestamp(), rule)
+        if not attempt.granted:
+            wait = max(1, math.ceil(attempt.retry_after or rule.base))
+            raise TooManyRequestsError(
+                headers={"Retry-After": str(wait)}, reason="too many wrong MFA codes; try again later"
+            )
+        try:
+            right = self._recovery_code_used(uow, mfa, code) if uow is not None else False
+            if not right:
+                step = self.env.totp.step(mfa.secret, code, now)
+                right = step is not None and ledger.claim(step_key(mfa.identity_id), step, now.timestamp())
+        except BaseException:
+            ledger.abandon(attempt)
+            raise
+        if not right:
+            ledger.fail(attempt, now.timestamp(), rule)
+            raise MfaInvalidTokenError()
+        ledger.succeed(attempt)
 
-    def _code_ok(self, uow: UnitOfWork, mfa: Mfa, code: str) -> bool:
-        """A recovery code (used up: removed in ``uow``) or else a valid TOTP code."""
-        if code and code in mfa.recovery_codes:
-            remaining = [c for c in mfa.recovery_codes if c != code]
-            uow.put(dataclasses.replace(mfa, recovery_codes=remaining, updated_at=self.env.clock.now()))
-            return True
-        return self._totp_ok(mfa, code)
+    def _recovery_code_used(self, uow: UnitOfWork, mfa: Mfa, code: str) -> bool:
+        """Whether ``code`` is one of ``mfa``'s recovery codes; if so it is removed in ``uow``."""
+        current = uow.get(Mfa, mfa.id) or mfa
+        matched = [c for c in current.recovery_codes if hmac.compare_digest(c.encode(), code.encode())]
+        if not matched:
+            return False
+        remaining = [c for c in current.recovery_codes if c not in matched]
+        uow.put(dataclasses.replace(current, recovery_codes=remaining, updated_at=self.env.clock.now()))
+        return True
 
     def _delete(self, uow: UnitOfWork, mfa: Mfa) -> None:
         uow.delete(Mfa, mfa.id)

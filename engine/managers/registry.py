@@ -30,7 +30,7 @@ from engine.managers.external_jwt_signers import ExternalJwtSignerManager
 from engine.managers.identities import IdentityManager
 from engine.managers.identity_traces import IdentityTraceManager
 from engine.managers.integrity import IntegrityManager
-from engine.managers.mfa import MfaManager
+from engine.managers.mfa import DEFAULT_CODE_BACKOFF, MfaManager
 from engine.managers.posture import PostureManager
 from engine.managers.posture_checks import PostureCheckManager
 from engine.managers.routers import RouterManager
@@ -40,6 +40,7 @@ from engine.managers.service_updates import ServiceUpdates
 from engine.managers.services import ServiceManager
 from engine.managers.sessions import SessionManager
 from engine.managers.terminators import TerminatorManager
+from engine.ports import Backoff
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,15 @@ class Managers:
     terminators: TerminatorManager
 
 
-def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout: timedelta) -> Managers:
-    """Every manager over ``env``; the built-in entities are ensured first, then the graph is built."""
+def build_managers(
+    env: Env,
+    enrollment: EnrollmentSettings,
+    *,
+    session_timeout: timedelta,
+    code_backoff: Backoff = DEFAULT_CODE_BACKOFF,
+) -> Managers:
+    """Every manager over ``env``; the built-in entities are ensured first, then the graph is built.
+    ``code_backoff`` throttles MFA code guesses (:class:`~engine.managers.mfa.MfaManager`)."""
     ensure_builtins(env)
     ensure_builtin_config_types(env)
     access = AccessManager(env.store)  # the policy graph, resolved from the store in bulk
@@ -115,7 +123,7 @@ def build_managers(env: Env, enrollment: EnrollmentSettings, *, session_timeout:
         identities=IdentityManager(env),
         identity_traces=IdentityTraceManager(env),
         integrity=IntegrityManager(env, access, database, service_updates),
-        mfa=MfaManager(env, sessions, issuer=enrollment.issuer),
+        mfa=MfaManager(env, sessions, issuer=enrollment.issuer, code_backoff=code_backoff),
         posture=posture,
         posture_checks=PostureCheckManager(env),
         routers=RouterManager(env, enrollment),

@@ -181,7 +181,7 @@ def test_disabled_identity_cannot_log_in(api: Api) -> None:
         json={"username": "bobby", "password": "bob-password"},
     )
     assert result.status_code == 401
-    assert result.json["error"]["code"] == "UNAUTHORIZED"
+    assert result.json["error"]["code"] == "INVALID_AUTH"
     assert isinstance(api.ctrl.env.store.get(Identity, bob.id), Identity)
 
 

@@ -7,6 +7,7 @@ The app runs on a fixed clock, so codes are computed for the controller's own "n
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -71,8 +72,9 @@ class User:
         return str(result.json["data"]["token"])
 
     def code(self, seconds: int = 0) -> str:
-        from datetime import timedelta
-
+        """A code of a time step not used before: the clock moves on a step first (a TOTP step is
+        accepted once, RFC 6238 §5.2)."""
+        self.clock.advance(timedelta(seconds=30))
         return totp_code(self.secret, self.clock.now() + timedelta(seconds=seconds))
 
     def start_enrollment(self, token: str, base: str = CLIENT) -> dict[str, Any]:
@@ -288,10 +290,11 @@ def test_unprefixed_paths_reach_the_client_api(api: Api, user: User) -> None:
     assert api.client.simulate_get("/current-identity", headers={"zt-session": token}).status_code == 200
 
 
-def test_complete_mfa_without_an_enrollment_is_404_mfa_not_enrolled(api: Api, user: User) -> None:
+def test_complete_mfa_without_an_enrollment_is_401_mfa_not_enrolled(api: Api, user: User) -> None:
+    """Seed 000 lists 401 and 429 only for completing MFA (OpenZiti: 409)."""
     result = user.complete(user.login(), "123456")
 
-    assert result.status_code == 404
+    assert result.status_code == 401
     assert error(result)["code"] == "MFA_NOT_ENROLLED"
 
 
@@ -563,7 +566,7 @@ def test_require_totp_without_an_enrollment_lets_the_identity_enroll(
     token = login["token"]
     assert api.get("/current-identity", token=token, base=CLIENT).status_code == 401
     not_enrolled = user.complete(token, "123456")
-    assert (not_enrolled.status_code, error(not_enrolled)["code"]) == (404, "MFA_NOT_ENROLLED")
+    assert (not_enrolled.status_code, error(not_enrolled)["code"]) == (401, "MFA_NOT_ENROLLED")
     user.start_enrollment(token)
     assert api.get("/current-identity/mfa/qr-code", token=token, base=CLIENT).status_code == 200
     verified = api.post("/current-identity/mfa/verify", token=token, base=CLIENT, json={"code": user.code()})

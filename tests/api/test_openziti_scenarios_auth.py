@@ -607,8 +607,9 @@ def test_current_identity_edge_routers_follow_edge_router_policies(api: Api) -> 
 
 
 # == mfa_test.go =====================================================================================
-def now_code(secret: str) -> str:
-    return totp_code(secret, datetime.now(UTC))
+def now_code(secret: str, step: int = 0) -> str:
+    """The code of ``secret`` ``step`` time steps from now (within the accepted window of 2)."""
+    return totp_code(secret, datetime.now(UTC) + timedelta(seconds=30 * step))
 
 
 def mfa_body(code: str) -> dict[str, str]:
@@ -624,6 +625,14 @@ class MfaUser:
         self.token = self.login()
         self.secret = ""
         self.recovery_codes: list[str] = []
+        self.steps = 0
+
+    def code(self) -> str:
+        """A code of a time step this identity has not used (a step is accepted once; OpenZiti's
+        scenarios reuse the current code, which RFC 6238 §5.2 says a verifier should refuse)."""
+        assert self.steps <= 2, "the accepted window holds 3 unused steps from now"
+        self.steps += 1
+        return now_code(self.secret, self.steps - 1)
 
     def login(self, base: str = CLIENT) -> str:
         return login(self.api, self.name, PASSWORD, base)
@@ -640,7 +649,7 @@ class MfaUser:
 
     def enroll(self) -> None:
         self.start()
-        assert_ok(self.call("POST", "/current-identity/mfa/verify", json=mfa_body(now_code(self.secret))))
+        assert_ok(self.call("POST", "/current-identity/mfa/verify", json=mfa_body(self.code())))
 
     def mfa_enabled(self) -> bool:
         return bool(self.api.get(f"/identities/{self.id}").json["data"]["isMfaEnabled"])
@@ -752,7 +761,7 @@ def test_verifying_completes_mfa_for_the_session(api: Api) -> None:
     user = MfaUser(api)
     user.start()
 
-    assert_ok(user.call("POST", "/current-identity/mfa/verify", json=mfa_body(now_code(user.secret))))
+    assert_ok(user.call("POST", "/current-identity/mfa/verify", json=mfa_body(user.code())))
 
     session = assert_ok(user.call("GET", "/current-api-session"))["data"]
     assert session["isMfaRequired"] is True
@@ -765,7 +774,7 @@ def test_a_verified_enrollment(api: Api) -> None:
     user = MfaUser(api)
     user.enroll()
 
-    again = user.call("POST", "/current-identity/mfa/verify", json=mfa_body(now_code(user.secret)))
+    again = user.call("POST", "/current-identity/mfa/verify", json=mfa_body(user.code()))
     qr = user.call("GET", "/current-identity/mfa/qr-code")
     detail = assert_ok(user.call("GET", "/current-identity/mfa"))["data"]
 
@@ -813,7 +822,7 @@ def test_new_logins_owe_mfa_until_a_code_is_sent(api: Api, kind: str) -> None:
 
     empty = user.call("POST", "/authenticate/mfa", token=token, json=mfa_body(""))
     invalid = user.call("POST", "/authenticate/mfa", token=token, json=mfa_body("8f4b48er"))
-    code = now_code(user.secret) if kind == "totp" else user.recovery_codes[0]
+    code = user.code() if kind == "totp" else user.recovery_codes[0]
     passed = user.call("POST", "/authenticate/mfa", token=token, json=mfa_body(code))
 
     assert_error(empty, "MFA_INVALID_TOKEN", 401)
@@ -875,7 +884,7 @@ def test_removing_a_verified_enrollment_with_a_valid_code(api: Api) -> None:
     user = MfaUser(api)
     user.enroll()
 
-    assert_ok(user.call("DELETE", "/current-identity/mfa", json=mfa_body(now_code(user.secret))))
+    assert_ok(user.call("DELETE", "/current-identity/mfa", json=mfa_body(user.code())))
 
     assert user.mfa_enabled() is False
 
@@ -890,7 +899,7 @@ def test_a_management_session_owing_mfa_is_refused_until_it_answers(api: Api) ->
 
     assert_error(api.get("/identities", token=token), "UNAUTHORIZED", 401)
     assert_error(api.delete(f"/identities/{user.id}", token=token), "UNAUTHORIZED", 401)
-    assert_ok(api.post("/authenticate/mfa", token=token, json=mfa_body(now_code(user.secret))))
+    assert_ok(api.post("/authenticate/mfa", token=token, json=mfa_body(user.code())))
     assert_ok(api.get("/current-api-session", token=token))
 
 

@@ -996,11 +996,11 @@ def enroll_mfa(api: Api, clock: FixedClock, token: str) -> str:
     return secret
 
 
-def mfa_login(api: Api, clock: FixedClock, person: User, secret: str, *, new_window: bool = True) -> str:
-    """A new API session of ``person`` that passes MFA; ``new_window=False`` reuses the code of
-    the current TOTP window, as OpenZiti's tests do right after verifying."""
-    if new_window:
-        clock.advance(seconds=30)
+def mfa_login(api: Api, clock: FixedClock, person: User, secret: str) -> str:
+    """A new API session of ``person`` that passes MFA with the code of the next TOTP step
+    (OpenZiti's tests reuse the current code right after verifying; Trellis accepts a step once,
+    RFC 6238 §5.2)."""
+    clock.advance(seconds=30)
     token = login(api, person)
     done = client_post(api, "/authenticate/mfa", token, json={"code": totp_code(secret, clock.now())})
     assert done.status_code == 200, done.text
@@ -1037,9 +1037,10 @@ def test_posture_checks_mfa_without_timeout(api: Api, clock: FixedClock) -> None
     assert passing["isPassing"] is True
     assert [(q["isPassing"], q["timeout"]) for q in passing["postureQueries"]] == [(True, -1)]
 
-    other = mfa_login(api, clock, g.user, secret, new_window=False)
+    other = mfa_login(api, clock, g.user, secret)
     opened = new_session(api, other, g.service)
     assert opened.status_code == 201
+    clock.advance(seconds=30)
     removed = client_delete(
         api, "/current-identity/mfa", other, headers={"mfa-validation-code": totp_code(secret, clock.now())}
     )

@@ -7,6 +7,7 @@ The app runs on a fixed clock, so codes are computed for the controller's own "n
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -52,6 +53,8 @@ class Person:
         self.recovery_codes: list[str] = []
 
     def code(self) -> str:
+        """A code of a step not used before (the clock moves on a step: a step is accepted once)."""
+        self.clock.advance(timedelta(seconds=30))
         return totp_code(self.secret, self.clock.now())
 
     def start_mfa(self) -> None:

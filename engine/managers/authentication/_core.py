@@ -2,7 +2,9 @@
 
 A method module proves who the caller is (an :class:`Authenticator`); :func:`open_session`
 then applies the rules every method shares, in OpenZiti's order: the identity exists, its auth
-policy allows the method, it is not disabled; the SDK and environment info it reports is recorded
+policy allows the method, it is not disabled (every refusal 401 ``INVALID_AUTH``: a disabled
+identity answers as a wrong credential does; the password method decides both before it looks at
+the password); the SDK and environment info it reports is recorded
 and an API session is started. The session needs a second factor (``isMfaRequired``) when the
 identity has a verified TOTP enrollment or its auth policy requires TOTP (never for the default
 admin: :func:`~engine.managers.auth_policies.secondary_for`).
@@ -22,7 +24,7 @@ from typing import Any
 
 from engine.entities.identities import ApiSession, Authenticator, Identity, Mfa
 from engine.entities.services import ConfigType
-from engine.errors import InvalidAuthError, UnauthorizedError
+from engine.errors import InvalidAuthError
 from engine.managers._base import Env
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.auth_policies import PolicyRules, rules_for, secondary_for
@@ -62,8 +64,9 @@ def is_disabled(env: Env, identity: Identity) -> bool:
 
 
 def check_enabled(env: Env, identity: Identity) -> None:
+    """``INVALID_AUTH`` for a disabled (or locked-out) identity, as every other refusal."""
     if is_disabled(env, identity):
-        raise UnauthorizedError()
+        raise InvalidAuthError()
 
 
 def has_verified_mfa(store: Store | UnitOfWork, identity_id: str) -> bool:

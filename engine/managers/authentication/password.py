@@ -1,26 +1,34 @@
 """``method=password``: a username and password checked against a ``updb`` authenticator.
 
-The lockout of the identity's auth policy (``primary.updb.maxAttempts``,
-``lockoutDurationMinutes``) is enforced here, as OpenZiti's ``authenticator_mod_updb.go`` does:
-failed attempts are counted per authenticator in memory, and when they reach ``maxAttempts`` the
-identity is disabled for ``lockoutDurationMinutes`` (0: until an administrator enables it), which
-also ends its API sessions. A successful login resets the count (OpenZiti never does; the count
-would otherwise lock out an identity that only ever mistyped once a day). ``maxAttempts: 0``
-counts nothing. The default admin is never locked out: a lockout without end would leave nobody
-able to enable anyone.
+The order is OpenZiti's (``authenticator_mod_updb.go``): the authenticator is looked up, then its
+identity's auth policy; a disabled (or locked-out) identity and a policy that does not allow
+``updb`` are refused *before* the password is looked at, and the attempt is counted *before* it
+is checked. Every refusal is the same 401 ``INVALID_AUTH`` and costs one password hash, so the
+answer never tells whether the password was right, whether the account is locked, or whether the
+username exists.
+
+The lockout of the auth policy (``primary.updb.maxAttempts``, ``lockoutDurationMinutes``) is kept
+in the environment's :class:`~engine.ports.Attempts` ledger under the authenticator
+(:func:`check_password`): a password being checked counts as a failure until it proves right, so
+concurrent guesses get no more than ``maxAttempts`` checks between them; when failures reach
+``maxAttempts`` the identity is disabled for ``lockoutDurationMinutes`` (0: until an
+administrator enables it), which also ends its API sessions. The same count covers the current
+password an identity gives to change its own (``AuthenticatorManager.update_own``). A successful
+check clears the count (OpenZiti never does; the count would otherwise lock out an identity that
+only ever mistyped once a day). ``maxAttempts: 0`` counts nothing. The default admin is never
+locked out: a lockout without end would leave nobody able to enable anyone.
 """
 
 from __future__ import annotations
 
-import threading
-
+from engine.attempts import password_key
 from engine.entities.identities import Authenticator, Identity
 from engine.errors import InvalidAuthError
 from engine.managers._base import Env
 from engine.managers.auth_policies import rules_for
-from engine.managers.authentication._core import is_disabled
+from engine.managers.authentication._core import check_allowed, is_disabled
 from engine.managers.identities import disable_identity
-from engine.ports import PasswordHasher, UnitOfWork
+from engine.ports import Lockout, UnitOfWork
 
 # Verified against when the username is unknown, so that a miss costs what a wrong password costs.
 _DUMMY_PASSWORD = "trellis-timing-equaliser"
@@ -29,48 +37,82 @@ _DUMMY_PASSWORD = "trellis-timing-equaliser"
 class PasswordCheck:
     def __init__(self, env: Env) -> None:
         self.env = env
-        self._hasher: PasswordHasher = env.hasher
         self._dummy_hash = env.hasher.hash(_DUMMY_PASSWORD)
-        self._failures: dict[str, int] = {}
-        self._lock = threading.Lock()
 
     def authenticator(self, username: str, password: str) -> Authenticator:
         """The ``updb`` authenticator ``username``/``password`` prove, or ``INVALID_AUTH``."""
         found = self.env.store.find_unique(Authenticator, "username", username)
-        if found is None or found.method != "updb" or not found.password_hash:
-            self._hasher.verify(password, self._dummy_hash)
+        identity = self.env.store.get(Identity, found.identity_id) if found is not None else None
+        if found is None or identity is None or found.method != "updb" or not found.password_hash:
+            self.waste(password)
             raise InvalidAuthError()
-        if not self._hasher.verify(password, found.password_hash):
-            self._failed(found)
+        if is_disabled(self.env, identity):
+            self.waste(password)
             raise InvalidAuthError()
-        with self._lock:
-            self._failures.pop(found.id, None)
+        try:
+            check_allowed(rules_for(self.env.store, identity), "updb")
+        except InvalidAuthError:
+            self.waste(password)
+            raise
+        if not check_password(self.env, found, identity, password, dummy_hash=self._dummy_hash):
+            raise InvalidAuthError()
         return found
+
+    def waste(self, password: str) -> None:
+        """Spend what a password check costs, on nothing (a refusal decided without one)."""
+        self.env.hasher.verify(password, self._dummy_hash)
 
     def failures(self, authenticator_id: str) -> int:
         """Failed attempts counted against an authenticator since its last success or lockout."""
-        with self._lock:
-            return self._failures.get(authenticator_id, 0)
+        return self.env.attempts.failures(password_key(authenticator_id))
 
-    def _failed(self, authenticator: Authenticator) -> None:
-        identity = self.env.store.get(Identity, authenticator.identity_id)
-        if identity is None or identity.is_default_admin or is_disabled(self.env, identity):
-            return
-        updb = rules_for(self.env.store, identity).updb
-        if updb.max_attempts <= 0:
-            return
-        with self._lock:
-            count = self._failures.get(authenticator.id, 0) + 1
-            locked = count >= updb.max_attempts
-            self._failures[authenticator.id] = 0 if locked else count
-        if locked:
-            self._lock_out(identity.id, updb.lockout_duration_minutes)
 
-    def _lock_out(self, identity_id: str, minutes: int) -> None:
-        with self.env.store.write_lock():
-            uow = UnitOfWork(self.env.store)
-            identity = uow.get(Identity, identity_id)
-            if identity is None:
-                return
-            disable_identity(uow, identity, minutes, self.env.clock.now())
-            self.env.commit(uow)
+def check_password(
+    env: Env,
+    authenticator: Authenticator,
+    identity: Identity,
+    password: str,
+    *,
+    dummy_hash: str | None = None,
+) -> bool:
+    """Whether ``password`` is ``authenticator``'s, counted against the identity's lockout.
+
+    The guess takes its place in the ledger before the hash is compared; a guess refused a place
+    (as many failed or pending as ``maxAttempts``) is wrong without being compared (the time of a
+    comparison is spent on ``dummy_hash`` when given). The failure that reaches ``maxAttempts``
+    locks the identity out.
+    """
+    if not authenticator.password_hash:
+        return False
+    max_attempts = 0 if identity.is_default_admin else rules_for(env.store, identity).updb.max_attempts
+    rule = Lockout(max_attempts)
+    key = password_key(authenticator.id)
+    ledger = env.attempts
+    attempt = ledger.begin(key, env.clock.now().timestamp(), rule)
+    if not attempt.granted:
+        if dummy_hash is not None:
+            env.hasher.verify(password, dummy_hash)
+        return False
+    try:
+        right = env.hasher.verify(password, authenticator.password_hash)
+    except BaseException:
+        ledger.abandon(attempt)
+        raise
+    if right:
+        ledger.succeed(attempt)
+        return True
+    failures = ledger.fail(attempt, env.clock.now().timestamp(), rule)
+    if max_attempts > 0 and failures >= max_attempts:
+        _lock_out(env, identity.id, rules_for(env.store, identity).updb.lockout_duration_minutes)
+        ledger.forget(key)
+    return False
+
+
+def _lock_out(env: Env, identity_id: str, minutes: int) -> None:
+    with env.store.write_lock():
+        uow = UnitOfWork(env.store)
+        identity = uow.get(Identity, identity_id)
+        if identity is None or is_disabled(env, identity):
+            return
+        disable_identity(uow, identity, minutes, env.clock.now())
+        env.commit(uow)
