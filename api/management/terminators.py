@@ -19,6 +19,7 @@ from api.schemas.terminators import (
     TerminatorCreate,
     TerminatorPatch,
     TerminatorUpdate,
+    client_terminator_symbols,
     render_client_terminator,
     render_terminator,
     terminator_symbols,
@@ -78,4 +79,5 @@ def register(routes: Routes) -> None:
         ),
     )
     routes.management("/services/{id}/terminators", ServiceTerminators(manager, symbols, client=False))
-    routes.client("/services/{id}/terminators", ServiceTerminators(manager, symbols, client=True))
+    client_symbols = client_terminator_symbols(manager)  # only the fields the client detail shows
+    routes.client("/services/{id}/terminators", ServiceTerminators(manager, client_symbols, client=True))

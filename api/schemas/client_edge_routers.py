@@ -44,14 +44,15 @@ def render_current_identity_edge_router(router: EdgeRouter) -> dict[str, Any]:
     return out
 
 
-#: What ``/current-identity/edge-routers`` filters on.
+#: What ``/current-identity/edge-routers`` filters and sorts on: only fields its detail shows (a
+#: filter on a hidden field, such as the routers' ``roleAttributes``, would read the hidden value
+#: one guess at a time; any other symbol is refused as unknown, 400 ``INVALID_FILTER``).
 CURRENT_IDENTITY_EDGE_ROUTER_SYMBOLS = SymbolTable(
     {
         "id": Symbol(SymbolType.STRING, lambda r: r.id),
         "name": Symbol(SymbolType.STRING, lambda r: r.name),
-        "roleAttributes": Symbol(SymbolType.STRING, lambda r: r.role_attributes, is_set=True),
+        "hostname": Symbol(SymbolType.STRING, lambda r: r.hostname),
         "isOnline": Symbol(SymbolType.BOOL, lambda r: False),
-        "isVerified": Symbol(SymbolType.BOOL, lambda r: r.is_verified),
         "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
         "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
         "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),

@@ -4,15 +4,26 @@
 each query carries the posture check's common entity fields (``updatedAt`` moved to the time its
 data last changed when that is later) plus ``queryType``, ``isPassing``, ``timeout`` and
 ``timeoutRemaining``; PROCESS checks add ``process``, PROCESS_MULTI checks ``processes``.
+
+Posture responses are limited in size (OpenZiti's spec sets no limit; these are far above what an
+SDK reports, and keep what ``engine.managers.posture`` holds per identity bounded): ``id`` at most
+:data:`MAX_ID_LENGTH` characters; ``domain`` and the OS ``type``, ``version`` and ``build`` at most
+:data:`MAX_TEXT_LENGTH` (a DNS name has at most 253); a process ``path`` at most
+:data:`MAX_PATH_LENGTH` (Linux's ``PATH_MAX``); ``hash`` and each signer fingerprint at most
+:data:`MAX_HASH_LENGTH` (a SHA-512 in hex has 128 digits); at most :data:`MAX_SIGNERS` signer
+fingerprints and :data:`MAX_MAC_ADDRESSES` MAC addresses of at most :data:`MAX_MAC_LENGTH`
+characters each. A response over a limit refuses the request: 400 ``COULD_NOT_VALIDATE`` with the
+field (``path``, ``signerFingerprints.3`` ...) in ``cause.field`` and a go-swagger style reason
+(``path in body should be at most 4096 chars long``); the refused value is not echoed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from api.errors import field_error_from_validation
 from api.wire import WireModel, links, ts
@@ -85,30 +96,52 @@ def render_posture_queries(
 
 
 # -- posture responses (client requests) ------------------------------------------------------
+#: A posture check id (Trellis' and OpenZiti's have at most 36 characters; the C SDK's endpoint
+#: state responses send ``"0"``).
+MAX_ID_LENGTH = 256
+#: A domain name, an OS type, version or build.
+MAX_TEXT_LENGTH = 256
+#: A process path.
+MAX_PATH_LENGTH = 4096
+#: A binary hash or a signer fingerprint.
+MAX_HASH_LENGTH = 256
+#: Signer fingerprints of one process.
+MAX_SIGNERS = 64
+#: MAC addresses of one response, and the length of each.
+MAX_MAC_ADDRESSES = 1024
+MAX_MAC_LENGTH = 64
+
+CheckId = Annotated[str, Field(max_length=MAX_ID_LENGTH)]
+Text = Annotated[str, Field(max_length=MAX_TEXT_LENGTH)]
+Path = Annotated[str, Field(max_length=MAX_PATH_LENGTH)]
+Hash = Annotated[str, Field(max_length=MAX_HASH_LENGTH)]
+MacAddress = Annotated[str, Field(max_length=MAX_MAC_LENGTH)]
+
+
 class _Response(WireModel):
-    id: str
+    id: CheckId
     type_id: str
 
 
 class DomainResponse(_Response):
-    domain: str
+    domain: Text
 
 
 class MacResponse(_Response):
-    mac_addresses: list[str]
+    mac_addresses: Annotated[list[MacAddress], Field(max_length=MAX_MAC_ADDRESSES)]
 
 
 class OsResponse(_Response):
-    type: str
-    version: str
-    build: str | None = None
+    type: Text
+    version: Text
+    build: Text | None = None
 
 
 class ProcessResponse(_Response):
-    path: str | None = None
+    path: Path | None = None
     is_running: bool | None = None
-    hash: str | None = None
-    signer_fingerprints: list[str] | None = None
+    hash: Hash | None = None
+    signer_fingerprints: Annotated[list[Hash], Field(max_length=MAX_SIGNERS)] | None = None
 
 
 class EndpointStateResponse(_Response):
@@ -160,7 +193,21 @@ def parse_posture_response(raw: Any) -> PostureResponse:
     try:
         return _response(model.model_validate(raw))
     except ValidationError as ex:
-        raise field_error_from_validation(ex) from None
+        raise _too_long(ex) or field_error_from_validation(ex) from None
+
+
+def _too_long(ex: ValidationError) -> FieldError | None:
+    """An over-limit string or list as go-swagger words it (``maxLength`` / ``maxItems``), without
+    echoing the value; None for any other error."""
+    first = ex.errors(include_url=False)[0]
+    kind = first["type"]
+    if kind not in ("string_too_long", "too_long"):
+        return None
+    field = ".".join(str(p) for p in first.get("loc", ())) or "body"
+    context = first.get("ctx") or {}
+    if kind == "string_too_long":
+        return FieldError(field, f"{field} in body should be at most {context.get('max_length')} chars long")
+    return FieldError(field, f"{field} in body should have at most {context.get('max_length')} items")
 
 
 def parse_posture_responses(raw: Any, *, bulk: bool) -> list[PostureResponse]:

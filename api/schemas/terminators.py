@@ -3,6 +3,8 @@
 management.yml ``terminatorCreate`` / ``terminatorUpdate`` / ``terminatorPatch`` /
 ``terminatorDetail``; client.yml's terminator carries only the common fields, ``serviceId``,
 ``service``, ``routerId`` and ``identity``. The wire ``identity`` is the terminator's instance id.
+The client list filters and sorts on those fields only (:data:`CLIENT_TERMINATOR_FIELDS`): any
+other symbol is refused as unknown (400 ``INVALID_FILTER`` / ``INVALID_SORT_IDENTIFIER``).
 """
 
 from __future__ import annotations
@@ -137,10 +139,7 @@ def render_client_terminator(
     return out
 
 
-def terminator_symbols(terminators: TerminatorManager) -> SymbolTable:
-    """Filterable terminator fields (OpenZiti's terminator store symbols; ``service`` and
-    ``router`` are ids, ``service.name`` and ``router.name`` the referenced names)."""
-
+def _terminator_symbols(terminators: TerminatorManager) -> dict[str, Symbol]:
     def service_name(terminator: Terminator) -> str | None:
         service = terminators.service_of(terminator)
         return service.name if service is not None else None
@@ -149,22 +148,48 @@ def terminator_symbols(terminators: TerminatorManager) -> SymbolTable:
         router = terminators.router_of(terminator)
         return router.name if router is not None else None
 
-    return SymbolTable(
-        {
-            "id": Symbol(SymbolType.STRING, lambda t: t.id),
-            "service": Symbol(SymbolType.STRING, lambda t: t.service_id),
-            "service.name": Symbol(SymbolType.STRING, service_name),
-            "router": Symbol(SymbolType.STRING, lambda t: t.router_id),
-            "router.name": Symbol(SymbolType.STRING, router_name),
-            "binding": Symbol(SymbolType.STRING, lambda t: t.binding),
-            "address": Symbol(SymbolType.STRING, lambda t: t.address),
-            "identity": Symbol(SymbolType.STRING, lambda t: t.instance_id),
-            "instanceId": Symbol(SymbolType.STRING, lambda t: t.instance_id),
-            "cost": Symbol(SymbolType.NUMBER, lambda t: t.cost),
-            "precedence": Symbol(SymbolType.STRING, lambda t: t.precedence),
-            "hostId": Symbol(SymbolType.STRING, lambda t: t.host_id),
-            "createdAt": Symbol(SymbolType.DATETIME, lambda t: t.created_at),
-            "updatedAt": Symbol(SymbolType.DATETIME, lambda t: t.updated_at),
-        },
-        tags_getter=lambda t: t.tags,
-    )
+    return {
+        "id": Symbol(SymbolType.STRING, lambda t: t.id),
+        "service": Symbol(SymbolType.STRING, lambda t: t.service_id),
+        "service.name": Symbol(SymbolType.STRING, service_name),
+        "router": Symbol(SymbolType.STRING, lambda t: t.router_id),
+        "router.name": Symbol(SymbolType.STRING, router_name),
+        "binding": Symbol(SymbolType.STRING, lambda t: t.binding),
+        "address": Symbol(SymbolType.STRING, lambda t: t.address),
+        "identity": Symbol(SymbolType.STRING, lambda t: t.instance_id),
+        "instanceId": Symbol(SymbolType.STRING, lambda t: t.instance_id),
+        "cost": Symbol(SymbolType.NUMBER, lambda t: t.cost),
+        "precedence": Symbol(SymbolType.STRING, lambda t: t.precedence),
+        "hostId": Symbol(SymbolType.STRING, lambda t: t.host_id),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda t: t.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda t: t.updated_at),
+    }
+
+
+def terminator_symbols(terminators: TerminatorManager) -> SymbolTable:
+    """Filterable terminator fields (OpenZiti's terminator store symbols; ``service`` and
+    ``router`` are ids, ``service.name`` and ``router.name`` the referenced names)."""
+    return SymbolTable(_terminator_symbols(terminators), tags_getter=lambda t: t.tags)
+
+
+#: What the client's limited detail shows, so all a client may filter and sort on: a filter on a
+#: field it cannot see (``address``, ``binding``, ``cost``, ``precedence``, ``hostId``, the
+#: router's name) would read the hidden value one guess at a time. ``service`` / ``router`` /
+#: ``identity`` / ``instanceId`` are ``serviceId`` / ``routerId`` / ``identity`` under their store
+#: names; ``service.name`` is the shown service reference's name.
+CLIENT_TERMINATOR_FIELDS = (
+    "id",
+    "createdAt",
+    "updatedAt",
+    "service",
+    "service.name",
+    "router",
+    "identity",
+    "instanceId",
+)
+
+
+def client_terminator_symbols(terminators: TerminatorManager) -> SymbolTable:
+    """The filterable fields of the client API's terminator list (``tags.*`` included: shown)."""
+    every = _terminator_symbols(terminators)
+    return SymbolTable({name: every[name] for name in CLIENT_TERMINATOR_FIELDS}, tags_getter=lambda t: t.tags)

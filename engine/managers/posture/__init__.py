@@ -13,6 +13,28 @@ when its identity or API session goes. Its answers follow policy-semantics §6:
 - :meth:`PostureManager.service_queries` is the client service view's ``postureQueries``.
 - :meth:`PostureManager.respond` takes posture responses; listeners (the session manager) hear
   which identity's data changed.
+
+What is kept, and why it stays bounded (issue 18: invented ids and paths grew a worker by 114 MB).
+OpenZiti keys the data as kept here and never drops any of it, so an identity could grow its
+entry without end by sending process reports under ever new check ids and paths. Here:
+
+- OS, domain and MAC are one slot each per identity, replaced by each report whatever its id (as
+  OpenZiti); endpoint state is one slot per live API session (its ``id`` is not kept: the C SDK
+  sends ``"0"``); MFA comes from the API session, never from a client.
+- Process reports are kept by check id (read by PROCESS checks) and by path (read by
+  PROCESS_MULTI checks), as OpenZiti, but only the reports some posture check of the identity
+  reads stay without limit: a report whose check id names a PROCESS or PROCESS_MULTI check of
+  one of the identity's service policies, or whose path one of those checks names. Others (a
+  check not (yet / any more) assigned, an invented id or path) are kept only as the
+  :data:`MAX_UNREAD_PROCESS_REPORTS` most recent ones, so ``posture-data`` still shows what a
+  client reported and a check assigned a moment after its report still finds it. Real SDKs only
+  answer the posture queries of their services, which their checks read, so they lose nothing.
+  An identity's process data is thus bounded by the checks the administrators assigned to it
+  plus that small pool.
+- Field lengths and list sizes are limited on the way in (``api/schemas/posture.py``), so each
+  slot and report is bounded too; data goes with its identity (deleted) and its API session
+  (endpoint state, SDK info), as in OpenZiti. Identity data is kept across API sessions, as in
+  OpenZiti: an SDK that logs in again need not send unchanged data again.
 """
 
 from __future__ import annotations
@@ -35,6 +57,7 @@ from engine.managers.posture._core import (
     ENDPOINT_STATE,
     MAC,
     MAX_FAILURES,
+    MAX_UNREAD_PROCESS_REPORTS,
     MFA,
     MFA_PROMPT_GRACE,
     NO_TIMEOUT,
@@ -119,10 +142,15 @@ class PostureManager:
         now = self.env.clock.now()
         woken = any(r.type_id == ENDPOINT_STATE and r.woken for r in responses)
         unlocked = any(r.type_id == ENDPOINT_STATE and r.unlocked for r in responses)
+        # what the identity's checks read, asked before taking the lock (the graph has its own)
+        read = self._process_reads(identity_id) if any(r.type_id == PROCESS for r in responses) else None
         with self._lock:
             data = self._data.setdefault(identity_id, PostureData())
             for response in responses:
                 _apply(data, api_session_id, response, now)
+            if read is not None:
+                _forget_unread(data.processes, read[0])
+                _forget_unread(data.process_paths, read[1])
         timeouts: list[ServiceTimeout] = []
         if woken or unlocked:
             passed_at = self._passed_mfa_at(api_session_id)
@@ -131,6 +159,36 @@ class PostureManager:
         for listener in list(self._listeners):
             listener(identity_id)
         return timeouts
+
+    def _process_reads(self, identity_id: str) -> tuple[set[str], set[str]]:
+        """The check ids and process paths the identity's PROCESS / PROCESS_MULTI checks read:
+        the checks of the service policies that select the identity."""
+        ids: set[str] = set()
+        paths: set[str] = set()
+        if not self.access.has_posture_checks():
+            return ids, paths
+        try:
+            policies = self.access.policies_of(Identity, identity_id, ServicePolicy)
+        except NotFoundError:  # deleted meanwhile: its data goes with it
+            return ids, paths
+        seen: set[str] = set()
+        for policy in policies:
+            if not policy.posture_check_roles:
+                continue
+            try:
+                checks = self.access.members_of(ServicePolicy, policy.id, PostureCheck)
+            except NotFoundError:
+                continue
+            for check in checks:
+                if check.id in seen or check.type_id not in (PROCESS, PROCESS_MULTI):
+                    continue
+                seen.add(check.id)
+                ids.add(check.id)
+                details = check.details
+                wanted = [details.get("process") or {}] if check.type_id == PROCESS else []
+                wanted += list(details.get("processes") or [])
+                paths.update(str(p["path"]) for p in wanted if isinstance(p, dict) and p.get("path"))
+        return ids, paths
 
     def _shortened_timers(
         self, identity_id: str, since_mfa: timedelta, woken: bool, unlocked: bool
@@ -428,8 +486,11 @@ def _apply(data: PostureData, api_session_id: str, response: PostureResponse, no
             signer_fingerprints=[clean_hex(f) for f in response.signer_fingerprints],
             last_updated_at=now,
         )
+        # re-inserted, not updated in place: each map stays in order of last report
+        data.processes.pop(response.check_id, None)
         data.processes[response.check_id] = report
         if report.path:
+            data.process_paths.pop(report.path, None)
             data.process_paths[report.path] = report
     elif kind == ENDPOINT_STATE:
         entry = data.api_sessions.setdefault(api_session_id, SessionPostureData())
@@ -437,3 +498,11 @@ def _apply(data: PostureData, api_session_id: str, response: PostureResponse, no
             entry.woken_at = now
         if response.unlocked:
             entry.unlocked_at = now
+
+
+def _forget_unread(reports: dict[str, ProcessData], read: set[str]) -> None:
+    """Keep every report under a key in ``read``, and the :data:`MAX_UNREAD_PROCESS_REPORTS`
+    latest of the others (``reports`` is in order of last report)."""
+    unread = [key for key in reports if key not in read]
+    for key in unread[: max(0, len(unread) - MAX_UNREAD_PROCESS_REPORTS)]:
+        del reports[key]

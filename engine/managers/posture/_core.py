@@ -22,6 +22,11 @@ from engine.entities.posture import PostureCheck
 NO_TIMEOUT = -1
 #: How many refused session requests are kept per identity (OpenZiti's ``MaxPostureFailures``).
 MAX_FAILURES = 100
+#: How many process reports no posture check of the identity reads are kept per identity, in each
+#: of :attr:`PostureData.processes` (by check id) and :attr:`PostureData.process_paths` (by path):
+#: the most recently reported ones. Reports a check reads are always kept (see
+#: :mod:`engine.managers.posture`).
+MAX_UNREAD_PROCESS_REPORTS = 16
 #: promptOnWake / promptOnUnlock: how long after the event MFA must be passed again.
 MFA_PROMPT_GRACE = timedelta(minutes=5)
 

@@ -18,7 +18,13 @@ from engine.entities.services import Service
 from engine.managers._base import Env
 from engine.managers.access import AccessManager
 from engine.managers.posture import PostureManager, PostureResponse
-from engine.managers.posture._core import MAX_FAILURES, PostureData, ProcessData, SessionPostureData
+from engine.managers.posture._core import (
+    MAX_FAILURES,
+    MAX_UNREAD_PROCESS_REPORTS,
+    PostureData,
+    ProcessData,
+    SessionPostureData,
+)
 from engine.managers.posture.domain import DomainEvaluator
 from engine.managers.posture.mac import MacEvaluator
 from engine.managers.posture.mfa import MfaEvaluator
@@ -518,3 +524,58 @@ def test_posture_data_goes_with_its_api_session_and_identity(env: Env, posture: 
     env.commit(uow)
     put(env, Identity(id="me", created_at=START, updated_at=START, name="me"))
     assert posture.posture_data("me").mac.addresses == []
+
+
+# == bounded process data (issue 18) ===============================================================
+def process_report(check_id: str, path: str) -> PostureResponse:
+    return PostureResponse(check_id, "PROCESS", path=path, is_running=True)
+
+
+@pytest.mark.usefixtures("world")
+def test_process_reports_no_check_reads_keep_only_the_latest_few(env: Env, posture: PostureManager) -> None:
+    put(env, check("PROCESS", id="agent", process={"osType": "Linux", "path": "/bin/agent"}))
+    put(
+        env,
+        check(
+            "PROCESS_MULTI",
+            id="multi",
+            semantic="AnyOf",
+            processes=[{"osType": "Linux", "path": "/bin/a"}, {"osType": "Linux", "path": "/bin/b"}],
+        ),
+    )
+    put(env, policy("dial", "Dial", ["agent", "multi"]))
+    posture.respond(
+        "me",
+        SESSION,
+        [process_report("agent", "/bin/agent"), process_report("multi", "/bin/a")],
+    )
+
+    for n in range(3):
+        posture.respond(
+            "me", SESSION, [process_report(f"junk-{n}-{i}", f"/junk/{n}/{i}") for i in range(500)]
+        )
+
+    data = posture.posture_data("me")
+    assert {"agent", "multi"} <= set(data.processes)
+    assert {"/bin/agent", "/bin/a"} <= set(data.process_paths)
+    assert len(data.processes) == 2 + MAX_UNREAD_PROCESS_REPORTS
+    assert len(data.process_paths) == 2 + MAX_UNREAD_PROCESS_REPORTS
+    assert list(data.processes)[-1] == "junk-2-499"
+    assert posture.evaluate("me", SESSION, "svc", "Dial").passed
+
+
+@pytest.mark.usefixtures("world")
+def test_a_report_whose_check_is_unassigned_joins_the_unread_ones(env: Env, posture: PostureManager) -> None:
+    put(env, check("PROCESS", id="agent", process={"osType": "Linux", "path": "/bin/agent"}))
+    put(env, policy("dial", "Dial", ["agent"]))
+    posture.respond("me", SESSION, [process_report("agent", "/bin/agent")])
+    put(env, policy("dial", "Dial", []))
+
+    posture.respond(
+        "me", SESSION, [process_report(f"junk-{i}", f"/junk/{i}") for i in range(MAX_UNREAD_PROCESS_REPORTS)]
+    )
+
+    data = posture.posture_data("me")
+    assert "agent" not in data.processes
+    assert "/bin/agent" not in data.process_paths
+    assert len(data.processes) == MAX_UNREAD_PROCESS_REPORTS
