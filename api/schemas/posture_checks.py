@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from api.controller import Controller
+from api.schemas.posture import MAX_PATH_LENGTH
 from api.wire import MAX_DURATION_SECONDS, Attributes, Semantic, Tags, WireModel, base
 from engine.entities.posture import PostureCheck
 from engine.managers.posture_checks import (
@@ -34,16 +35,21 @@ class OperatingSystem(WireModel):
     versions: list[str]
 
 
+#: A process check's path is at most what a posture response may report (so that an SDK echoing
+#: it is never refused).
+CheckPath = Annotated[str, Field(max_length=MAX_PATH_LENGTH)]
+
+
 class Process(WireModel):
     os_type: OsType
-    path: str
+    path: CheckPath
     hashes: list[str] | None = None
     signer_fingerprint: str | None = None
 
 
 class ProcessMulti(WireModel):
     os_type: OsType
-    path: str
+    path: CheckPath
     hashes: list[str] | None = None
     signer_fingerprints: list[str] | None = None
 

@@ -147,6 +147,10 @@ def test_mfa_check_fields(api: Api) -> None:
         ),
         ({"name": "x", "typeId": "PROCESS"}, "process"),
         ({"name": "x", "typeId": "PROCESS", "process": {"osType": "Linux"}}, "process.path"),
+        (  # longer than a posture response may report: an SDK echoing it would be refused
+            {"name": "x", "typeId": "PROCESS", "process": {"osType": "Linux", "path": "/" + "p" * 4096}},
+            "process.path",
+        ),
         ({"name": "x", "typeId": "PROCESS_MULTI", "semantic": "AllOf", "processes": []}, "processes"),
         (
             {"name": "x", "typeId": "PROCESS_MULTI", "processes": [{"osType": "Linux", "path": "/a"}]},
