@@ -22,19 +22,17 @@ own after the identity's own change, as an identity keeps the session it changed
 from __future__ import annotations
 
 import dataclasses
-import unicodedata
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from engine.entities.identities import ApiSession, Authenticator, Enrollment, Identity, username_key
+from engine.entities.identities import ApiSession, Authenticator, Enrollment, Identity
 from engine.entities.trust import Ca
 from engine.errors import (
     ControllerError,
     EnrollmentExistsError,
     FieldError,
     InvalidClientCertError,
-    NameConflictError,
     NotFoundError,
     UnauthorizedError,
 )
@@ -52,6 +50,7 @@ from engine.managers.enrollment._core import (
     new_identity_enrollment,
     sign_csr,
 )
+from engine.managers.usernames import check_username
 from engine.ports import IssuedCertificate, UnitOfWork
 
 METHODS = ("updb", "cert")
@@ -78,20 +77,6 @@ def check_length(field: str, value: str | None, low: int, high: int) -> None:
         raise FieldError(field, f"{field} should be at least {low} chars long", _masked(field, value))
     if len(value) > high:
         raise FieldError(field, f"{field} should be at most {high} chars long", _masked(field, value))
-
-
-def check_username(uow: UnitOfWork, username: str, own_id: str | None, field: str = "username") -> None:
-    """A username no other authenticator's reads alike (:func:`username_key`): no surrounding
-    whitespace, no control or format characters, and not another's in other case or width
-    (400 ``COULD_NOT_VALIDATE``; OpenZiti checks exact uniqueness only). Logins still match the
-    username exactly."""
-    if username != username.strip():
-        raise FieldError(field, f"{field} may not start or end with whitespace", username)
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn") for ch in username):
-        raise FieldError(field, f"{field} may not contain control or invisible characters", None)
-    for other in uow.find_by(Authenticator, "username_key", username_key(username)):
-        if other.id != own_id:
-            raise NameConflictError(field, username, Authenticator.ENTITY)
 
 
 def _masked(field: str, value: str) -> str:

@@ -374,7 +374,9 @@ def test_completing_mfa_without_an_enrollment_under_require_totp_is_401(api: Api
 
 
 # -- 7. usernames that pass for another's -----------------------------------------------------------
-@pytest.mark.parametrize("taken", ["Admin", "ADMIN", "admin ", " admin", "\uff41\uff44\uff4d\uff49\uff4e", "ad\u200bmin"])
+@pytest.mark.parametrize(
+    "taken", ["Admin", "ADMIN", "admin ", " admin", "\uff41\uff44\uff4d\uff49\uff4e", "ad\u200bmin"]
+)
 def test_a_non_admin_can_not_rename_itself_to_a_look_alike_of_the_admin(api: Api, taken: str) -> None:
     _, username, authenticator = person(api)
     token = api.login(username, PASSWORD, base=CLIENT)
@@ -418,3 +420,21 @@ def test_renaming_to_another_case_of_ones_own_name_is_allowed(api: Api) -> None:
 
     assert result.status_code == 200
     assert authenticate(api, username.upper(), PASSWORD).status_code == 200
+
+
+def test_a_updb_enrollment_can_not_complete_with_a_look_alike_username(api: Api) -> None:
+    identity = api.post(
+        "/identities",
+        json={"name": unique("enrollee"), "isAdmin": False, "type": "User", "enrollment": {"updb": "ADMIN"}},
+    )
+    assert identity.status_code == 201, identity.text
+    detail = api.get(f"/identities/{identity.json['data']['id']}").json["data"]
+    token = detail["enrollment"]["updb"]["token"]
+
+    result = api.client.simulate_post(
+        CLIENT + "/enroll/updb", params={"token": token}, json={"password": PASSWORD}
+    )
+
+    assert result.status_code == 400, result.text
+    assert result.json["error"]["cause"]["field"] == "username"
+    assert authenticate(api, "ADMIN", PASSWORD).status_code == 401

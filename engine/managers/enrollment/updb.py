@@ -8,10 +8,11 @@ mixed case, a digit, a special character) and is never echoed in an error.
 from __future__ import annotations
 
 from engine.entities.identities import Authenticator
-from engine.errors import AlreadyEnrolledError, FieldError, NameConflictError
+from engine.errors import AlreadyEnrolledError, FieldError
 from engine.managers._base import Env
 from engine.managers.auth_policies import password_problem, rules_for
 from engine.managers.enrollment._core import UPDB, claim, claim_identity
+from engine.managers.usernames import check_username
 from engine.ports import UnitOfWork
 
 
@@ -30,8 +31,7 @@ def enroll(env: Env, token: str | None, username: str | None, password: str | No
         problem = password_problem(rules_for(uow, identity).updb, password)
         if problem is not None:
             raise FieldError("password", problem)
-        if uow.find_unique(Authenticator, "username", name) is not None:
-            raise NameConflictError("username", name, Authenticator.ENTITY)
+        check_username(uow, name, None)
         now = env.clock.now()
         authenticator = Authenticator(
             id=env.ids.new_id(),
