@@ -33,7 +33,7 @@ from engine.entities import all as _all_kinds  # noqa: F401  (registers every en
 from engine.managers._base import Env
 from engine.managers.enrollment import EnrollmentSettings
 from engine.managers.registry import build_managers
-from engine.ports import Clock, ExternalJwtVerifier, IdGenerator, PasswordHasher, Store, TotpService
+from engine.ports import Backoff, Clock, ExternalJwtVerifier, IdGenerator, PasswordHasher, Store, TotpService
 from pki import CertificateAuthority, JwksVerifier, JwtSigner, PkiPaths, PyotpTotp, ScryptPasswordHasher
 
 log = logging.getLogger("trellis")
@@ -92,9 +92,18 @@ def build_controller(
         ca=authority,
         tokens=JwtSigner.for_authority(authority),
         totp=totp if totp is not None else PyotpTotp(),
-        jwt_verifier=jwt_verifier if jwt_verifier is not None else JwksVerifier(),
+        jwt_verifier=(
+            jwt_verifier
+            if jwt_verifier is not None
+            else JwksVerifier(allow_loopback=settings.jwks_allow_loopback)
+        ),
     )
-    managers = build_managers(env, enrollment_settings(settings), session_timeout=settings.session_timeout)
+    managers = build_managers(
+        env,
+        enrollment_settings(settings),
+        session_timeout=settings.session_timeout,
+        code_backoff=Backoff(settings.mfa_free_failures, settings.mfa_backoff, settings.mfa_backoff_max),
+    )
     instance_id = store.get_setting("instance_id")
     if instance_id is None:
         instance_id = ids.new_id()

@@ -44,6 +44,12 @@ class Settings:
     rate_auth_burst: int = 600
     rate_write_per_minute: int = 30000
     rate_write_burst: int = 5000
+    #: MFA code guesses per identity (every operation that takes a code): this many wrong codes
+    #: free, then one at a time, the wait doubling from ``mfa_backoff`` to ``mfa_backoff_max``
+    #: seconds after each further wrong one; a right code clears it.
+    mfa_free_failures: int = 10
+    mfa_backoff: float = 30.0
+    mfa_backoff_max: float = 3600.0
     #: A request's time budget in the app (0: none); long operations check it and answer 503.
     request_timeout: float = 30.0
     #: How often the serving process deletes expired API sessions (and their sessions).
@@ -52,6 +58,9 @@ class Settings:
     posture_interval: float = 5.0
     #: Origins (``scheme://host[:port]``) answered with CORS headers; none: CORS off.
     cors_origins: tuple[str, ...] = ()
+    #: External JWT signers' JWKS endpoints may be on loopback addresses (an identity provider on
+    #: the controller's own host); off: such endpoints are refused when set and when fetched.
+    jwks_allow_loopback: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -99,10 +108,14 @@ class Settings:
             rate_auth_burst=_count(env, "TRELLIS_RATE_AUTH_BURST", 600),
             rate_write_per_minute=_count(env, "TRELLIS_RATE_WRITE_PER_MINUTE", 30000),
             rate_write_burst=_count(env, "TRELLIS_RATE_WRITE_BURST", 5000),
+            mfa_free_failures=max(1, _count(env, "TRELLIS_MFA_FREE_FAILURES", 10)),
+            mfa_backoff=_seconds(env, "TRELLIS_MFA_BACKOFF_SECONDS", 30.0),
+            mfa_backoff_max=_seconds(env, "TRELLIS_MFA_BACKOFF_MAX_SECONDS", 3600.0),
             request_timeout=_seconds(env, "TRELLIS_REQUEST_TIMEOUT_SECONDS", 30.0, allow_zero=True),
             purge_interval=_seconds(env, "TRELLIS_PURGE_INTERVAL_SECONDS", 60.0),
             posture_interval=_seconds(env, "TRELLIS_POSTURE_INTERVAL_SECONDS", 5.0),
             cors_origins=parse_origins(env.get("TRELLIS_CORS_ORIGINS", "")),
+            jwks_allow_loopback=_choice(env, "TRELLIS_JWKS_ALLOW_LOOPBACK", ("off", "on")) == "on",
         )
 
 

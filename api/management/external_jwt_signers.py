@@ -1,7 +1,13 @@
-"""``/external-jwt-signers``: the standard family pattern; certificate details come from ``certPem``."""
+"""``/external-jwt-signers``: the standard family pattern; certificate details come from ``certPem``.
+
+A ``jwksEndpoint`` on a loopback address is refused (400, field ``jwksEndpoint``) unless the
+operator allows it (``TRELLIS_JWKS_ALLOW_LOOPBACK``); the engine refuses every other address the
+controller must never fetch.
+"""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from api.resources import Mode, model_fields, mount, view_family
@@ -15,6 +21,7 @@ from api.schemas.trust import (
 from api.wire import WireModel
 from engine.entities.trust import ExternalJwtSigner
 from engine.errors import FieldError, InvalidCertPemError
+from engine.managers.external_jwt_signers import jwks_endpoint_problem
 from pki import common_name, fingerprint, parse_certificates
 
 
@@ -44,13 +51,18 @@ def certificate_fields(cert_pem: str | None) -> dict[str, Any]:
     }
 
 
-def signer_fields(model: WireModel, mode: Mode) -> dict[str, Any]:
+def signer_fields(model: WireModel, mode: Mode, *, allow_loopback: bool = False) -> dict[str, Any]:
     if mode == "patch":
         fields = {k: v for k, v in model.fields_set().items() if v is not None or k in SIGNER_NULLABLE}
     else:
         fields = model_fields(model, mode, ExternalJwtSigner)
         fields.setdefault("cert_pem", None)
         fields.setdefault("jwks_endpoint", None)
+    endpoint = fields.get("jwks_endpoint")
+    if isinstance(endpoint, str) and endpoint.strip():
+        problem = jwks_endpoint_problem(endpoint, allow_loopback=allow_loopback)
+        if problem is not None:
+            raise FieldError("jwksEndpoint", problem, endpoint)
     if "cert_pem" in fields:
         fields.update(certificate_fields(fields["cert_pem"]))
     return fields
@@ -63,6 +75,6 @@ def register(routes: Routes) -> None:
         create_model=ExternalJwtSignerCreate,
         update_model=ExternalJwtSignerUpdate,
         patch_model=ExternalJwtSignerPatch,
-        to_fields=signer_fields,
+        to_fields=partial(signer_fields, allow_loopback=routes.ctrl.settings.jwks_allow_loopback),
     )
     mount(routes, family)

@@ -9,15 +9,20 @@ with ``cert_pem``. ``name``, ``issuer``, ``kid`` and ``fingerprint`` are unique.
 ``externalAuthUrl``/``audience`` are stored as null, a blank ``claimsProperty`` as ``sub``, a
 blank enrolment auth policy as ``default``. A signer used by an auth policy can not be deleted.
 
-The controller fetches a ``jwksEndpoint`` itself, so one it must never fetch is refused when the
+The controller fetches a ``jwksEndpoint`` itself (whenever a token names a key it does not know,
+so on behalf of anyone who can send a login), so one it must never fetch is refused when the
 signer is saved (OpenZiti's ``external_jwt_signer_jwks_endpoint_test.go``): only ``http`` and
-``https`` URLs with a host, and never a link-local address (the cloud instance metadata service
-lives there). Hostnames are accepted: their addresses are checked when the JWKS is fetched.
+``https`` URLs with a host, never an address of :func:`address_problem` (link-local and cloud
+metadata, unspecified, multicast, reserved; loopback unless the operator allows it). Private
+networks (RFC 1918, unique-local IPv6) are allowed: an identity provider inside the company
+network is a legitimate one. A host name is checked by name only here (``localhost`` is
+loopback); the addresses it resolves to are checked when the JWKS is fetched (``pki.jwks``).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -57,31 +62,93 @@ def _normalize(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def is_forbidden_address(host: str) -> bool:
-    """Whether ``host`` (an IP literal) is an address the controller must never fetch from:
-    link-local (IPv4 169.254.0.0/16, IPv6 fe80::/10, and AWS's IPv6 metadata fd00:ec2::254)."""
+#: Cloud instance metadata services outside the link-local ranges: AWS over IPv6, Alibaba Cloud.
+_METADATA = frozenset({ipaddress.ip_address("fd00:ec2::254"), ipaddress.ip_address("100.100.100.200")})
+#: IPv6 addresses that carry an IPv4 address the connection ends up at: the NAT64 well-known prefix.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+#: "This network" (RFC 1122; Linux connects 0.0.0.0 to the local host) and the reserved class E
+#: block with the broadcast address; IPv6's ``::/8`` (IPv4-compatible and unassigned).
+_NOWHERE = (
+    ipaddress.ip_network("0.0.0.0/8"),
+    ipaddress.ip_network("240.0.0.0/4"),
+    ipaddress.ip_network("::/8"),
+)
+#: A part of an IPv4 address as ``inet_aton`` (and so a resolver) reads it: hex, octal or decimal.
+_INET_ATON_PART = re.compile(r"0[xX][0-9a-fA-F]*|0[0-7]*|[1-9][0-9]*")
+
+LOOPBACK = "a loopback address"
+
+
+def address_problem(address: str, *, allow_loopback: bool = False) -> str | None:
+    """What an IP address is when the controller may not fetch from it, else None (also when
+    ``address`` is no IP address): link-local (cloud instance metadata lives at 169.254.169.254)
+    and the other cloud metadata addresses, unspecified, multicast, reserved, and loopback unless
+    ``allow_loopback``. An IPv4-mapped or NAT64 IPv6 address is judged by its IPv4 address."""
     try:
-        address = ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+        ip = ipaddress.ip_address(address.strip("[]").split("%", 1)[0])
     except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_link_local or address == ipaddress.ip_address("fd00:ec2::254")
+        return None
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif ip in _NAT64:
+            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in _METADATA:
+        return "a cloud metadata address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip.is_loopback:
+        return None if allow_loopback else LOOPBACK
+    if ip.is_unspecified:
+        return "an unspecified address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if any(ip in block for block in _NOWHERE):
+        return "a reserved address"
+    return None
 
 
-def jwks_endpoint_problem(endpoint: str) -> str | None:
-    """Why the controller may not fetch ``endpoint``, or None."""
+def _aton_number(part: str) -> int:
+    if part[:2].lower() == "0x":
+        return int(part[2:] or "0", 16)
+    return int(part, 8) if part[0] == "0" else int(part)
+
+
+def _legacy_ipv4(host: str) -> str | None:
+    """``host`` as the address a resolver reads it as when it is a shorthand IPv4 literal
+    (``127.1``, ``0x7f000001``, ``2130706433``), else None."""
+    parts = host.split(".")
+    if not 1 <= len(parts) <= 4 or not all(_INET_ATON_PART.fullmatch(part) for part in parts):
+        return None
+    *head, last = [_aton_number(part) for part in parts]
+    if any(value > 255 for value in head) or last >= 256 ** (4 - len(head)):
+        return None
+    number = last
+    for index, value in enumerate(head):
+        number |= value << (8 * (3 - index))
+    return str(ipaddress.IPv4Address(number))
+
+
+def jwks_endpoint_problem(endpoint: str, *, allow_loopback: bool = False) -> str | None:
+    """Why the controller may not fetch ``endpoint``, or None. A host name is judged by name only
+    (``localhost`` and ``*.localhost`` are loopback, RFC 6761); its addresses are checked when
+    fetched."""
     try:
         parts = urlsplit(endpoint)
         host = parts.hostname
+        parts.port  # noqa: B018  (a port out of range or not a number raises)
     except ValueError:
         return "jwksEndpoint must be a valid URL"
     if parts.scheme.lower() not in ("http", "https"):
         return "jwksEndpoint must be an http or https URL"
     if not host:
         return "jwksEndpoint must name a host"
-    if is_forbidden_address(host):
-        return "jwksEndpoint may not point at a link-local address"
+    name = host.rstrip(".").lower()
+    if not allow_loopback and (name == "localhost" or name.endswith(".localhost")):
+        return f"jwksEndpoint may not point at {LOOPBACK}"
+    problem = address_problem(_legacy_ipv4(name) or host, allow_loopback=allow_loopback)
+    if problem is not None:
+        return f"jwksEndpoint may not point at {problem}"
     return None
 
 
@@ -117,7 +184,11 @@ class ExternalJwtSignerManager(EntityManager[ExternalJwtSigner]):
             raise FieldError(
                 "jwksEndpoint", "only one of jwksEndpoint or certPem may be defined", new.jwks_endpoint
             )
-        if new.jwks_endpoint is not None and (problem := jwks_endpoint_problem(new.jwks_endpoint)):
+        # Loopback is the operator's call (a setting the API layer applies before this); every
+        # other address the controller must never fetch is refused here whatever the caller.
+        if new.jwks_endpoint is not None and (
+            problem := jwks_endpoint_problem(new.jwks_endpoint, allow_loopback=True)
+        ):
             raise FieldError("jwksEndpoint", problem, new.jwks_endpoint)
         if new.target_token not in TARGET_TOKENS:
             raise FieldError(

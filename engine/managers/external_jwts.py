@@ -8,7 +8,12 @@ What logging in with an external JWT (``authentication/ext_jwt.py``) and enrolli
 - the token's header names a ``kid``; the signer's key for it (its certificate, or its JWKS
   through the :class:`~engine.ports.ExternalJwtVerifier` port) verifies the signature;
 - when the signer has an ``audience``, the token's ``aud`` contains it;
-- ``exp`` has not passed and ``nbf`` has come (by the controller's clock).
+- the token has an ``exp`` (a number) and it has not passed (by the controller's clock: no
+  leeway). OpenZiti accepts a token without ``exp``; one that never expires is no credential
+  here;
+- ``nbf`` and ``iat``, when present, are numbers and not later than :data:`LEEWAY` seconds from
+  now (an identity provider's clock a little ahead is tolerated; OpenZiti checks ``nbf`` without
+  leeway and ignores ``iat``).
 
 A signer's claim selectors (``claimsProperty``, ``enrollNameClaimsSelector``,
 ``enrollAttributeClaimsSelector``) are JSON pointers or bare names (:func:`resolve_claim`).
@@ -16,6 +21,7 @@ A signer's claim selectors (``claimsProperty``, ``enrollNameClaimsSelector``,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,6 +35,9 @@ MAX_CANDIDATES = 2
 
 #: Why a token failed (the ``error`` of a ``WWW-Authenticate`` challenge).
 MISSING, INVALID, EXPIRED = "missing", "invalid", "expired"
+
+#: Seconds an ``nbf`` or ``iat`` may lie ahead of the controller's clock (clock skew).
+LEEWAY = 30
 
 #: What :func:`resolve_claim` answers for a selector that names nothing in the claims.
 MISSING_CLAIM: Any = object()
@@ -70,23 +79,30 @@ def _audiences(claims: dict[str, Any]) -> list[str]:
 
 
 def _number(value: Any) -> float | None:
-    """A NumericDate claim as a float; None when it is not a number or too large for one."""
+    """A NumericDate claim as a float; None when it is not a number, too large for one, or not
+    finite (JSON parsers read ``NaN`` and ``Infinity``: an ``exp`` of either would never pass)."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         return None
     try:
-        return float(value)
+        number = float(value)
     except OverflowError:
         return None
+    return number if math.isfinite(number) else None
 
 
 def _timing(claims: dict[str, Any], now: datetime) -> str | None:
+    """Why the token's times refuse it (see the module's docstring), or None."""
     moment = now.timestamp()
     exp = _number(claims.get("exp"))
-    if "exp" in claims and (exp is None or moment >= exp):
-        return EXPIRED
-    nbf = _number(claims.get("nbf"))
-    if "nbf" in claims and (nbf is None or moment < nbf):
+    if exp is None:
         return INVALID
+    if moment >= exp:
+        return EXPIRED
+    for name in ("nbf", "iat"):
+        if name in claims:
+            value = _number(claims[name])
+            if value is None or value > moment + LEEWAY:
+                return INVALID
     return None
 
 

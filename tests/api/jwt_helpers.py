@@ -5,6 +5,7 @@ their tokens."""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,9 +18,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from api.settings import Settings
 from engine.testing import FixedClock
 from pki import JwksVerifier
-from tests.api.certs import admin_api, unique
+from tests.api.certs import unique
 from tests.conftest import Api
 
 AUDIENCE = "openziti"
@@ -27,16 +29,24 @@ AUDIENCE = "openziti"
 
 # -- a JWKS endpoint on 127.0.0.1 -----------------------------------------------------------------
 class Jwks:
-    """JWKS documents served per path, counting the fetches of each."""
+    """JWKS documents served per path, counting the fetches of each; a path of ``redirects``
+    answers 302 to its target instead."""
 
     def __init__(self) -> None:
         self.documents: dict[str, dict[str, Any]] = {}
+        self.redirects: dict[str, str] = {}
         self.fetches: dict[str, int] = {}
         jwks = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 jwks.fetches[self.path] = jwks.fetches.get(self.path, 0) + 1
+                if self.path in jwks.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", jwks.redirects[self.path])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 document = jwks.documents.get(self.path)
                 body = json.dumps(document).encode() if document is not None else b"{}"
                 self.send_response(200 if document is not None else 404)
@@ -111,8 +121,30 @@ def make_cert_signer(api: Api, clock: FixedClock, **fields: Any) -> Signer:
     return Signer(api, clock, key, kid, "RS256", certPem=self_signed(key, "idp"), kid=kid, **fields)
 
 
-def open_admin_api(home_parent: Path, pki_template: Path, clock: FixedClock) -> Api:
-    """A logged-in admin over an app on ``clock`` whose JWKS fetches are not rate limited."""
-    verifier = JwksVerifier(timeout=5.0, min_refetch=0.0)
-    admin: Api = admin_api(home_parent, pki_template, clock=clock, jwt_verifier=verifier)
+def open_admin_api(
+    home_parent: Path, pki_template: Path, clock: FixedClock, *, verifier: JwksVerifier | None = None
+) -> Api:
+    """A logged-in admin over an app on ``clock`` that allows JWKS endpoints on loopback (the
+    :class:`Jwks` server is on 127.0.0.1): ``TRELLIS_JWKS_ALLOW_LOOPBACK`` on, and a verifier
+    allowed to fetch from loopback whose fetches are not rate limited, unless ``verifier`` is given.
+    The caller closes ``api.app.ctrl.env.store``."""
+    from engine.managers.bootstrap import create_default_admin
+    from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, open_app
+
+    home = home_parent / "home"
+    home.mkdir()
+    shutil.copytree(pki_template, home / "pki")
+    settings = Settings(
+        home=home,
+        bind="127.0.0.1:1280",
+        rate_auth_per_minute=0,  # a module's shared app sends many requests
+        rate_write_per_minute=0,
+        jwks_allow_loopback=True,
+    )
+    if verifier is None:
+        verifier = JwksVerifier(timeout=5.0, min_refetch=0.0, allow_loopback=True)
+    app = open_app(settings, clock=clock, jwt_verifier=verifier)
+    create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
+    admin = Api(app)
+    admin.token = admin.login(ADMIN_USER, ADMIN_PASSWORD)
     return admin

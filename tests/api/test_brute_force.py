@@ -8,6 +8,7 @@ The app runs on a fixed clock: lockouts, code windows and waits are moved throug
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -438,3 +439,32 @@ def test_a_updb_enrollment_can_not_complete_with_a_look_alike_username(api: Api)
     assert result.status_code == 400, result.text
     assert result.json["error"]["cause"]["field"] == "username"
     assert authenticate(api, "ADMIN", PASSWORD).status_code == 401
+
+
+def test_the_mfa_throttle_comes_from_the_environment(settings: Settings, clock: FixedClock) -> None:
+    loaded = Settings.from_env(
+        {
+            "TRELLIS_MFA_FREE_FAILURES": "2",
+            "TRELLIS_MFA_BACKOFF_SECONDS": "5",
+            "TRELLIS_MFA_BACKOFF_MAX_SECONDS": "60",
+        }
+    )
+    assert (loaded.mfa_free_failures, loaded.mfa_backoff, loaded.mfa_backoff_max) == (2, 5.0, 60.0)
+    with pytest.raises(SystemExit, match="TRELLIS_MFA_FREE_FAILURES"):
+        Settings.from_env({"TRELLIS_MFA_FREE_FAILURES": "many"})
+
+    app = open_app(dataclasses.replace(settings, mfa_free_failures=2, mfa_backoff=5.0), clock=clock)
+    try:
+        create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
+        admin = Api(app)
+        admin.token = admin.login(ADMIN_USER, ADMIN_PASSWORD)
+        user = MfaPerson(admin, clock)
+        for _ in range(2):
+            user.call("POST", "/current-api-session/totp-token", json={"code": "000000"})
+
+        refused = user.call("POST", "/current-api-session/totp-token", json={"code": user.now()})
+
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "5"
+    finally:
+        app.ctrl.env.store.close()

@@ -10,12 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from engine.testing import FixedClock
+from pki import JwksVerifier
 from tests.api.certs import unique
 from tests.api.jwt_helpers import AUDIENCE, Jwks, Signer, make_cert_signer, open_admin_api, self_signed
 from tests.conftest import CLIENT, MGMT, Api
@@ -272,7 +274,7 @@ def test_a_disabled_identity_is_refused(api: Api, cert_signer: Signer) -> None:
     result = ext_login(api, cert_signer.token(person))
 
     assert result.status_code == 401
-    assert error(result)["code"] == "UNAUTHORIZED"
+    assert error(result)["code"] == "INVALID_AUTH"
 
 
 def test_an_auth_policy_without_ext_jwt_refuses_it(api: Api, cert_signer: Signer) -> None:
@@ -433,3 +435,163 @@ def test_challenge_parameters_are_quoted_strings() -> None:
 
     assert 'issuer="https://idp.test/\\"a\\\\b"' in value
     assert 'id="s1"' in value
+
+
+# -- the times a token must carry -------------------------------------------------------------------
+def test_a_token_without_exp_is_refused(api: Api, cert_signer: Signer) -> None:
+    """A token that never expires is no credential (OpenZiti accepts one: a README deviation)."""
+    result = ext_login(api, cert_signer.token(identity(api), exp=None))
+
+    assert result.status_code == 401
+    assert error(result)["code"] == "INVALID_AUTH"
+    assert challenge(result)["error"] == "invalid"
+
+
+@pytest.mark.parametrize("claim", ["iat", "nbf"])
+def test_a_token_from_the_future_is_refused(api: Api, cert_signer: Signer, claim: str) -> None:
+    future: dict[str, Any] = {claim: int(cert_signer.clock.now().timestamp()) + 600}
+
+    result = ext_login(api, cert_signer.token(identity(api), **future))
+
+    assert result.status_code == 401
+    assert error(result)["code"] == "INVALID_AUTH"
+    assert challenge(result)["error"] == "invalid"
+
+
+@pytest.mark.parametrize("claim", ["iat", "nbf"])
+def test_a_little_clock_skew_is_tolerated(api: Api, cert_signer: Signer, claim: str) -> None:
+    """An identity provider's clock a few seconds ahead of the controller's still logs in."""
+    ahead: dict[str, Any] = {claim: int(cert_signer.clock.now().timestamp()) + 10}
+
+    result = ext_login(api, cert_signer.token(identity(api), **ahead))
+
+    assert result.status_code == 200, result.text
+
+
+@pytest.mark.parametrize("value", ["soon", None, True, [1], float("nan"), float("inf")])
+def test_an_exp_that_is_no_number_is_refused(api: Api, cert_signer: Signer, value: Any) -> None:
+    """An ``exp`` of ``NaN`` or ``Infinity`` would never pass; neither is JSON (some parsers read
+    them), so such a token is no candidate at all (``missing``)."""
+    result = ext_login(api, _signed(cert_signer, identity(api), exp=value))
+
+    assert result.status_code == 401
+    assert error(result)["code"] == "INVALID_AUTH"
+    assert challenge(result)["error"] == ("missing" if isinstance(value, float) else "invalid")
+
+
+def _signed(signer: Signer, sub: str, **claims: Any) -> str:
+    """A token of ``signer`` with ``claims`` as given (``Signer.token`` drops None values)."""
+    now = int(signer.clock.now().timestamp())
+    payload = {"iss": signer.issuer, "sub": sub, "aud": AUDIENCE, "iat": now, **claims}
+    return jwt.encode(payload, signer.key, algorithm=signer.alg, headers={"kid": signer.kid})
+
+
+def _secondary_session(api: Api, clock: FixedClock) -> tuple[Signer, str, str]:
+    """A cert signer required as a secondary factor, an identity under it, and its API session."""
+    signer = make_cert_signer(api, clock, externalAuthUrl="https://login.example.test/auth")
+    policy = api.create(
+        "/auth-policies",
+        {"name": unique("2fa-jwt"), "primary": {}, "secondary": {"requireExtJwtSigner": signer.id}},
+    )
+    person = identity(api, authPolicyId=policy)
+    username = unique("u")
+    api.create(
+        "/authenticators",
+        {"identityId": person, "method": "updb", "username": username, "password": "pass-word-1"},
+    )
+    login = api.client.simulate_post(
+        CLIENT + "/authenticate",
+        params={"method": "password"},
+        json={"username": username, "password": "pass-word-1"},
+    )
+    assert login.status_code == 200, login.text
+    return signer, person, str(login.json["data"]["token"])
+
+
+def test_a_secondary_token_without_exp_is_refused(api: Api, clock: FixedClock) -> None:
+    signer, person, session = _secondary_session(api, clock)
+
+    def current(token: str) -> Any:
+        return api.get(
+            "/current-identity", token=session, base=CLIENT, headers={"Authorization": f"Bearer {token}"}
+        )
+
+    forever = current(signer.token(person, exp=None))
+    expiring = current(signer.token(person))
+
+    assert forever.status_code == 401
+    assert challenge(forever)["realm"] == "openziti-secondary-ext-jwt"
+    assert challenge(forever)["error"] == "invalid"
+    assert expiring.status_code == 200
+
+
+# -- fetching a JWKS -----------------------------------------------------------------------------------
+def test_a_redirecting_jwks_endpoint_is_not_followed(api: Api, clock: FixedClock, jwks: Jwks) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    real = f"/{unique('jwks')}.json"
+    moved = f"/{unique('moved')}.json"
+    jwks.publish(real, ("key-1", key))
+    jwks.redirects[moved] = jwks.url(real)
+    signer = Signer(api, clock, key, "key-1", "ES256", jwksEndpoint=jwks.url(moved))
+
+    result = ext_login(api, signer.token(identity(api)))
+
+    assert result.status_code == 401
+    assert error(result)["code"] == "INVALID_AUTH"
+    assert jwks.fetches[moved] == 1
+    assert real not in jwks.fetches
+
+
+@pytest.fixture(scope="module")
+def strict_api(
+    tmp_path_factory: pytest.TempPathFactory, pki_template: Path, clock: FixedClock
+) -> Iterator[Api]:
+    """An app whose signers may name loopback endpoints but whose verifier (the default one)
+    refuses to fetch from loopback: as after an endpoint was set while loopback was allowed, or a
+    host name that resolves to loopback only when the keys are fetched."""
+    admin = open_admin_api(
+        tmp_path_factory.mktemp("ext-jwt-strict"), pki_template, clock, verifier=JwksVerifier()
+    )
+    yield admin
+    admin.app.ctrl.env.store.close()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_loopback_jwks_endpoint_is_not_fetched_when_loopback_is_not_allowed(
+    strict_api: Api, clock: FixedClock, jwks: Jwks, host: str
+) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    path = f"/{unique('jwks')}.json"
+    jwks.publish(path, ("key-1", key))
+    endpoint = jwks.url(path).replace("127.0.0.1", host)
+    signer = Signer(strict_api, clock, key, "key-1", "ES256", jwksEndpoint=endpoint)
+
+    result = ext_login(strict_api, signer.token(identity(strict_api)))
+
+    assert result.status_code == 401
+    assert error(result)["code"] == "INVALID_AUTH"
+    assert path not in jwks.fetches
+
+
+def test_logins_with_unknown_kids_fetch_the_jwks_at_a_bounded_rate(
+    tmp_path_factory: pytest.TempPathFactory, pki_template: Path, clock: FixedClock, jwks: Jwks
+) -> None:
+    """However many logins name keys the JWKS does not have, the controller fetches it at most
+    once per interval (an hour here: the test never waits for it)."""
+    verifier = JwksVerifier(min_refetch=3600.0, allow_loopback=True)
+    admin = open_admin_api(tmp_path_factory.mktemp("ext-jwt-rate"), pki_template, clock, verifier=verifier)
+    try:
+        key = ec.generate_private_key(ec.SECP256R1())
+        path = f"/{unique('jwks')}.json"
+        jwks.publish(path, ("key-1", key))
+        signer = Signer(admin, clock, key, "key-1", "ES256", jwksEndpoint=jwks.url(path))
+        person = identity(admin)
+
+        known = ext_login(admin, signer.token(person))
+        unknown = [ext_login(admin, signer.token(person, kid=f"guess-{n}")).status_code for n in range(5)]
+
+        assert known.status_code == 200
+        assert unknown == [401] * 5
+        assert jwks.fetches[path] == 1
+    finally:
+        admin.app.ctrl.env.store.close()

@@ -272,3 +272,105 @@ def test_signers_survive_a_restart(api: Api, app: Any, settings: Any, signer_pem
         assert signer.not_after is not None
     finally:
         reopened.ctrl.env.store.close()
+
+
+# -- jwksEndpoint: where the controller may fetch keys from -------------------------------------------
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "http://127.0.0.1:8080/jwks",
+        "http://127.1/jwks",  # what a resolver reads as 127.0.0.1
+        "http://2130706433/jwks",
+        "http://[::1]/jwks",
+        "http://[::ffff:127.0.0.1]/jwks",
+        "http://localhost:8080/jwks",
+        "https://idp.localhost./jwks",
+        "http://0.0.0.0/jwks",
+        "http://[::]/jwks",
+        "http://224.0.0.251/jwks",
+        "http://[ff02::1]/jwks",
+        "http://255.255.255.255/jwks",
+        "http://[fe80::1]/jwks",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://100.100.100.200/latest/meta-data/",
+        "http://[fd00:ec2::254]/latest/meta-data/",
+        "ftp://idp.example.com/jwks",
+    ],
+)
+def test_an_endpoint_the_controller_must_not_fetch_is_refused(api: Api, endpoint: str) -> None:
+    result = api.post("/external-jwt-signers", json={**JWKS, "jwksEndpoint": endpoint})
+
+    assert result.status_code == 400, result.text
+    assert result.json["error"]["code"] == "COULD_NOT_VALIDATE"
+    assert result.json["error"]["cause"]["field"] == "jwksEndpoint"
+
+
+def test_a_loopback_endpoint_is_refused_when_changed_too(api: Api) -> None:
+    id = api.create("/external-jwt-signers", JWKS)
+    loopback = {**JWKS, "jwksEndpoint": "http://127.0.0.1:8080/jwks"}
+
+    patched = api.patch(f"/external-jwt-signers/{id}", json={"jwksEndpoint": loopback["jwksEndpoint"]})
+    replaced = api.put(f"/external-jwt-signers/{id}", json=loopback)
+
+    for result in (patched, replaced):
+        assert result.status_code == 400, result.text
+        assert result.json["error"]["cause"]["field"] == "jwksEndpoint"
+    assert _get(api, id)["jwksEndpoint"] == JWKS["jwksEndpoint"]
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "https://10.1.2.3/jwks",
+        "http://192.168.0.10:8080/jwks",
+        "https://172.16.5.4/jwks",
+        "https://100.64.0.1/jwks",
+        "https://[fd12:3456::1]/jwks",
+        "https://8.8.8.8/jwks",
+    ],
+)
+def test_a_private_network_endpoint_is_accepted(api: Api, endpoint: str) -> None:
+    """An identity provider inside the company network is a legitimate one."""
+    result = api.post("/external-jwt-signers", json={**JWKS, "jwksEndpoint": endpoint})
+
+    assert result.status_code == 201, result.text
+
+
+def test_loopback_endpoints_are_accepted_when_the_setting_allows_them(make_api: Any) -> None:
+    admin = make_api(jwks_allow_loopback=True)
+
+    loopback = admin.post(
+        "/external-jwt-signers", json={**JWKS, "jwksEndpoint": "http://127.0.0.1:8080/jwks"}
+    )
+    named = admin.post(
+        "/external-jwt-signers",
+        json={
+            **JWKS,
+            "name": "named",
+            "issuer": "https://named.example.com",
+            "jwksEndpoint": "http://localhost/j",
+        },
+    )
+    metadata = admin.post(
+        "/external-jwt-signers",
+        json={
+            **JWKS,
+            "name": "md",
+            "issuer": "https://md.example.com",
+            "jwksEndpoint": "http://169.254.169.254/",
+        },
+    )
+
+    assert (loopback.status_code, named.status_code) == (201, 201)
+    assert metadata.status_code == 400
+    assert metadata.json["error"]["cause"]["field"] == "jwksEndpoint"
+
+
+def test_the_loopback_setting_is_read_from_the_environment() -> None:
+    from api.settings import Settings
+
+    assert Settings.from_env({}).jwks_allow_loopback is False
+    assert Settings.from_env({"TRELLIS_JWKS_ALLOW_LOOPBACK": "on"}).jwks_allow_loopback is True
+    assert Settings.from_env({"TRELLIS_JWKS_ALLOW_LOOPBACK": "OFF"}).jwks_allow_loopback is False
+    with pytest.raises(SystemExit, match="TRELLIS_JWKS_ALLOW_LOOPBACK"):
+        Settings.from_env({"TRELLIS_JWKS_ALLOW_LOOPBACK": "yes"})

@@ -7,7 +7,8 @@ that would have been accepted (realm ``openziti-primary-ext-jwt``, error ``missi
 
 - the token passes :func:`~engine.managers.external_jwts.verify_token`: the signer its ``iss``
   names is enabled, its key for the token's ``kid`` verifies the signature, the audience matches,
-  ``exp`` has not passed and ``nbf`` has come;
+  it has an ``exp`` that has not passed, and its ``nbf`` and ``iat`` have come (give or take a
+  minute of clock skew);
 - the signer's ``claimsProperty`` (default ``sub``; a JSON pointer reaches into nested claims)
   holds a non-empty string: the identity's id, or its ``externalId`` when the signer has
   ``useExternalId``;
