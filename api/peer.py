@@ -1,11 +1,17 @@
 """The client certificate chain a request presents: from the TLS handshake or a trusted proxy.
 
-The serving worker puts the verified chain in the WSGI environ as ``trellis.peer_cert_chain``
-(DER, leaf first). Behind a TLS-terminating proxy the certificate arrives in the
-``X-Client-CertPem`` header instead, and is believed only when the request comes from one of the
-configured proxy addresses (``TRELLIS_CERT_PROXIES``). OpenZiti's edge routers send standard
-base64 of the DER there; proxies such as nginx send URL-encoded PEM
-(``$ssl_client_escaped_cert``); both are accepted (``pki.proxied_certificates`` decodes them).
+The serving worker puts the chain the client sent in the WSGI environ as
+``trellis.peer_cert_chain`` (DER, leaf first). It is **not verified**: the handshake lets a
+certificate of any issuer through (``api.tls``, as OpenZiti's ``tls.RequestClientCert``) and
+only proves that the client holds the leaf's private key, so every use of the chain checks its
+signatures itself (``CertificateAuthority.issued_by_us`` / ``issuer_index``) and refuses an
+untrusted one with an HTTP answer (401 ``INVALID_AUTH`` for ``method=cert``).
+
+Behind a TLS-terminating proxy the certificate arrives in the ``X-Client-CertPem`` header
+instead, and is believed only when the request comes from one of the configured proxy addresses
+(``TRELLIS_CERT_PROXIES``). OpenZiti's edge routers send standard base64 of the DER there;
+proxies such as nginx send URL-encoded PEM (``$ssl_client_escaped_cert``); both are accepted
+(``pki.proxied_certificates`` decodes them), and checked as the handshake's chain is.
 """
 
 from __future__ import annotations
@@ -51,9 +57,10 @@ def from_trusted_proxy(req: falcon.Request, proxies: Sequence[Network]) -> bool:
 
 
 def presented_chain(req: falcon.Request) -> list[str]:
-    """The client certificate chain of ``req`` as PEM strings, leaf first (empty when none);
-    a trusted proxy's header that does not decode is a 400 ``INVALID_CLIENT_CERT``. The trusted
-    proxies are ``req.context.cert_proxies`` (the middleware's, parsed once from settings)."""
+    """The client certificate chain of ``req`` as PEM strings, leaf first (empty when none), as
+    presented: unverified (see the module docstring). A trusted proxy's header that does not
+    decode is a 400 ``INVALID_CLIENT_CERT``. The trusted proxies are ``req.context.cert_proxies``
+    (the middleware's, parsed once from settings)."""
     header = req.get_header(PROXY_HEADER)
     if header and from_trusted_proxy(req, getattr(req.context, "cert_proxies", ())):
         try:

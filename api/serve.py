@@ -36,7 +36,9 @@ def serving_limits(settings: Settings) -> Limits:
 
 
 def tls_context(paths: PkiPaths) -> ssl.SSLContext:
-    """The fallback context (before the app's live one exists): our own CA chain trusted only."""
+    """The fallback context (when the app has no live one): client certificates of any issuer
+    let through, as in the app's (``api.tls``); should that not be possible, our own CA chain
+    is the only one trusted in the handshake."""
     return build_context(paths, [paths.ca_bundle.read_text()])
 
 

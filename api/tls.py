@@ -1,19 +1,43 @@
-"""The API listener's TLS trust, kept in step with the CAs in the store (tls-notes.md §2-§8).
+"""The API listener's TLS context: client certificates asked for, not judged (tls-notes.md §2-§8).
 
-The server asks for a client certificate but does not require one (password and external-JWT
-logins have none). Python's ``ssl`` cannot ask for a certificate without verifying it, so the
-trust store holds every CA whose certificates some flow accepts: our own chain and each verified
-third-party CA with ``isAuthEnabled``, ``isOttCaEnrollmentEnabled`` or
-``isAutoCaEnrollmentEnabled``. Any committed change to a CA marks the context stale; the next
-connection gets a rebuilt one (the ssl module cannot remove a CA from a live context). Time checks
-are off in the handshake (``X509_V_FLAG_NO_CHECK_TIME``): whether an expired certificate may log
-in is the auth policy's decision, made by the application, and enrollment refuses expired ones.
-The handshake only proves "chains to a CA we know"; the application decides what it is good for.
+OpenZiti's controller asks for a client certificate without verifying it in the handshake (Go's
+``tls.RequestClientCert``) and refuses an untrusted one in the application, with an HTTP answer:
+401 ``INVALID_AUTH`` for ``/authenticate?method=cert``, 401 ``UNAUTHORIZED`` for certificate and
+router extension, 400 ``CERT_FAILED_VALIDATION`` for CA auto-enrollment, and so on. Password and
+external-JWT logins send no certificate at all.
+
+Python's ``ssl`` has no such mode: ``CERT_NONE`` asks for nothing, ``CERT_OPTIONAL`` verifies
+against the trust store and aborts the handshake on failure. So, after the context is built, the
+``SSL_CTX`` under it gets a certificate-verify callback that accepts any chain
+(``SSL_CTX_set_cert_verify_callback``: OpenSSL then does no chain verification at all), installed
+with ``ctypes`` through the OpenSSL that the ``_ssl`` module itself is linked with. The client
+still proves it holds the key of the leaf it sent (TLS CertificateVerify is checked regardless),
+but everything about the chain -- signatures, issuers, dates, which CA it leads to -- is the
+application's to check, on every use: ``pki`` checks every signature of a presented chain
+(``issued_by_us``, ``issuer_index``) and the engine decides what the chain is good for.
+
+Reaching the ``SSL_CTX`` relies on CPython's private layout (``PySSLContext`` holds the
+``SSL_CTX *`` right after its object header), so :func:`accept_any_client_certificate` installs
+the callback only after checking, on each new context, that the pointer it read really is that
+context's ``SSL_CTX`` (its verify mode follows two changes made through the public API, and its
+options match); when anything does not check out (another Python, a statically linked ``_ssl``,
+another OpenSSL than ``ssl`` reports) it logs a warning and leaves the context as it was: the
+handshake then verifies, as before, against a trust store of every CA some flow accepts (our own
+chain and each verified third-party CA with ``isAuthEnabled``, ``isOttCaEnrollmentEnabled`` or
+``isAutoCaEnrollmentEnabled``), and a client certificate outside it gets a TLS alert instead of an
+HTTP answer. That store is kept in either case (any committed change to a CA marks the context
+stale and the next connection gets a rebuilt one), with time checks off
+(``X509_V_FLAG_NO_CHECK_TIME``): whether an expired certificate may log in is the auth policy's
+decision, and enrollment refuses expired ones.
 """
 
 from __future__ import annotations
 
+import _ssl
+import ctypes
+import logging
 import ssl
+import sys
 import threading
 
 from engine.entities.trust import Ca
@@ -21,8 +45,33 @@ from engine.managers.registry import Managers
 from engine.ports import Change, iter_changes
 from pki import PkiPaths
 
+log = logging.getLogger(__name__)
+
 #: OpenSSL's ``X509_V_FLAG_NO_CHECK_TIME``; Python 3.11's ``VerifyFlags`` has no name for it.
 X509_V_FLAG_NO_CHECK_TIME = 0x200000
+#: OpenSSL's ``SSL_VERIFY_PEER`` and ``SSL_VERIFY_FAIL_IF_NO_PEER_CERT``.
+SSL_VERIFY_PEER = 0x01
+SSL_VERIFY_FAIL_IF_NO_PEER_CERT = 0x02
+#: CPython versions whose ``PySSLContext`` (Modules/_ssl.c) starts with ``SSL_CTX *ctx`` right
+#: after ``PyObject_HEAD``; on any other the callback is not installed.
+KNOWN_LAYOUTS = frozenset({(3, 10), (3, 11), (3, 12), (3, 13)})
+
+#: ``int (*)(X509_STORE_CTX *, void *)``, the type of ``SSL_CTX_set_cert_verify_callback``'s callback.
+CertVerifyCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _accept_any_chain(store_ctx: int | None, arg: int | None) -> int:
+    """The certificate-verify callback: every chain is accepted (1); the application judges it."""
+    return 1
+
+
+class ServerContext(ssl.SSLContext):
+    """The listener's ``SSLContext``; keeps alive the C callback installed on its ``SSL_CTX``."""
+
+    #: Whether a client certificate of any issuer is let through the handshake.
+    accepts_any_client_cert: bool = False
+    #: The ``ctypes`` callback object OpenSSL calls (must live as long as the ``SSL_CTX``).
+    _verify_callback: object = None
 
 
 def trusted_ca_pems(managers: Managers) -> list[str]:
@@ -36,9 +85,10 @@ def trusted_ca_pems(managers: Managers) -> list[str]:
     return pems
 
 
-def build_context(paths: PkiPaths, ca_pems: list[str]) -> ssl.SSLContext:
-    """TLS 1.2-1.3, client certificates requested but optional, trusting ``ca_pems``."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+def build_context(paths: PkiPaths, ca_pems: list[str]) -> ServerContext:
+    """TLS 1.2-1.3, client certificates requested but optional and accepted from any issuer (the
+    trust store ``ca_pems`` only counts when that cannot be arranged: see the module docstring)."""
+    ctx = ServerContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2  # the OpenZiti C SDK 0.29 speaks TLS 1.2 only
     ctx.maximum_version = ssl.TLSVersion.TLSv1_3
     ctx.load_cert_chain(str(paths.server_cert), str(paths.server_key))
@@ -46,7 +96,64 @@ def build_context(paths: PkiPaths, ca_pems: list[str]) -> ssl.SSLContext:
     ctx.load_verify_locations(cadata="\n".join(ca_pems))
     ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # a trusted intermediate is an anchor
     ctx.verify_flags |= X509_V_FLAG_NO_CHECK_TIME
+    problem = accept_any_client_certificate(ctx)
+    if problem is not None:
+        log.warning(
+            "client certificates are verified in the TLS handshake (%s): one from a CA the "
+            "controller does not trust gets a TLS alert, not an HTTP 401",
+            problem,
+        )
     return ctx
+
+
+def accept_any_client_certificate(ctx: ServerContext) -> str | None:
+    """Let any client certificate chain through ``ctx``'s handshakes; None when done, else why not
+    (``ctx`` is then unchanged). ``ctx`` must be a new server context asking for optional client
+    certificates (``CERT_OPTIONAL``) that no connection uses yet."""
+    if sys.implementation.name != "cpython" or sys.version_info[:2] not in KNOWN_LAYOUTS:
+        return f"unknown SSLContext layout in {sys.implementation.name} {sys.version_info[:2]}"
+    if not isinstance(ctx, _ssl._SSLContext) or ctx.verify_mode != ssl.CERT_OPTIONAL:
+        return "not a server context asking for optional client certificates"
+    if _ssl._SSLContext.__basicsize__ < object.__basicsize__ + ctypes.sizeof(ctypes.c_void_p):
+        return "unexpected SSLContext size"
+    try:
+        # dlsym on the extension module's handle also searches the libraries it is linked with:
+        # these are the OpenSSL functions the ssl module itself calls.
+        lib = ctypes.CDLL(getattr(_ssl, "__file__", None))
+        version_num = lib.OpenSSL_version_num
+        get_verify_mode = lib.SSL_CTX_get_verify_mode
+        get_options = lib.SSL_CTX_get_options
+        set_cert_verify_callback = lib.SSL_CTX_set_cert_verify_callback
+    except (OSError, AttributeError) as ex:
+        return f"OpenSSL functions not found: {ex}"
+    version_num.argtypes, version_num.restype = [], ctypes.c_ulong
+    if version_num() != ssl.OPENSSL_VERSION_NUMBER:
+        return f"the OpenSSL found is {version_num():#x}, the ssl module's {ssl.OPENSSL_VERSION_NUMBER:#x}"
+    get_verify_mode.argtypes, get_verify_mode.restype = [ctypes.c_void_p], ctypes.c_int
+    # ``uint64_t`` from OpenSSL 3.0, ``unsigned long`` before.
+    options_type = ctypes.c_uint64 if ssl.OPENSSL_VERSION_INFO >= (3, 0) else ctypes.c_ulong
+    get_options.argtypes, get_options.restype = [ctypes.c_void_p], options_type
+    set_cert_verify_callback.argtypes = [ctypes.c_void_p, CertVerifyCallback, ctypes.c_void_p]
+    set_cert_verify_callback.restype = None
+    ssl_ctx = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+    if not ssl_ctx:
+        return "no SSL_CTX pointer"
+    # The pointer must follow what the public API sets on this very context.
+    try:
+        observed = [get_verify_mode(ssl_ctx)]
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        observed.append(get_verify_mode(ssl_ctx))
+    finally:
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    observed.append(get_verify_mode(ssl_ctx))
+    expected = [SSL_VERIFY_PEER, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, SSL_VERIFY_PEER]
+    if observed != expected or get_options(ssl_ctx) != int(ctx.options):
+        return "the SSL_CTX pointer does not check out"
+    callback = CertVerifyCallback(_accept_any_chain)
+    ctx._verify_callback = callback  # before OpenSSL can call it
+    set_cert_verify_callback(ssl_ctx, callback, None)
+    ctx.accepts_any_client_cert = True
+    return None
 
 
 class TlsTrust:
@@ -56,7 +163,7 @@ class TlsTrust:
         self.paths = paths
         self.managers = managers
         self._lock = threading.Lock()
-        self._ctx: ssl.SSLContext | None = None
+        self._ctx: ServerContext | None = None
         managers.env.listeners.append(self.on_commit)
 
     def on_commit(self, changes: list[Change]) -> None:
@@ -64,7 +171,7 @@ class TlsTrust:
             with self._lock:
                 self._ctx = None
 
-    def context(self) -> ssl.SSLContext:
+    def context(self) -> ServerContext:
         with self._lock:
             if self._ctx is None:
                 self._ctx = build_context(self.paths, trusted_ca_pems(self.managers))

@@ -24,10 +24,11 @@ request is complete:
 
 Errors found before the app runs are answered in OpenZiti's JSON error envelope and the connection
 is closed; a timeout just closes it. The environ carries no ``gunicorn.socket``; the client's
-certificate chain is ``environ["trellis.peer_cert_chain"]`` (DER, leaf first). The worker honours
-gunicorn's ``max_requests``, ``graceful_timeout``, ``worker_connections``, the heartbeat, the
-``pre_request``/``post_request`` hooks, SIGTERM (graceful), SIGINT/SIGQUIT (quick) and the access
-log. Responses are buffered whole (the API's bodies are small JSON documents).
+certificate chain is ``environ["trellis.peer_cert_chain"]`` (DER, leaf first, as the client sent
+it: unverified). The worker honours gunicorn's ``max_requests``, ``graceful_timeout``,
+``worker_connections``, the heartbeat, the ``pre_request``/``post_request`` hooks, SIGTERM
+(graceful), SIGINT/SIGQUIT (quick) and the access log. Responses are buffered whole (the API's
+bodies are small JSON documents).
 
 Measurements and the options compared: ``bench/serving.py`` (``python -m bench serving``).
 """
@@ -80,6 +81,9 @@ _READ_HIGH_WATER = 256 * 1024
 #: connection, from its first byte: 300 KiB of memory per stalled TLS connection. Two TLS records.
 _TLS_READ_BUFFER = 32 * 1024
 _CHUNK_LINE_BYTES = 4096
+#: Certificates of a client's chain handed to the app (TLS lets a client send ~100 KiB of them);
+#: more than a client chain needs, as a proxy's ``X-Client-CertPem`` may carry 8.
+_MAX_PEER_CHAIN = 10
 #: How long a request run on the event loop waits for its deferred writes (then 503).
 DURABLE_WAIT = 60.0
 
@@ -497,19 +501,28 @@ class Peer:
 
 
 def peer_cert_chain(transport: asyncio.BaseTransport) -> tuple[bytes, ...]:
-    """The client's verified certificate chain in DER, leaf first; () without a client certificate."""
+    """The certificate chain the client sent, in DER, leaf first, as sent; () without one.
+
+    Nothing here is verified: the listener's context may let any chain through the handshake
+    (``api.tls``; the client proved it holds the leaf's key), and whoever uses the chain checks
+    its signatures (OpenZiti's ``PeerCertificates``).
+    """
     sslobj = transport.get_extra_info("ssl_object")
     if sslobj is None:
         return ()
+    leaf = sslobj.getpeercert(binary_form=True)
+    if not leaf:
+        return ()
     inner = getattr(sslobj, "_sslobj", None)  # CPython 3.11: private; public from 3.13
-    get_chain = getattr(inner, "get_verified_chain", None)
+    get_chain = getattr(inner, "get_unverified_chain", None)
+    sent: tuple[bytes, ...] = ()
     if get_chain is not None:
         with suppress(Exception):
-            chain = get_chain()
-            if chain:
-                return tuple(cert.public_bytes(_ssl.ENCODING_DER) for cert in chain)
-    leaf = sslobj.getpeercert(binary_form=True)
-    return (leaf,) if leaf else ()
+            chain = get_chain() or ()
+            sent = tuple(cert.public_bytes(_ssl.ENCODING_DER) for cert in chain[:_MAX_PEER_CHAIN])
+    # CPython puts the leaf first on the server side (OpenSSL's peer chain lacks it there); should
+    # the chain come without it (another version, a resumed session), the leaf is added.
+    return sent if sent[:1] == (leaf,) else (leaf, *sent[: _MAX_PEER_CHAIN - 1])
 
 
 # -- access log stand-ins (gunicorn's Logger.access reads these attributes) ------------------------
