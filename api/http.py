@@ -25,6 +25,7 @@ from engine.errors import (
 )
 from engine.query import (
     ListIndex,
+    Query,
     Symbol,
     SymbolTable,
     SymbolType,
@@ -214,12 +215,39 @@ def index_fields(kind: type[Entity], symbols: SymbolTable) -> dict[str, str]:
     return {_camel(field): field for field in fields if _camel(field) in names}
 
 
-def page(
-    req: falcon.Request, items: Iterable[T] | Indexed[T] | Loaded[T], symbols: SymbolTable
-) -> tuple[list[T], dict[str, Any]]:
-    """Filter, sort and page ``items`` by the request's ``filter``/``sort``/``limit``/``offset``."""
+@dataclass(frozen=True)
+class ListParams:
+    """A list request's ``filter``/``sort`` (compiled) and ``limit``/``offset`` (None: not given)."""
+
+    query: Query
+    limit: int | None
+    offset: int | None
+
+
+def list_params(req: falcon.Request, symbols: SymbolTable, *, default_limit: int | None = None) -> ListParams:
+    """The request's list parameters, checked: a bad filter or sort is 400 ``INVALID_FILTER`` /
+    ``INVALID_SORT_IDENTIFIER``, a bad limit or offset 400 ``INVALID_PAGINATION``. A resource that
+    must refuse a bad page before its other checks (as go-swagger binds parameters before the
+    handler runs) reads them first and hands them to :func:`page`. ``default_limit`` is the page
+    size when neither the parameter nor the filter sets one (else the common default)."""
     query = compile_query(req.get_param("filter"), symbols, sort_param=req.get_param("sort"))
-    limit_param, offset_param = _int_param(req, "limit"), _int_param(req, "offset")
+    limit = _int_param(req, "limit")
+    if limit is None and default_limit is not None:
+        limit = default_limit
+    return ListParams(query, limit, _int_param(req, "offset"))
+
+
+def page(
+    req: falcon.Request,
+    items: Iterable[T] | Indexed[T] | Loaded[T],
+    symbols: SymbolTable,
+    params: ListParams | None = None,
+) -> tuple[list[T], dict[str, Any]]:
+    """Filter, sort and page ``items`` by the request's ``filter``/``sort``/``limit``/``offset``
+    (``params``, when the caller has read them already)."""
+    if params is None:
+        params = list_params(req, symbols)
+    query, limit_param, offset_param = params.query, params.limit, params.offset
     if isinstance(items, Indexed):
         rows, total, limit, offset = execute_indexed(
             query,

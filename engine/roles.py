@@ -92,9 +92,10 @@ def check_semantic(semantic: str) -> None:
 
 
 def sort_roles(roles: Iterable[str]) -> list[str]:
-    """Stored order: byte order of the UTF-8 strings (Go's ``sort.Strings``), which is code
-    point order, so ``#`` entries come before ``@`` entries."""
-    return sorted(roles)
+    """The stored list: OpenZiti's store keeps a role list as the keys of a bucket, so it reads
+    back in byte order of the UTF-8 strings (code point order: ``#`` entries come before ``@``
+    entries) and without duplicates."""
+    return sorted(set(roles))
 
 
 def check_policy_roles(
@@ -107,13 +108,14 @@ def check_policy_roles(
     ``fields`` pairs each role field of the kind (in the kind's order) with an existence test for
     its target entities. Syntax errors report ``new``'s lists in input order; ids are checked on
     the sorted lists (as OpenZiti evaluates the stored value), and only for fields whose sorted
-    value differs from ``old``'s (all of them on create).
+    value differs from ``old``'s stored one (all of them on create; OpenZiti compares the sorted
+    new list with the stored set, so a list holding a duplicate always differs).
     """
     for field, _ in fields:
         check_role_syntax(field.wire, getattr(new, field.attr))
     check_semantic(new.semantic)
     for field, exists in fields:
-        roles = sort_roles(getattr(new, field.attr))
+        roles = sorted(getattr(new, field.attr))
         if old is not None and sort_roles(getattr(old, field.attr)) == roles:
             continue
         check_role_ids(field, roles, exists)

@@ -1,11 +1,20 @@
 """Edge routers a client may use: ``/current-identity/edge-routers`` (both APIs, §5.3) and the
-client ``/services/{id}/edge-routers`` (the routers a session to the service would name, §5.2)."""
+client ``/services/{id}/edge-routers`` (the routers a session to the service would name, §5.2).
+
+The client ``/services/{id}/edge-routers`` answers ``data.edgeRouters`` (the spec's
+``serviceEdgeRouters``, seed 000) and takes ``limit``, ``offset`` and ``filter`` like every list
+(seed 000): its routers are filtered and paged as any list's rows, in id order, and ``meta``
+carries ``pagination`` and ``filterableFields``. Without a ``limit`` its page is the
+:data:`~engine.managers.sessions.MAX_SESSION_ROUTERS` routers a session would name. Its
+parameters are checked before the ``session-token`` and the service (go-swagger binds them before
+OpenZiti's handler runs).
+"""
 
 from __future__ import annotations
 
 import falcon
 
-from api.http import list_response, ok
+from api.http import list_params, list_response, ok, page
 from api.middleware import SESSION
 from api.routing import Routes
 from api.schemas.client_edge_routers import (
@@ -15,7 +24,21 @@ from api.schemas.client_edge_routers import (
 )
 from engine.entities.routers import EdgeRouter
 from engine.managers.access import AccessManager
-from engine.managers.sessions import SessionManager
+from engine.managers.sessions import MAX_SESSION_ROUTERS, SessionManager
+from engine.query import Symbol, SymbolTable, SymbolType
+
+#: What the client ``/services/{id}/edge-routers`` filters and sorts on: only fields its entries
+#: (``commonEdgeRouterProperties``) show.
+SERVICE_EDGE_ROUTER_SYMBOLS = SymbolTable(
+    {
+        "name": Symbol(SymbolType.STRING, lambda r: r.name),
+        "hostname": Symbol(SymbolType.STRING, lambda r: r.hostname),
+        "isOnline": Symbol(SymbolType.BOOL, lambda r: False),
+        "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
+        "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
+        "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),
+    }
+)
 
 
 class CurrentIdentityEdgeRouters:
@@ -38,9 +61,12 @@ class ServiceEdgeRouters:
         self.manager = manager
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, id: str) -> None:
+        symbols = SERVICE_EDGE_ROUTER_SYMBOLS
+        params = list_params(req, symbols, default_limit=MAX_SESSION_ROUTERS)
         token = req.get_header("session-token")
         routers = self.manager.service_edge_routers(req.context.session, id, token)
-        ok(resp, {"edgeRouters": [render_common_edge_router(r) for r in routers]})
+        rows, meta = page(req, routers, symbols, params)
+        ok(resp, {"edgeRouters": [render_common_edge_router(r) for r in rows]}, meta)
 
 
 def register(routes: Routes) -> None:

@@ -37,6 +37,9 @@ CtrlChanListeners = dict[str, list[str]] | None
 
 class RouterCreate(WireModel):
     name: str | None
+    #: Ids (or names) of router-targeted configs, one per config type (``routerCreate`` and
+    #: ``edgeRouterCreate``); a replacement without it clears them.
+    configs: list[str] | None = None
     cost: RouterCost | None = None
     ctrl_chan_listeners: CtrlChanListeners = None
     disabled: bool | None = None
@@ -89,7 +92,7 @@ def render_edge_router(ctrl: Controller, router: EdgeRouter) -> dict[str, Any]:
         {
             "appData": router.app_data,
             "certPem": router.cert_pem,
-            "configs": [],
+            "configs": list(router.configs),
             "cost": router.cost,
             "ctrlChanListeners": router.ctrl_chan_listeners,
             "disabled": router.disabled,
@@ -117,7 +120,7 @@ def render_router(ctrl: Controller, router: Router) -> dict[str, Any]:
     out = base(router)
     out.update(
         {
-            "configs": [],
+            "configs": list(router.configs),
             "cost": router.cost,
             "ctrlChanListeners": router.ctrl_chan_listeners,
             "disabled": router.disabled,

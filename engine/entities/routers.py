@@ -26,6 +26,9 @@ class RouterBase(Entity):
     #: Control-channel listener address -> its groups (OpenZiti ``ctrlChanListeners``), set by
     #: administrators; empty until one is set.
     ctrl_chan_listeners: dict[str, list[str]] = field(default_factory=dict)
+    #: Ids of the router-targeted configs that configure this router, at most one per config type
+    #: (OpenZiti keeps them as a set of ids, so sorted).
+    configs: list[str] = field(default_factory=list)
 
 
 @register

@@ -6,7 +6,9 @@ its certificate never changes. Verification proves possession of the CA's key: a
 the CA signed whose common name is the verification token (a second verification is refused,
 ``CA_ALREADY_VERIFIED``). An unverified CA is good for nothing: no enrollment, no login.
 Deleting a CA deletes its ``ottca`` enrollments and the certificate authenticators it issued, and
-so ends the API sessions opened with them.
+so ends the API sessions opened with them. ``identityRoles`` is kept as OpenZiti's store keeps a
+string list (the keys of a bucket): sorted in byte order and without duplicates, as entities'
+``roleAttributes`` are (``sorted_role_attributes``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,14 @@ DEFAULT_IDENTITY_NAME_FORMAT = "[caName]-[commonName]"
 _PEM_TYPE = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----")
 
 
+def _identity_roles_as_set(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with ``identity_roles`` (when given) sorted and without duplicates."""
+    roles = values.get("identity_roles")
+    if roles is not None:
+        values["identity_roles"] = sorted(set(roles))
+    return values
+
+
 class CaManager(EntityManager[Ca]):
     kind = Ca
     immutable = frozenset({"id", "created_at", "updated_at", "cert_pem", "fingerprint", "verification_token"})
@@ -50,7 +60,7 @@ class CaManager(EntityManager[Ca]):
             raise FieldError("certPem", "certPem in body is required")
         cert = self.env.ca.parse_ca_certificate(cert_pem, field="certPem")
         now = self.env.clock.now()
-        values = {k: v for k, v in fields.items() if k not in self.immutable}
+        values = _identity_roles_as_set({k: v for k, v in fields.items() if k not in self.immutable})
         if not values.get("identity_name_format"):
             values["identity_name_format"] = DEFAULT_IDENTITY_NAME_FORMAT
         values["is_verified"] = False
@@ -65,7 +75,7 @@ class CaManager(EntityManager[Ca]):
         )
 
     def apply(self, uow: UnitOfWork, old: Ca, fields: dict[str, Any]) -> Ca:
-        values = {k: v for k, v in fields.items() if k != "is_verified"}
+        values = _identity_roles_as_set({k: v for k, v in fields.items() if k != "is_verified"})
         claim = values.get("external_id_claim")
         if isinstance(claim, dict) and old.external_id_claim:
             # A patch sends only the claim keys it changes (a replacement sends them all).

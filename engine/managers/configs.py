@@ -8,8 +8,13 @@ OpenZiti (``controller/model/config_model.go``, ``tests/config_test.go``):
   whose field is the failing location (``(root)`` for the document itself, else a dotted path such
   as ``port`` or ``portRanges.0``) and whose reason is ``<field> is invalid: <field>: <message>``;
 - numbers that are whole are stored as integers (22.0 becomes 22);
-- deleting a config drops it from the services that list it; a config an identity uses as a
-  service-config override may not be deleted (409, ``configStore.DeleteById``).
+- deleting a config drops it from the services and the routers (edge and transit) that list it; a
+  config an identity uses as a service-config override may not be deleted (409,
+  ``configStore.DeleteById``).
+
+Routers list configs too (``router_model.go``'s ``validateRouterConfigs``): each must exist and be
+of a config type whose target is ``router``, and no two may share a config type, else a field error
+on ``configs`` (:func:`router_configs`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from engine.entities.routers import EdgeRouter, Router, RouterBase
 from engine.entities.services import Config, ConfigType, Service
 from engine.errors import FieldError
 from engine.managers._base import EntityManager
@@ -54,14 +60,63 @@ class ConfigManager(EntityManager[Config]):
 
     def after_delete(self, uow: UnitOfWork, entity: Config) -> None:
         now = self.env.clock.now()
-        for service in uow.all(Service):
-            if entity.id in service.configs:
-                kept = [c for c in service.configs if c != entity.id]
-                uow.put(dataclasses.replace(service, configs=kept, updated_at=now))
+        holders: list[Service | RouterBase] = [*uow.all(Service), *uow.all(EdgeRouter), *uow.all(Router)]
+        for holder in holders:
+            if entity.id in holder.configs:
+                kept = [c for c in holder.configs if c != entity.id]
+                uow.put(dataclasses.replace(holder, configs=kept, updated_at=now))
 
     def of_type(self, config_type_id: str) -> list[Config]:
         """The configs of a config type (``/config-types/{id}/configs``)."""
         return self.find_by("config_type_id", config_type_id)
+
+
+#: The config type target a router's configs must have (``service`` types configure services).
+ROUTER_TARGET = "router"
+CONFIGS_FIELD = "configs"
+
+
+def find_config(uow: UnitOfWork, value: str) -> Config | None:
+    """The config with this id, else the one with this (unique) name."""
+    found = uow.get(Config, value) if value else None
+    if found is None and value:
+        by_name = uow.store.find_unique(Config, "name", value)
+        found = uow.get(Config, by_name.id) if by_name is not None else None
+    return found
+
+
+def router_configs(uow: UnitOfWork, values: list[str]) -> list[str]:
+    """A router's ``configs`` as stored: the ids of the configs given (by id or, as for services,
+    by name), sorted (OpenZiti keeps them as a set of ids).
+
+    OpenZiti's checks, in its order and words, each a field error on ``configs`` whose value is the
+    list as given: every config exists; its config type exists and targets routers; no two configs
+    (the same one given twice included) share a config type.
+    """
+    by_type: dict[str, Config] = {}
+    for value in values:
+        config = find_config(uow, value)
+        if config is None:
+            raise FieldError(CONFIGS_FIELD, f"config with id or name '{value}' not found", value)
+        config_type = uow.get(ConfigType, config.config_type_id)
+        if config_type is None:
+            reason = (
+                f"config {config.name} references config type {config.config_type_id} which does not exist"
+            )
+            raise FieldError(CONFIGS_FIELD, reason, values)
+        if config_type.target != ROUTER_TARGET:
+            reason = f"config {config.name} has config type {config_type.name} which does not target routers"
+            raise FieldError(CONFIGS_FIELD, reason, values)
+        other = by_type.get(config.config_type_id)
+        if other is not None:
+            raise FieldError(
+                CONFIGS_FIELD,
+                f"duplicate configs named {other.name} and {config.name} found for config type "
+                f"{config_type.name}. Only one config of a given type is allowed per router",
+                values,
+            )
+        by_type[config.config_type_id] = config
+    return sorted(c.id for c in by_type.values())
 
 
 def resolve_config_type(uow: UnitOfWork, value: str | None) -> ConfigType:

@@ -3,7 +3,9 @@
 Edge routers and transit routers share OpenZiti's router store, so a name is unique across both
 kinds (``duplicate value '<name>' in unique index on routers store``). Deleting a router of either
 kind deletes its terminators. ``ctrlChanListeners`` (listener address -> groups) is set by
-administrators like any other field: a replacement without it clears it.
+administrators like any other field: a replacement without it clears it. So are ``configs``
+(router-targeted configs, one per config type, checked whenever they are set:
+:func:`~engine.managers.configs.router_configs`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, TypeVar
 from engine.entities.routers import EdgeRouter, Router, RouterBase
 from engine.errors import NameConflictError
 from engine.managers._base import EntityManager, Env, check_attributes
+from engine.managers.configs import router_configs
 from engine.managers.enrollment._core import EDGE_ROUTER_OTT, EnrollmentSettings, router_enrollment_fields
 from engine.managers.references import remove_entity_references
 from engine.managers.router_identities import sync_router_identity
@@ -51,6 +54,13 @@ def check_router_name(uow: UnitOfWork, router: RouterBase) -> None:
             raise NameConflictError("name", router.name, ROUTER_STORE)
 
 
+def _with_configs(uow: UnitOfWork, fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with their ``configs`` (when set) checked and in stored form."""
+    if "configs" not in fields:
+        return fields
+    return {**fields, "configs": router_configs(uow, fields["configs"] or [])}
+
+
 class RouterManagerBase(EntityManager[R]):
     """Enrollment on create and the shared router-store name index."""
 
@@ -63,8 +73,11 @@ class RouterManagerBase(EntityManager[R]):
         self.settings = settings
 
     def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> R:
-        router = super().build(uow, fields)
+        router = super().build(uow, _with_configs(uow, fields))
         return dataclasses.replace(router, **self.new_enrollment(router.id))
+
+    def apply(self, uow: UnitOfWork, old: R, fields: dict[str, Any]) -> R:
+        return super().apply(uow, old, _with_configs(uow, fields))
 
     def new_enrollment(self, router_id: str) -> dict[str, Any]:
         return router_enrollment_fields(self.env, self.settings, router_id, self.method)

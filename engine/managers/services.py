@@ -24,6 +24,7 @@ from engine.entities.services import Config, ConfigType, Service
 from engine.errors import FieldError
 from engine.managers._base import EntityManager, Env, check_attributes
 from engine.managers.config_types import ALL_CONFIG_TYPES
+from engine.managers.configs import find_config
 from engine.managers.identities import drop_service_config_overrides
 from engine.managers.references import remove_entity_references
 from engine.managers.terminators import delete_terminators_of
@@ -141,10 +142,7 @@ def resolve_configs(uow: UnitOfWork, values: list[str]) -> list[str]:
     """Config ids for ids or names, in order, without duplicates; unknown ones are field errors."""
     out: list[str] = []
     for value in values:
-        found = uow.get(Config, value) if value else None
-        if found is None and value:
-            by_name = uow.store.find_unique(Config, "name", value)
-            found = uow.get(Config, by_name.id) if by_name is not None else None
+        found = find_config(uow, value)
         if found is None:
             raise FieldError("configs", f"config with id or name '{value}' not found", value)
         if found.id not in out:

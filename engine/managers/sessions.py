@@ -161,7 +161,9 @@ class SessionManager(EntityManager[Session]):
     def service_edge_routers(
         self, api_session: ApiSession, service_id: str, token: str | None
     ) -> list[EdgeRouter]:
-        """Client ``/services/{id}/edge-routers``: the routers a session to the service would name.
+        """Client ``/services/{id}/edge-routers``: the routers a session to the service may name,
+        all of them in id order (the list pages them; its first page, when no ``limit`` is asked,
+        is the :data:`MAX_SESSION_ROUTERS` a session names).
 
         A ``session-token`` given must be one of the caller's sessions (checked first, as
         OpenZiti does); the service must be visible to the caller (Dial or Bind).
@@ -169,7 +171,7 @@ class SessionManager(EntityManager[Session]):
         if token is not None:
             self.require_token(api_session, token)
         self.access.service_for_identity(api_session.identity_id, service_id)
-        return self.access.common_edge_routers(api_session.identity_id, service_id)[:MAX_SESSION_ROUTERS]
+        return self.access.common_edge_routers(api_session.identity_id, service_id)
 
     # -- enforcement -----------------------------------------------------------------------------
     def on_commit(self, changes: list[Change]) -> None:

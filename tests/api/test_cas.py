@@ -257,6 +257,34 @@ def test_patch(api: Api, pki: Pki) -> None:
     assert data["externalIdClaim"] == {**claim, "matcher": "PREFIX", "matcherCriteria": "x-"}
 
 
+# OpenZiti's store keeps a string list as the keys of a bucket: sorted, without duplicates.
+def test_identity_roles_are_kept_sorted_without_duplicates(api: Api, pki: Pki) -> None:
+    id = api.create("/cas", _body(pki, identityRoles=["west", "east", "west", "Central"]))
+
+    created = _get(api, id)["identityRoles"]
+    listed = api.get("/cas", params={"filter": f'id = "{id}"'}).json["data"][0]["identityRoles"]
+
+    assert created == ["Central", "east", "west"]
+    assert listed == ["Central", "east", "west"]
+
+
+def test_identity_roles_are_sorted_on_replace_and_patch(api: Api, pki: Pki) -> None:
+    id = api.create("/cas", _body(pki))
+    replacement = {k: v for k, v in _body(pki).items() if k != "certPem"}
+    replacement.update(identityRoles=["b", "a", "b"], identityNameFormat="[commonName]")
+
+    assert api.put(f"/cas/{id}", json=replacement).status_code == 200
+    replaced = _get(api, id)["identityRoles"]
+    assert api.patch(f"/cas/{id}", json={"identityRoles": ["z", "é", "z", "Z"]}).status_code == 200
+    patched = _get(api, id)["identityRoles"]
+    assert api.patch(f"/cas/{id}", json={"name": "other-name"}).status_code == 200
+    untouched = _get(api, id)["identityRoles"]
+
+    assert replaced == ["a", "b"]
+    assert patched == ["Z", "z", "é"]  # byte order
+    assert untouched == ["Z", "z", "é"]
+
+
 def _identity(env: Any, id: str) -> None:
     now = env.clock.now()
     uow = UnitOfWork(env.store)

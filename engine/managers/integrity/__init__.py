@@ -13,8 +13,8 @@ What is checked is what can really go wrong here:
   they make: Dial/Bind services of each identity, edge routers of each identity and service).
   OpenZiti's ``validatePolicyDenormalization`` recomputes its link counts the same way. Fixed by
   rebuilding the engine; identities whose service links changed get a service-update mark.
-- **dangling references**: policy ``@id`` roles naming missing entities, services listing missing
-  configs, identities' service-config overrides and hosting costs naming missing services or
+- **dangling references**: policy ``@id`` roles naming missing entities, services and routers
+  listing missing configs, identities' service-config overrides and hosting costs naming missing services or
   configs, identities of a missing auth policy, authenticators, enrollments and MFA enrollments
   of missing identities, enrollments of a missing CA, terminators of a missing service or router,
   configs of a missing config type (reported, not fixed: the config's data would be lost).

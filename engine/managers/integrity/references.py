@@ -76,8 +76,8 @@ def _roles_without(attr: str, target: type[Entity]) -> Callable[[UnitOfWork, Pol
     return change
 
 
-def _configs_kept(uow: UnitOfWork, service: Service) -> dict[str, Any]:
-    return {"configs": [c for c in service.configs if uow.get(Config, c) is not None]}
+def _configs_kept(uow: UnitOfWork, holder: Service | EdgeRouter | Router) -> dict[str, Any]:
+    return {"configs": [c for c in holder.configs if uow.get(Config, c) is not None]}
 
 
 def _overrides_kept(uow: UnitOfWork, identity: Identity) -> dict[str, Any]:
@@ -108,7 +108,7 @@ def _default_auth_policy(uow: UnitOfWork, identity: Identity) -> dict[str, Any]:
 
 
 def config_references(view: StoreView) -> Iterator[Problem]:
-    """Configs of missing config types; services listing missing configs."""
+    """Configs of missing config types; services and routers listing missing configs."""
     for config in view.all(Config):
         if view.get(ConfigType, config.config_type_id) is None:
             yield Problem(
@@ -122,6 +122,18 @@ def config_references(view: StoreView) -> Iterator[Problem]:
                 f"service {named(service)}: lists config {listed(missing)}, which {exist(len(missing))}",
                 updater(Service, service.id, _configs_kept),
             )
+    routers: tuple[tuple[type[EdgeRouter] | type[Router], str], ...] = (
+        (EdgeRouter, "edge router"),
+        (Router, "router"),
+    )
+    for kind, label in routers:
+        for router in view.all(kind):
+            missing = [c for c in router.configs if view.get(Config, c) is None]
+            if missing:
+                yield Problem(
+                    f"{label} {named(router)}: lists config {listed(missing)}, which {exist(len(missing))}",
+                    updater(kind, router.id, _configs_kept),
+                )
 
 
 def identity_references(view: StoreView) -> Iterator[Problem]:
