@@ -133,15 +133,21 @@ class CertificateAuthority(Protocol):
         """A CA certificate (``CERTIFICATE_IS_NOT_CA`` when it lacks CA:TRUE)."""
         ...
 
-    def issued_by_us(self, chain: Sequence[str]) -> bool:
-        """Whether ``chain`` (leaf first, PEM) is signed by our signing CA (signature checked)."""
+    def issued_by_us(self, chain: Sequence[str], *, client_auth: bool = True) -> bool:
+        """Whether ``chain`` (leaf first, PEM) is signed by our signing CA (signature checked).
+        ``client_auth``: the leaf and the CAs on its path must also allow TLS client
+        authentication (an extendedKeyUsage, where present, with clientAuth)."""
         ...
 
-    def issuer_index(self, chain: Sequence[str], ca_pems: Sequence[str]) -> int | None:
+    def issuer_index(
+        self, chain: Sequence[str], ca_pems: Sequence[str], *, client_auth: bool = True
+    ) -> int | None:
         """Which of ``ca_pems`` issued the leaf of ``chain``, or None.
 
         The leaf may be signed directly by the CA or through intermediates that ``chain``
-        carries after it; every signature on the way is checked. Dates are not checked.
+        carries after it; every signature on the way is checked. Dates are not checked. A leaf
+        with a critical extension Trellis does not handle is never issued; ``client_auth`` as
+        for :meth:`issued_by_us`.
         """
         ...
 

@@ -6,7 +6,8 @@ Imports only ``engine`` and the crypto libraries. Time is always passed in (``no
   the API server certificate; :class:`CertificateAuthority` (``engine.ports.CertificateAuthority``)
   signs CSRs per profile, parses certificates into ``CertInfo`` and checks chains.
 - :mod:`pki.csr`: CSRs as clients send them (PEM, base64, raw DER; mbedTLS's NULL parameters).
-- :mod:`pki.certs`: parsing, OpenZiti fingerprints, CA checks and verification, chains, PKCS#7 cacerts.
+- :mod:`pki.certs`: parsing, OpenZiti fingerprints, CA checks and verification, PKCS#7 cacerts, and
+  the check of a presented client chain (signatures, CA constraints, fitness for client auth).
 - :mod:`pki.tokens`: :class:`JwtSigner` (``engine.ports.TokenSigner``), enrollment JWTs signed
   with the TLS server key.
 - :mod:`pki.passwords`: scrypt password hashing and random passwords.

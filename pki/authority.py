@@ -11,9 +11,11 @@
 All PEM; keys are unencrypted PKCS#8 written with mode 0600. ``CertificateAuthority`` loads them
 and implements ``engine.ports.CertificateAuthority``: it signs CSRs (enrollment) with the
 intermediate for a profile (:data:`PROFILES`), parses certificates into ``CertInfo`` and checks
-who issued a presented chain. Enrollment JWTs are signed with the TLS server key because OpenZiti
-SDKs verify them against the server certificate they receive (see ``wire-contract.md`` §6.1),
-hence :meth:`CertificateAuthority.signing_key_for_jwt` and :class:`pki.tokens.JwtSigner`.
+who issued a presented chain, and that it is fit for TLS client authentication (every profile's
+certificate lists clientAuth, so everything this CA issues passes). Enrollment JWTs are signed
+with the TLS server key because OpenZiti SDKs verify them against the server certificate they
+receive (see ``wire-contract.md`` §6.1), hence :meth:`CertificateAuthority.signing_key_for_jwt`
+and :class:`pki.tokens.JwtSigner`.
 
 Time is passed in (``now``); nothing here reads the clock. Every certificate's ``notBefore`` is
 backdated by :data:`BACKDATE` to tolerate clock skew between the controller and its clients.
@@ -51,7 +53,6 @@ from pki._x509 import (
 from pki.certs import (
     cert_info,
     certificate_pem,
-    directly_issued,
     fingerprint,
     issuer_index,
 )
@@ -354,24 +355,32 @@ class CertificateAuthority:
         """The first certificate of ``pem``, which must be a CA (else CertificateIsNotCaError)."""
         return cert_info(certs.parse_ca_certificate(pem, field), field)
 
-    def issued_by_us(self, chain: Sequence[str]) -> bool:
+    def issued_by_us(self, chain: Sequence[str], *, client_auth: bool = True) -> bool:
         """Whether the leaf of ``chain`` (its first certificate) was signed by our signing CA.
 
-        The signature is checked, not only the names; dates are not. Text that holds no
-        certificate is simply not issued by us (False).
+        The signature is checked, not only the names; dates are not. The leaf must also pass
+        :func:`pki.certs.issuer_index`'s checks of a presented client certificate (no unhandled
+        critical extension; with ``client_auth``, an extendedKeyUsage allowing clientAuth, which
+        every certificate :meth:`sign_csr` issues has). Text that holds no certificate is simply
+        not issued by us (False).
         """
         presented = _chain(chain)
-        return bool(presented) and directly_issued(presented[0], self._intermediate_cert)
+        return issuer_index(presented[:1], [self._intermediate_cert], client_auth=client_auth) == 0
 
-    def issuer_index(self, chain: Sequence[str], ca_pems: Sequence[str]) -> int | None:
+    def issuer_index(
+        self, chain: Sequence[str], ca_pems: Sequence[str], *, client_auth: bool = True
+    ) -> int | None:
         """Which of ``ca_pems`` issued the leaf of ``chain``, directly or through its intermediates.
 
-        See :func:`pki.certs.issuer_index`: every link's names and signature are checked, and
-        every issuer must be a CA allowed to issue at its depth; dates are not checked. None when
-        no CA did, when ``chain`` holds no certificate; an unparsable entry of ``ca_pems`` never
-        matches.
+        See :func:`pki.certs.issuer_index`: every link's names and signature are checked, every
+        issuer must be a CA allowed to issue at its depth, the leaf must have no unhandled
+        critical extension and, with ``client_auth`` (the default; every presented client chain),
+        the leaf and the CAs on the path must allow TLS client authentication in their
+        extendedKeyUsage; dates are not checked. None when no CA did, when ``chain`` holds no
+        certificate; an unparsable entry of ``ca_pems`` never matches.
         """
-        return issuer_index(_chain(chain), [_first_certificate(pem) for pem in ca_pems])
+        cas = [_first_certificate(pem) for pem in ca_pems]
+        return issuer_index(_chain(chain), cas, client_auth=client_auth)
 
 
 #: Extended key usages of each certificate profile.

@@ -1,8 +1,10 @@
 """Certificate helpers for the management API: parsing, fingerprints, CA checks, PKCS#7.
 
 Used by ``POST /cas`` (a third-party CA's ``certPem``), ``POST /cas/{id}/verify`` (the proof of
-possession of that CA's key), certificate authenticators (fingerprints) and
-``GET /.well-known/est/cacerts`` (the PKCS#7 bundle).
+possession of that CA's key), certificate authenticators (fingerprints),
+``GET /.well-known/est/cacerts`` (the PKCS#7 bundle) and every use of a presented client
+certificate chain (:func:`issuer_index`: signatures, CA constraints and fitness for TLS client
+authentication, which the API listener's handshake no longer judges).
 
 Fingerprints follow OpenZiti: the lowercase hex SHA-1 of the certificate's DER encoding, 40
 characters, no separators (``common/cert/fingerprint.go`` ``FromRaw``:
@@ -23,7 +25,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs7
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
 
 from engine.errors import CertificateIsNotCaError, FieldError
 from engine.ports import CertInfo
@@ -31,6 +33,8 @@ from pki import _der
 from pki._x509 import LIBRARY_ERRORS, as_utc
 
 __all__ = [
+    "LEAF_CRITICAL_EXTENSIONS",
+    "allows_client_auth",
     "cert_info",
     "certificate_pem",
     "common_name",
@@ -281,13 +285,63 @@ def _split_der(data: bytes, field: str) -> list[bytes]:
     return out
 
 
-def _may_issue(issuer: x509.Certificate, below: int) -> bool:
+#: The critical extensions a presented leaf may carry: those the checks here interpret
+#: (basicConstraints, keyUsage, extendedKeyUsage) and those that do not restrict what a client
+#: certificate is good for when nothing processes them (subjectAltName -- critical when the subject
+#: is empty, RFC 5280 4.2.1.6 --, certificatePolicies, cRLDistributionPoints). Go's ``x509.Verify``
+#: and OpenSSL both handle these. Any other critical extension -- unknown to the parser, or known
+#: but not interpreted here (name or policy constraints, policy mappings, inhibitAnyPolicy, Netscape
+#: cert type) -- refuses the leaf (RFC 5280 4.2), as both verifiers do.
+LEAF_CRITICAL_EXTENSIONS: frozenset[x509.ObjectIdentifier] = frozenset(
+    {
+        ExtensionOID.BASIC_CONSTRAINTS,
+        ExtensionOID.KEY_USAGE,
+        ExtensionOID.EXTENDED_KEY_USAGE,
+        ExtensionOID.SUBJECT_ALTERNATIVE_NAME,
+        ExtensionOID.CERTIFICATE_POLICIES,
+        ExtensionOID.CRL_DISTRIBUTION_POINTS,
+    }
+)
+_CLIENT_AUTH_USAGES = frozenset({ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE})
+
+
+def allows_client_auth(cert: x509.Certificate) -> bool:
+    """Whether ``cert``'s extendedKeyUsage, if it has one, allows TLS client authentication.
+
+    It must list clientAuth or anyExtendedKeyUsage; a certificate without the extension is not
+    restricted, a malformed one allows nothing. Go's ``x509.Verify`` with ``KeyUsages:
+    [ExtKeyUsageClientAuth]`` applies this to every certificate of the chain, leaf to root.
+    """
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return True
+    except _CHECK_ERRORS:
+        return False
+    return any(usage in _CLIENT_AUTH_USAGES for usage in usages)
+
+
+def _acceptable_leaf(leaf: x509.Certificate, client_auth: bool) -> bool:
+    """No critical extension outside :data:`LEAF_CRITICAL_EXTENSIONS`, and fit for client
+    authentication when ``client_auth``."""
+    try:
+        extensions = leaf.extensions
+    except _CHECK_ERRORS:
+        return False
+    if any(ext.critical and ext.oid not in LEAF_CRITICAL_EXTENSIONS for ext in extensions):
+        return False
+    return not client_auth or allows_client_auth(leaf)
+
+
+def _may_issue(issuer: x509.Certificate, below: int, client_auth: bool) -> bool:
     """Whether ``issuer`` may sign a certificate with ``below`` intermediates under it (RFC 5280).
 
     It must be a CA (BasicConstraints CA:TRUE) whose pathLenConstraint allows ``below``
     intermediates after it, with keyCertSign when it has a keyUsage extension. Without this a
     holder of any leaf certificate could sign certificates of their own and present them with
-    their leaf as an "intermediate".
+    their leaf as an "intermediate". With ``client_auth`` its extendedKeyUsage, if any, must
+    allow client authentication (:func:`allows_client_auth`): a CA restricted to other purposes
+    does not vouch for clients.
     """
     try:
         constraints = _basic_constraints(issuer)
@@ -298,19 +352,33 @@ def _may_issue(issuer: x509.Certificate, below: int) -> bool:
         return False
     if constraints.path_length is not None and constraints.path_length < below:
         return False
-    return usage is None or usage.key_cert_sign
+    if usage is not None and not usage.key_cert_sign:
+        return False
+    return not client_auth or allows_client_auth(issuer)
 
 
-def issuer_index(chain: Sequence[x509.Certificate], cas: Sequence[x509.Certificate | None]) -> int | None:
+def issuer_index(
+    chain: Sequence[x509.Certificate],
+    cas: Sequence[x509.Certificate | None],
+    *,
+    client_auth: bool = True,
+) -> int | None:
     """Which of ``cas`` issued ``chain[0]``, directly or through intermediates of ``chain[1:]``.
 
-    Every link's names and signature are checked, and every issuer on the path must be a CA
-    allowed to issue at that depth (:func:`_may_issue`); dates are not checked. The shortest path
-    wins; among CAs that issued the same certificate, the first in ``cas`` (None entries, CAs
-    that did not parse, never match). At most
-    :data:`MAX_CHAIN` certificates of ``chain`` are looked at.
+    The one chain check of a presented client certificate (the API listener's handshake judges
+    nothing, ``api.tls``). Every link's names and signature are checked, and every issuer on the
+    path must be a CA allowed to issue at that depth (:func:`_may_issue`); dates are not checked.
+    The leaf must carry no critical extension outside :data:`LEAF_CRITICAL_EXTENSIONS`. With
+    ``client_auth`` (the default) the chain must be fit for TLS client authentication, as the
+    handshake's verification required before: the leaf and every CA on the path, the one of
+    ``cas`` included, either have no extendedKeyUsage or list clientAuth or anyExtendedKeyUsage
+    (Go's ``x509.Verify`` with ``KeyUsages: [ExtKeyUsageClientAuth]``); an intermediate that is
+    not is passed over, as if the chain did not carry it. ``client_auth=False`` is for a
+    certificate that is not a TLS client's. The shortest path wins; among CAs that issued the
+    same certificate, the first in ``cas`` (None entries, CAs that did not parse, never match).
+    At most :data:`MAX_CHAIN` certificates of ``chain`` are looked at.
     """
-    if not chain:
+    if not chain or not _acceptable_leaf(chain[0], client_auth):
         return None
     pool = chain[1:MAX_CHAIN]
     used: set[int] = set()
@@ -319,12 +387,16 @@ def issuer_index(chain: Sequence[x509.Certificate], cas: Sequence[x509.Certifica
     while level:
         for cert in level:
             for index, ca in enumerate(cas):
-                if ca is not None and directly_issued(cert, ca) and _may_issue(ca, below):
+                if ca is not None and directly_issued(cert, ca) and _may_issue(ca, below, client_auth):
                     return index
         next_level: list[x509.Certificate] = []
         for cert in level:
             for position, candidate in enumerate(pool):
-                if position not in used and directly_issued(cert, candidate) and _may_issue(candidate, below):
+                if (
+                    position not in used
+                    and directly_issued(cert, candidate)
+                    and _may_issue(candidate, below, client_auth)
+                ):
                     used.add(position)
                     next_level.append(candidate)
         level, below = next_level, below + 1

@@ -120,7 +120,7 @@ class AuthenticatorManager(EntityManager[Authenticator]):
             authenticator,
             cert_pem=certs[0].pem,
             fingerprint=certs[0].fingerprint,
-            is_issued_by_network=self.env.ca.issued_by_us([cert_pem]),
+            is_issued_by_network=self.env.ca.issued_by_us([cert_pem], client_auth=False),
         )
 
     def apply(self, uow: UnitOfWork, old: Authenticator, fields: dict[str, Any]) -> Authenticator:
@@ -261,7 +261,7 @@ class AuthenticatorManager(EntityManager[Authenticator]):
             return recorded
         if not authenticator.cert_pem:
             return None
-        return issuing_ca(self.env, [authenticator.cert_pem], uow.all(Ca))
+        return issuing_ca(self.env, [authenticator.cert_pem], uow.all(Ca), client_auth=False)
 
     # -- certificate extension -----------------------------------------------------------------
     def request_extend(self, id: str, *, roll_keys: bool) -> Authenticator:

@@ -116,7 +116,8 @@ class CaManager(EntityManager[Ca]):
             raise CouldNotParseDerBlockError(reason=ex.reason) from None
         if proof.common_name != ca.verification_token:
             raise InvalidCommonNameError(reason="the common name must be the CA's verification token")
-        signed = self.env.ca.issuer_index([proof.pem], [ca.cert_pem]) == 0
+        # OpenZiti verifies the proof with ExtKeyUsageAny: any purpose will do
+        signed = self.env.ca.issuer_index([proof.pem], [ca.cert_pem], client_auth=False) == 0
         if not signed or not proof.is_valid_at(self.env.clock.now()):
             raise CertificateFailedValidationError()
 
@@ -144,7 +145,7 @@ class CaManager(EntityManager[Ca]):
                 authenticator.ca_id is None
                 and not authenticator.is_issued_by_network
                 and authenticator.cert_pem
-                and self.env.ca.issuer_index([authenticator.cert_pem], [ca.cert_pem]) == 0
+                and self.env.ca.issuer_index([authenticator.cert_pem], [ca.cert_pem], client_auth=False) == 0
             ):
                 out.append(authenticator)
         return out

@@ -53,8 +53,10 @@ class CertCheck:
         except ControllerError:
             raise InvalidAuthError(reason="the client certificate could not be parsed") from None
         chain = list(chain)
-        ours = self.env.ca.issued_by_us(chain)
-        ca = None if ours else issuing_ca(self.env, chain, usable_cas(self.env.store, "is_auth_enabled"))
+        # OpenZiti's login verifies with ExtKeyUsageAny: a certificate for any purpose logs in
+        ours = self.env.ca.issued_by_us(chain, client_auth=False)
+        cas = usable_cas(self.env.store, "is_auth_enabled")
+        ca = None if ours else issuing_ca(self.env, chain, cas, client_auth=False)
         if not ours and ca is None:
             raise InvalidAuthError(reason="the certificate is not issued by a trusted CA")
         identity, authenticator = self._resolve(leaf, ca)

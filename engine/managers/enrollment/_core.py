@@ -6,7 +6,9 @@ once, when the token is issued (creation, refresh, re-enrollment), and stored wi
 
 Claiming a token happens under the store's write lock, and the enrollment is consumed in the
 same commit that creates the credential, so a token can be used once: a second use, even a
-concurrent one, finds no enrollment and gets ``INVALID_ENROLLMENT_TOKEN``.
+concurrent one, finds no enrollment and gets ``INVALID_ENROLLMENT_TOKEN``: answered 404 for
+``ott`` and ``updb`` (:class:`UnknownEnrollmentTokenError`, the seed's status for them), 400
+for the other methods and for a token that is not a UUID at all.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from engine.errors import (
     InvalidEnrollmentTokenError,
     InvalidEnrollMethodError,
     MissingOrInvalidCsrError,
+    NotFoundError,
 )
 from engine.managers._base import Env
 from engine.ports import CertInfo, CertProfile, IssuedCertificate, Store, UnitOfWork
@@ -39,7 +42,30 @@ EDGE_ROUTER_OTT, TRANSIT_ROUTER_OTT = "erott", "trott"
 IDENTITY_METHODS = (OTT, OTTCA, UPDB)
 ROUTER_METHODS = (EDGE_ROUTER_OTT, TRANSIT_ROUTER_OTT)
 
+#: Methods whose unknown (never issued, used, refreshed, orphaned) token is "not found".
+NOT_FOUND_METHODS = (OTT, UPDB)
+
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+class UnknownEnrollmentTokenError(NotFoundError, InvalidEnrollmentTokenError):
+    """``INVALID_ENROLLMENT_TOKEN`` answered 404: a well-formed ``ott`` or ``updb`` token that names
+    no outstanding enrollment (seed document 1 lists 404, not 400, for those two operations).
+
+    A :class:`~engine.errors.NotFoundError` first, so the API's status table (which walks the
+    class's MRO) answers 404, and still an :class:`~engine.errors.InvalidEnrollmentTokenError`
+    with its code and message for everyone else.
+    """
+
+    code = InvalidEnrollmentTokenError.code
+    default_message = InvalidEnrollmentTokenError.default_message
+
+
+def unknown_token(method: str | None) -> InvalidEnrollmentTokenError:
+    """The error for a token no enrollment has, for a request of ``method`` (None: not given)."""
+    if method is None or method in NOT_FOUND_METHODS:
+        return UnknownEnrollmentTokenError()
+    return InvalidEnrollmentTokenError()
 
 
 @dataclass(frozen=True)
@@ -153,13 +179,14 @@ def check_token_format(token: str | None) -> str:
 def claim(uow: UnitOfWork, env: Env, token: str | None, method: str) -> Enrollment:
     """The outstanding identity enrollment of ``method`` behind ``token``; raises when there is none.
 
-    Unknown and used tokens give ``INVALID_ENROLLMENT_TOKEN``, a token of another method
+    Unknown and used tokens give ``INVALID_ENROLLMENT_TOKEN`` (:func:`unknown_token`: 404 for
+    ``ott`` and ``updb``), a token of another method
     ``INVALID_ENROLL_METHOD`` (OpenZiti's answer to, say, an ott token at ``/enroll/ottca``), an
     expired one ``ENROLLMENT_EXPIRED``. The caller deletes the enrollment in its commit.
     """
     enrollment = uow.find_unique(Enrollment, "token", check_token_format(token))
     if enrollment is None:
-        raise InvalidEnrollmentTokenError()
+        raise unknown_token(method)
     if enrollment.method != method:
         raise InvalidEnrollMethodError(
             field="method", value=method, reason=f"the token is for method {enrollment.method}"
@@ -172,7 +199,7 @@ def claim(uow: UnitOfWork, env: Env, token: str | None, method: str) -> Enrollme
 def claim_identity(uow: UnitOfWork, enrollment: Enrollment) -> Identity:
     identity = uow.get(Identity, enrollment.identity_id)
     if identity is None:  # an orphan (the identity went away): the token is worthless
-        raise InvalidEnrollmentTokenError()
+        raise unknown_token(enrollment.method)
     return identity
 
 
@@ -245,10 +272,12 @@ def usable_cas(source: Store | UnitOfWork, flag: str) -> list[Ca]:
     return [ca for ca in source.all(Ca) if ca.is_verified and getattr(ca, flag)]
 
 
-def issuing_ca(env: Env, chain: Sequence[str], cas: Sequence[Ca]) -> Ca | None:
+def issuing_ca(env: Env, chain: Sequence[str], cas: Sequence[Ca], *, client_auth: bool = True) -> Ca | None:
     """Which of ``cas`` issued the leaf of ``chain`` (directly, or through intermediates the chain
-    carries); None when none did."""
-    index = env.ca.issuer_index(list(chain), [ca.cert_pem for ca in cas]) if cas else None
+    carries); None when none did. ``client_auth``: the chain must allow TLS client authentication
+    (enrolment and extension, as OpenZiti's ``ExtKeyUsageClientAuth``)."""
+    cas_pems = [ca.cert_pem for ca in cas]
+    index = env.ca.issuer_index(list(chain), cas_pems, client_auth=client_auth) if cas else None
     return None if index is None else cas[index]
 
 
