@@ -12,7 +12,14 @@ request's CPU in this process (profiled with ``python -m bench http --profile``)
 ``%(message)s``: only the atoms of that format, the same escaping (``"`` as ``\\"``), the time stamp
 made once a second, and the line written to each handler's stream under its lock, flushed as
 ``StreamHandler.emit`` does. Anything else (a custom format, logger class, handler, syslog or
-``logconfig``) goes through gunicorn's own ``Logger.access`` unchanged.
+``logconfig``) goes through gunicorn's own ``Logger.access``.
+
+Either way secrets never reach the log (:func:`redact_uri`, :func:`redact_environ`): the values of
+secret query parameters (``token=`` of ``/enroll*``, and any ``*token``, ``*secret``,
+``*password``, ``*jwt`` or ``code`` parameter) and of filters that name such a field become
+``REDACTED``, in the request line, the query and the referer; for gunicorn's own formatting the
+credential headers (``Authorization``, ``zt-session``, cookies) too, in every atom that shows
+them. A one-time token left in a log would be usable by whoever reads the log.
 """
 
 from __future__ import annotations
@@ -20,17 +27,145 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
+from urllib.parse import unquote_plus
 
 from gunicorn import glogging
 from gunicorn.config import AccessLogFormat
 
-__all__ = ["AccessLog"]
+__all__ = ["REDACTED", "AccessLog", "redact_environ", "redact_query", "redact_uri"]
 
 DEFAULT_FORMAT: str = AccessLogFormat.default
+
+#: What a secret is logged as.
+REDACTED = "REDACTED"
+#: Query parameters that carry secrets, by their name lower-cased without ``-`` and ``_``: the
+#: enrollment token (``/enroll*?token=``), and what OAuth/OIDC-style or careless clients put in a
+#: URL (``access_token``, ``code``, ``password``, a ``zt-session`` token, ...).
+SECRET_PARAMS = frozenset(
+    {
+        "token",
+        "code",
+        "otp",
+        "totp",
+        "password",
+        "passwd",
+        "secret",
+        "jwt",
+        "key",
+        "apikey",
+        "ztsession",
+        "session",
+        "sessiontoken",
+        "authorization",
+        "assertion",
+        "signature",
+        "sig",
+    }
+)
+#: ... and any parameter whose name ends so (``enrollmentToken``, ``client_secret``, ``id_token``).
+SECRET_SUFFIXES = ("token", "secret", "password", "passwd", "jwt", "apikey")
+#: A filter naming one of these fields (``token = "..."`` on ``/sessions`` or ``/enrollments``,
+#: ``enrollmentJwt``) has its whole value redacted.
+_SECRET_FILTER = re.compile(r"token|jwt|secret|passw", re.IGNORECASE)
+#: Request headers that carry credentials (gunicorn's ``{name}i`` atoms, ``HTTP_*`` environ keys).
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "zt-session", "cookie", "x-api-key"})
+#: Response headers that do (``{name}o``): the session token of a login.
+SECRET_RESPONSE_HEADERS = frozenset({"zt-session", "set-cookie"})
+_SECRET_ENVIRON = frozenset("HTTP_" + name.upper().replace("-", "_") for name in SECRET_HEADERS)
+
+
+def _secret_param(name: str) -> bool:
+    key = unquote_plus(name).lower().replace("-", "").replace("_", "").strip()
+    return key in SECRET_PARAMS or key.endswith(SECRET_SUFFIXES)
+
+
+def redact_query(query: str) -> str:
+    """``query`` (a raw query string) with the values of secret parameters :data:`REDACTED`;
+    everything else as it came, byte for byte."""
+    if not query:
+        return query
+    parts = query.split("&")
+    changed = False
+    for i, part in enumerate(parts):
+        name, eq, value = part.partition("=")
+        if not eq or not value:
+            continue
+        secret = _secret_param(name) or (
+            unquote_plus(name).strip().lower() == "filter" and _SECRET_FILTER.search(unquote_plus(value))
+        )
+        if secret:
+            parts[i] = f"{name}={REDACTED}"
+            changed = True
+    return "&".join(parts) if changed else query
+
+
+def redact_uri(uri: str) -> str:
+    """A request target (or a referer URL) with :func:`redact_query` applied to its query."""
+    path, sep, query = uri.partition("?")
+    if not sep:
+        return uri
+    return f"{path}?{redact_query(query)}"
+
+
+def _redact_credentials(value: str) -> str:
+    """An ``Authorization`` value with its credentials :data:`REDACTED`; a ``Basic`` one keeps its
+    user name (gunicorn's ``%(u)s`` shows it)."""
+    scheme, _, credentials = value.strip().partition(" ")
+    if not credentials:
+        return REDACTED
+    if scheme.lower() == "basic":
+        try:
+            user = base64.b64decode(credentials.strip().encode("utf-8")).split(b":", 1)[0]
+            return "Basic " + base64.b64encode(user + b":" + REDACTED.encode()).decode("ascii")
+        except (TypeError, binascii.Error, ValueError):
+            pass
+    return f"{scheme} {REDACTED}"
+
+
+def redact_environ(environ: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``environ`` fit for a log line: secret query values and credential headers
+    :data:`REDACTED` (``RAW_URI``, ``QUERY_STRING``, ``REQUEST_URI``, the referer, ``HTTP_*``)."""
+    out = dict(environ)
+    for key in ("RAW_URI", "REQUEST_URI", "HTTP_REFERER"):
+        value = out.get(key)
+        if isinstance(value, str):
+            out[key] = redact_uri(value)
+    query = out.get("QUERY_STRING")
+    if isinstance(query, str):
+        out["QUERY_STRING"] = redact_query(query)
+    for key in _SECRET_ENVIRON:
+        value = out.get(key)
+        if isinstance(value, str):
+            out[key] = _redact_credentials(value) if key.endswith("AUTHORIZATION") else REDACTED
+    return out
+
+
+def _redact_headers(headers: Any, secret: frozenset[str]) -> list[tuple[str, str]]:
+    """A header list (or mapping) with the values of ``secret`` headers :data:`REDACTED`."""
+    items: Iterable[tuple[str, str]] = headers.items() if hasattr(headers, "items") else headers
+    out: list[tuple[str, str]] = []
+    for name, value in items:
+        lower = name.lower()
+        if lower in secret:
+            value = _redact_credentials(value) if lower.endswith("authorization") else REDACTED
+        out.append((name, value))
+    return out
+
+
+class _Redacted:
+    """A request or response for gunicorn's atoms: ``headers`` redacted, the rest its original's."""
+
+    def __init__(self, original: Any, headers: list[tuple[str, str]]) -> None:
+        self._original = original
+        self.headers = headers
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
 
 
 def _safe(value: str) -> str:
@@ -123,16 +258,22 @@ class AccessLog:
             return
         streams = self.streams(access_log_format)
         if streams is None or not self.log.access_log.isEnabledFor(logging.INFO):
-            self.log.access(logged, req, environ, request_time)
+            self.log.access(
+                _Redacted(logged, _redact_headers(getattr(logged, "headers", ()), SECRET_RESPONSE_HEADERS)),
+                _Redacted(req, _redact_headers(getattr(req, "headers", ()), SECRET_HEADERS)),
+                redact_environ(environ),
+                request_time,
+            )
             return
         status = logged.status
         code = status.split(None, 1)[0] if isinstance(status, str) else str(status)
         sent = logged.sent
         line = (
             f"{_safe(environ.get('REMOTE_ADDR', '-'))} - {_safe(_user(environ))} {self.clock.now()} "
-            f'"{_safe(environ["REQUEST_METHOD"])} {_safe(environ["RAW_URI"])} {_safe(environ["SERVER_PROTOCOL"])}" '
+            f'"{_safe(environ["REQUEST_METHOD"])} {_safe(redact_uri(environ["RAW_URI"]))} '
+            f'{_safe(environ["SERVER_PROTOCOL"])}" '
             f"{code} {str(sent) if sent is not None else '-'} "
-            f'"{_safe(environ.get("HTTP_REFERER", "-"))}" "{_safe(environ.get("HTTP_USER_AGENT", "-"))}"'
+            f'"{_safe(redact_uri(environ.get("HTTP_REFERER", "-")))}" "{_safe(environ.get("HTTP_USER_AGENT", "-"))}"'
         )
         for handler in streams:
             handler.acquire()

@@ -1,5 +1,5 @@
 """Per-request plumbing: request ids, path aliases, the API session, request limits, auth levels,
-headers (CORS only for the configured origins).
+headers (CORS only for the configured origins; the security headers of :data:`SECURITY_HEADERS`).
 
 A resource's ``auth`` attribute says who may call it (``auth_by_method`` may override it for one
 HTTP method): ``NONE`` anyone, ``SESSION`` a fully authenticated API session, ``PARTIAL`` also a
@@ -36,6 +36,20 @@ CORS_PREFLIGHT = {
     "Access-Control-Allow-Methods": "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
     "Access-Control-Max-Age": "600",
 }
+#: On every answer the app makes (successes and errors alike, authenticated or not):
+#:
+#: - ``X-Content-Type-Options: nosniff``: a browser takes the declared type (JSON, PEM text) and
+#:   never sniffs an answer into something it would run;
+#: - ``Cache-Control: no-store`` (with ``Pragma: no-cache`` for HTTP/1.0 caches): no cache keeps a
+#:   copy. Answers that carry secrets are spread over the whole API (sessions and their tokens from
+#:   ``/authenticate*`` and ``/current-api-session``, certificates and keys from enrollment and
+#:   ``/current-api-session/certificates``, MFA secrets and recovery codes, TOTP tokens, enrollment
+#:   JWTs and tokens in identity, router and enrollment reads), and the rest is live state a
+#:   cached copy would misreport, so every answer is marked rather than a list that a new
+#:   endpoint could miss. What is public (``/version``, the CA bundle) is fetched rarely enough.
+#:   A resource that sets its own ``Cache-Control`` keeps it.
+SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff"}
+NO_STORE_HEADERS = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 #: Response headers a browser script from an allowed origin may read (the login's token, ...).
 CORS_EXPOSE = "zt-session, expiration-seconds, expires-at, ziti-instance-id, retry-after, www-authenticate"
 
@@ -193,6 +207,9 @@ class RequestMiddleware:
         if "gunicorn.socket" not in req.env:  # gunicorn writes its own Server header (see serve.py)
             resp.set_header("server", f"ziti-controller/{self.ctrl.version}")
         resp.set_header("ziti-instance-id", self.ctrl.instance_id)
+        resp.set_headers(SECURITY_HEADERS)
+        if resp.get_header("Cache-Control") is None:
+            resp.set_headers(NO_STORE_HEADERS)
         self.cors.apply(req, resp)
         session = getattr(req.context, "session", None)
         if session is not None and self.ctrl.sessions.get(session.id) is not None:

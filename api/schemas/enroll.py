@@ -24,7 +24,10 @@ class GenericEnroll(WireModel):
 
 
 class EnrollOtt(WireModel):
-    token: str
+    """``/enroll/ott``'s JSON body; the token may come in the query instead (seed document 1:
+    ``?token=``, with a PEM CSR as the body)."""
+
+    token: str | None = None
     client_csr: str
 
 

@@ -130,7 +130,7 @@ class NetworkCert:
     """A client certificate our CA issued to an identity through ``ott`` enrollment."""
 
     identity_id: str
-    chain: str  # leaf + intermediate, as ``/enroll/ott`` answers
+    chain: str  # leaf + intermediate, the PEM text ``/enroll/ott`` answers
     key: Key
 
     @property
@@ -159,7 +159,7 @@ def enroll_ott(api: Any, name: str, *, key: Key | None = None, **fields: Any) ->
     )
     if enrolled.status_code != 200:
         raise RuntimeError(enrolled.text)
-    return NetworkCert(identity_id=identity_id, chain=str(enrolled.json["data"]["cert"]), key=leaf_key)
+    return NetworkCert(identity_id=identity_id, chain=enrolled.text, key=leaf_key)  # PEM text (the seed)
 
 
 def ca_body(ca: ThirdPartyCa, name: str, **flags: Any) -> dict[str, Any]:

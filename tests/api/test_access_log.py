@@ -19,7 +19,7 @@ import pytest
 from gunicorn.config import Config
 from gunicorn.glogging import Logger
 
-from api.accesslog import DEFAULT_FORMAT, AccessLog
+from api.accesslog import DEFAULT_FORMAT, AccessLog, redact_query, redact_uri
 
 
 class _Resp:
@@ -158,3 +158,119 @@ def test_a_handler_gunicorn_did_not_set_up_is_respected(tmp_path: Path, disabled
     finally:
         log.access_log.removeHandler(extra)
     assert access.streams(cfg.access_log_format) is not None
+
+
+# -- secrets never reach the log (issue 10) -----------------------------------------------------------
+TOKEN = "5b0f0c6e-8d7a-4a57-9a44-0e6c1d2b3f4a"
+SESSION = "0f7e3b1c-2a4d-4e5f-8a9b-1c2d3e4f5a6b"
+
+
+@pytest.mark.parametrize(
+    ("query", "logged"),
+    [
+        (f"method=ott&token={TOKEN}", "method=ott&token=REDACTED"),
+        (f"token={TOKEN}&method=ott", "token=REDACTED&method=ott"),
+        (f"TOKEN={TOKEN}", "TOKEN=REDACTED"),
+        (f"%74oken={TOKEN}", "%74oken=REDACTED"),  # percent-encoded name
+        (f"access_token={SESSION}&id_token=x.y.z", "access_token=REDACTED&id_token=REDACTED"),
+        (f"enrollmentToken={TOKEN}", "enrollmentToken=REDACTED"),
+        ("client_secret=s3cr3t&code=123456", "client_secret=REDACTED&code=REDACTED"),
+        (f"zt-session={SESSION}", "zt-session=REDACTED"),
+        ("password=hunter22&username=bob", "password=REDACTED&username=bob"),
+        (f"filter=token%3D%22{TOKEN}%22&limit=5", "filter=REDACTED&limit=5"),
+        (f'filter=enrollmentJwt contains "{TOKEN}"', "filter=REDACTED"),
+        # what is no secret stays as it came
+        ('filter=name="a b"&limit=10&offset=0', 'filter=name="a b"&limit=10&offset=0'),
+        ("method=password", "method=password"),
+        ("token=&method=ott", "token=&method=ott"),
+        ("token", "token"),
+        ("", ""),
+    ],
+)
+def test_secret_query_values_are_redacted(query: str, logged: str) -> None:
+    assert redact_query(query) == logged
+    assert redact_uri(f"/edge/client/v1/enroll?{query}") == f"/edge/client/v1/enroll?{logged}"
+    assert redact_uri("/version") == "/version"
+
+
+def _secret_request() -> dict[str, Any]:
+    return _environ(
+        "POST",
+        f"/edge/client/v1/enroll?method=ott&token={TOKEN}",
+        HTTP_REFERER=f"https://console/enroll?token={TOKEN}",
+        HTTP_USER_AGENT="ziti-sdk-c/0.29.3",
+        HTTP_ZT_SESSION=SESSION,
+        HTTP_AUTHORIZATION=f"Bearer {SESSION}",
+    )
+
+
+def test_the_fast_line_redacts_the_token(tmp_path: Path) -> None:
+    path = tmp_path / "fast.log"
+    log, cfg = _logger(path)
+    access = AccessLog(log)
+    assert access.streams(cfg.access_log_format) is not None  # the fast path
+
+    access.write(cfg.access_log_format, _Resp("404 Not Found", 160), REQ, _secret_request(), timedelta(0))
+
+    [line] = _lines(path)
+    assert TOKEN not in line, line
+    assert SESSION not in line, line
+    assert '"POST /edge/client/v1/enroll?method=ott&token=REDACTED HTTP/1.1" 404 160' in line
+    assert '"https://console/enroll?token=REDACTED" "ziti-sdk-c/0.29.3"' in line
+
+
+class _SecretReq:
+    headers = [
+        ("zt-session", SESSION),
+        ("Authorization", f"Bearer {SESSION}"),
+        ("Accept", "application/json"),
+    ]
+
+
+def test_gunicorn_formatting_redacts_every_atom(tmp_path: Path) -> None:
+    """A custom format goes through gunicorn's ``Logger.access``: the request line, the query, the
+    environ, the referer and the credential headers (request and response) are redacted there too."""
+    path = tmp_path / "custom.log"
+    fmt = (
+        "%(r)s|%(q)s|%(f)s|%({raw_uri}e)s|%({query_string}e)s|%({http_zt_session}e)s|"
+        "%({http_authorization}e)s|%({zt-session}i)s|%({authorization}i)s|%({accept}i)s|%({zt-session}o)s|%(U)s"
+    )
+    log, cfg = _logger(path, access_log_format=fmt)
+    access = AccessLog(log)
+    assert access.streams(cfg.access_log_format) is None  # gunicorn formats it
+    resp = _Resp("200 OK", 10)
+    resp.headers = [("Content-Type", "application/json"), ("zt-session", SESSION)]
+
+    access.write(cfg.access_log_format, resp, _SecretReq(), _secret_request(), timedelta(0))
+
+    [line] = _lines(path)
+    assert TOKEN not in line, line
+    assert SESSION not in line, line
+    assert line.split("|") == [
+        "POST /edge/client/v1/enroll?method=ott&token=REDACTED HTTP/1.1",
+        "method=ott&token=REDACTED",
+        "https://console/enroll?token=REDACTED",
+        "/edge/client/v1/enroll?method=ott&token=REDACTED",
+        "method=ott&token=REDACTED",
+        "REDACTED",
+        "Bearer REDACTED",
+        "REDACTED",
+        "Bearer REDACTED",
+        "application/json",
+        "REDACTED",
+        "/edge/client/v1/enroll",
+    ]
+
+
+def test_gunicorn_formatting_keeps_a_basic_user_but_not_the_password(tmp_path: Path) -> None:
+    path = tmp_path / "basic.log"
+    log, cfg = _logger(path, access_log_format="%(u)s %({http_authorization}e)s")
+    access = AccessLog(log)
+    environ = _environ("GET", "/x", HTTP_AUTHORIZATION="Basic " + base64.b64encode(b"alice:secret").decode())
+
+    access.write(cfg.access_log_format, _Resp("200 OK", 1), REQ, environ, timedelta(0))
+
+    [line] = _lines(path)
+    user, header = line.split(" ", 1)
+    assert user == "alice"
+    assert base64.b64decode(header.removeprefix("Basic ")) == b"alice:REDACTED"

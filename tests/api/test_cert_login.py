@@ -139,7 +139,7 @@ def test_disabled_identity_is_refused(api: Api, device: NetworkCert) -> None:
     )
     result = cert_login(api, device.chain)
     assert result.status_code == 401
-    assert error(result)["code"] == "UNAUTHORIZED"
+    assert error(result)["code"] == "INVALID_AUTH"
     assert api.post(f"/identities/{device.identity_id}/enable").status_code == 200
     assert cert_login(api, device.chain).status_code == 200
 

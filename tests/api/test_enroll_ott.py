@@ -1,5 +1,10 @@
 """``ott`` enrollment through ``/enroll`` (legacy PEM bodies, ``genericEnroll`` JSON) and ``/enroll/ott``,
-and hostile input on every enrollment endpoint."""
+and hostile input on every enrollment endpoint.
+
+Seed document 1: the certificate comes back as PEM text, and an unknown (or used) token is 404
+``INVALID_ENROLLMENT_TOKEN``. A client that prefers JSON (the C SDK's ``Accept:
+application/json``) gets ``{"data": {"cert"}}``; one that cannot take JSON gets errors with 406.
+"""
 
 from __future__ import annotations
 
@@ -77,6 +82,21 @@ def error(result: falcon.testing.Result) -> dict[str, Any]:
     return dict(result.json["error"])
 
 
+def cert_of(result: falcon.testing.Result) -> str:
+    """The chain an ``ott`` enrollment answered: PEM text, or ``data.cert`` of a JSON answer."""
+    if result.headers["content-type"] == PEM:
+        return result.text
+    assert result.headers["content-type"] == "application/json", result.headers
+    return str(result.json["data"]["cert"])
+
+
+def assert_not_found(result: falcon.testing.Result) -> None:
+    """The seed's 404 for an unknown or used token, with OpenZiti's code."""
+    assert result.status_code == 404, result.text
+    assert result.headers["content-type"] == "application/json"
+    assert error(result)["code"] == "INVALID_ENROLLMENT_TOKEN"
+
+
 def assert_issued_to(api: Api, identity_id: str, chain_pem: str) -> None:
     """The chain is leaf + our intermediate, the leaf is a clientAuth cert for the identity, and the
     identity now holds a cert authenticator for it and no enrollment."""
@@ -112,14 +132,14 @@ def test_legacy_pem_csr_enrolls(api: Api, key: Key, path: str, content_type: str
     result = enroll(api, token, csr_pem(key), content_type=content_type, path=path)
 
     assert result.status_code == 200, result.text
-    assert result.headers["content-type"] == "application/json"
-    assert set(result.json["data"]) == {"cert"}
-    assert_issued_to(api, identity_id, result.json["data"]["cert"])
+    assert result.headers["content-type"] == PEM  # the seed's PEM text; no Accept, no preference
+    assert result.text.startswith("-----BEGIN CERTIFICATE-----")
+    assert_issued_to(api, identity_id, result.text)
 
 
 def test_issued_certificate_logs_in(api: Api, key: Key) -> None:
     _, token = ott_identity(api)
-    chain = enroll(api, token, csr_pem(key)).json["data"]["cert"]
+    chain = cert_of(enroll(api, token, csr_pem(key)))
 
     login = api.client.simulate_post(
         CLIENT + "/authenticate", params={"method": "cert"}, json={}, extras=tls(*split_chain(chain))
@@ -129,25 +149,45 @@ def test_issued_certificate_logs_in(api: Api, key: Key) -> None:
 
 
 @pytest.mark.parametrize(
-    "accept",
+    ("accept", "answer"),
     [
-        None,
-        "application/json",
-        "*/*",
-        "text/html, */*;q=0.1",
-        "text/plain, application/json",
-        "application/x-pem-file;q=1, application/json;q=0.5",
+        (None, PEM),  # the Go SDK and the ziti CLI send no Accept
+        ("*/*", PEM),
+        ("*", PEM),  # old Java clients
+        ("application/*", PEM),
+        ("text/html, */*;q=0.1", PEM),
+        ("application/json, application/x-pem-file", PEM),
+        ("application/x-pem-file;q=1, application/json;q=0.5", PEM),
+        ("application/json;q=0, */*", PEM),
+        ("application/json", "application/json"),  # the C SDK (and the Python SDK on it)
+        ("application/json; charset=utf-8", "application/json"),
+        ("text/plain, application/json", "application/json"),
+        ("application/json, */*", "application/json"),  # named beats a wildcard at the same q
+        ("application/x-pem-file;q=0.4, application/json", "application/json"),
+        ("application/x-pem-file;q=0, */*", "application/json"),
     ],
 )
-def test_json_whenever_the_client_accepts_it(api: Api, key: Key, accept: str | None) -> None:
+def test_pem_unless_the_client_prefers_json(api: Api, key: Key, accept: str | None, answer: str) -> None:
     identity_id, token = ott_identity(api)
 
-    result = enroll(api, token, csr_pem(key), accept=accept)
+    legacy = enroll(api, token, csr_pem(key), accept=accept)
+    assert legacy.status_code == 200, legacy.text
+    assert legacy.headers["content-type"] == answer
+    if answer == PEM:
+        assert legacy.text.startswith("-----BEGIN CERTIFICATE-----")
+    else:
+        assert set(legacy.json["data"]) == {"cert"}
+        assert legacy.json["meta"] is not None
+    assert_issued_to(api, identity_id, cert_of(legacy))
 
-    assert result.status_code == 200, result.text
-    assert result.headers["content-type"] == "application/json"
-    assert result.json["meta"] is not None
-    assert_issued_to(api, identity_id, result.json["data"]["cert"])
+    identity_id, token = ott_identity(api)
+    headers = {"Accept": accept} if accept is not None else {}
+    typed = api.client.simulate_post(
+        CLIENT + "/enroll/ott", headers=headers, json={"token": token, "clientCsr": csr_pem(key)}
+    )
+    assert typed.status_code == 200, typed.text
+    assert typed.headers["content-type"] == answer
+    assert_issued_to(api, identity_id, cert_of(typed))
 
 
 @pytest.mark.parametrize(
@@ -174,25 +214,61 @@ def test_pem_answer_when_the_client_asks_for_pem(api: Api, key: Key, content_typ
     assert_issued_to(api, identity_id, result.text)
 
 
-@pytest.mark.parametrize("route", ["legacy", "generic", "typed"])
-def test_unacceptable_accept_is_415_and_keeps_the_token(api: Api, key: Key, route: str) -> None:
-    identity_id, token = ott_identity(api)
-    headers = {"Accept": "image/png"}
+def _ott_request(api: Api, route: str, token: str, csr: str, accept: str) -> falcon.testing.Result:
+    headers = {"Accept": accept}
     if route == "legacy":
-        result = enroll(api, token, csr_pem(key), accept="image/png")
-    elif route == "generic":
-        result = api.client.simulate_post(
-            CLIENT + "/enroll", params={"token": token}, headers=headers, json={"clientCsr": csr_pem(key)}
+        return enroll(api, token, csr, accept=accept)
+    if route == "generic":
+        return api.client.simulate_post(
+            CLIENT + "/enroll", params={"token": token}, headers=headers, json={"clientCsr": csr}
         )
-    else:
-        result = api.client.simulate_post(
-            CLIENT + "/enroll/ott", headers=headers, json={"token": token, "clientCsr": csr_pem(key)}
-        )
+    return api.client.simulate_post(
+        CLIENT + "/enroll/ott", headers=headers, json={"token": token, "clientCsr": csr}
+    )
 
-    assert result.status_code == 415
-    assert error(result)["code"] == "UNSUPPORTED_MEDIA"
+
+@pytest.mark.parametrize(
+    "accept", ["image/png", "text/plain", "application/json;q=0, application/x-pem-file;q=0"]
+)
+@pytest.mark.parametrize("route", ["legacy", "generic", "typed"])
+def test_unacceptable_accept_is_406_and_keeps_the_token(api: Api, key: Key, route: str, accept: str) -> None:
+    """Nothing the client takes can be answered (neither PEM nor JSON): 406 before the token is
+    spent (OpenZiti's content negotiation; its legacy path said 415 ``UNSUPPORTED_MEDIA``)."""
+    identity_id, token = ott_identity(api)
+
+    result = _ott_request(api, route, token, csr_pem(key), accept)
+
+    assert result.status_code == 406, result.text
+    assert error(result)["code"] == "COULD_NOT_VALIDATE"
+    assert error(result)["cause"]["field"] == "Accept"
+    assert PEM in error(result)["cause"]["reason"]
     assert api.get(f"/identities/{identity_id}").json["data"]["authenticators"] == {}
     assert enroll(api, token, csr_pem(key)).status_code == 200
+
+
+@pytest.mark.parametrize("route", ["legacy", "generic", "typed"])
+def test_errors_for_a_pem_only_client_are_406(api: Api, key: Key, route: str) -> None:
+    """A client that accepts only ``application/x-pem-file`` enrolls as PEM; an error cannot be
+    given to it as PEM, so it gets 406 (the body still names the error)."""
+    identity_id, token = ott_identity(api)
+
+    bad_csr = _ott_request(api, route, token, "not a csr", PEM)
+    assert bad_csr.status_code == 406, bad_csr.text
+    assert bad_csr.headers["content-type"] == "application/json"
+    assert error(bad_csr)["code"] == "COULD_NOT_PROCESS_CSR"
+    assert api.get(f"/identities/{identity_id}").json["data"]["enrollment"]["ott"]["token"] == token
+
+    issued = _ott_request(api, route, token, csr_pem(key), PEM)
+    assert issued.status_code == 200, issued.text
+    assert issued.headers["content-type"] == PEM
+    assert_issued_to(api, identity_id, issued.text)
+
+    used = _ott_request(api, route, token, csr_pem(key), PEM)
+    assert used.status_code == 406, used.text
+    assert error(used)["code"] == "INVALID_ENROLLMENT_TOKEN"
+    unknown = _ott_request(api, route, "7d3f2a4e-0000-4000-8000-000000000000", csr_pem(key), PEM)
+    assert unknown.status_code == 406, unknown.text
+    assert error(unknown)["code"] == "INVALID_ENROLLMENT_TOKEN"
 
 
 def test_generic_json_body_enrolls(api: Api, key: Key) -> None:
@@ -218,7 +294,34 @@ def test_typed_route_enrolls(api: Api, key: Key) -> None:
     )
 
     assert result.status_code == 200, result.text
-    assert_issued_to(api, identity_id, result.json["data"]["cert"])
+    assert result.headers["content-type"] == PEM
+    assert_issued_to(api, identity_id, result.text)
+
+
+@pytest.mark.parametrize("content_type", ["application/x-pem-file", "text/plain"])
+def test_typed_route_takes_the_seeds_query_token_and_pem_csr(api: Api, key: Key, content_type: str) -> None:
+    """Seed document 1: ``?token=`` (uuid) and a PEM CSR; the answer is the PEM certificate."""
+    identity_id, token = ott_identity(api)
+
+    result = enroll(
+        api, token, csr_pem(key), content_type=content_type, method=None, path=CLIENT + "/enroll/ott"
+    )
+
+    assert result.status_code == 200, result.text
+    assert result.headers["content-type"] == PEM
+    assert_issued_to(api, identity_id, result.text)
+    assert_not_found(enroll(api, token, csr_pem(key), method=None, path=CLIENT + "/enroll/ott"))
+
+
+def test_typed_route_takes_a_query_token_with_a_json_body(api: Api, key: Key) -> None:
+    identity_id, token = ott_identity(api)
+
+    result = api.client.simulate_post(
+        CLIENT + "/enroll/ott", params={"token": token}, json={"clientCsr": csr_pem(key)}
+    )
+
+    assert result.status_code == 200, result.text
+    assert_issued_to(api, identity_id, cert_of(result))
 
 
 def test_without_method_the_tokens_own_method_is_used(api: Api, key: Key) -> None:
@@ -227,7 +330,7 @@ def test_without_method_the_tokens_own_method_is_used(api: Api, key: Key) -> Non
     result = enroll(api, token, csr_pem(key), method=None)
 
     assert result.status_code == 200, result.text
-    assert_issued_to(api, identity_id, result.json["data"]["cert"])
+    assert_issued_to(api, identity_id, cert_of(result))
 
 
 def test_uppercase_token_is_the_same_token(api: Api, key: Key) -> None:
@@ -236,7 +339,7 @@ def test_uppercase_token_is_the_same_token(api: Api, key: Key) -> None:
     result = enroll(api, token.upper(), csr_pem(key))
 
     assert result.status_code == 200, result.text
-    assert_issued_to(api, identity_id, result.json["data"]["cert"])
+    assert_issued_to(api, identity_id, cert_of(result))
 
 
 def test_mbedtls_csr_enrolls(api: Api, key: Key) -> None:
@@ -245,7 +348,7 @@ def test_mbedtls_csr_enrolls(api: Api, key: Key) -> None:
     result = enroll(api, token, mbedtls_csr_pem(key, sub=identity_id))
 
     assert result.status_code == 200, result.text
-    assert_issued_to(api, identity_id, result.json["data"]["cert"])
+    assert_issued_to(api, identity_id, cert_of(result))
 
 
 def test_csr_subject_is_replaced_by_the_identity_id(api: Api, key: Key) -> None:
@@ -254,7 +357,7 @@ def test_csr_subject_is_replaced_by_the_identity_id(api: Api, key: Key) -> None:
     result = enroll(api, token, csr_pem(key, cn="someone-else"))
 
     assert result.status_code == 200, result.text
-    assert_issued_to(api, identity_id, result.json["data"]["cert"])
+    assert_issued_to(api, identity_id, cert_of(result))
 
 
 # -- token failures ---------------------------------------------------------------------------------
@@ -263,11 +366,12 @@ def test_a_token_works_once(api: Api, key: Key) -> None:
     assert enroll(api, token, csr_pem(key)).status_code == 200
 
     again = enroll(api, token, csr_pem(key))
+    no_method = enroll(api, token, csr_pem(key), method=None)
+    as_json = enroll(api, token, csr_pem(key), accept="application/json")
     typed = api.client.simulate_post(CLIENT + "/enroll/ott", json={"token": token, "clientCsr": csr_pem(key)})
 
-    for result in (again, typed):
-        assert result.status_code == 400
-        assert error(result)["code"] == "INVALID_ENROLLMENT_TOKEN"
+    for result in (again, no_method, as_json, typed):
+        assert_not_found(result)
 
 
 def test_a_token_works_once_even_concurrently(api: Api, key: Key) -> None:
@@ -280,16 +384,15 @@ def test_a_token_works_once_even_concurrently(api: Api, key: Key) -> None:
         results = list(pool.map(lambda csr: enroll(api, token, csr), csrs))
 
     statuses = sorted(r.status_code for r in results)
-    assert statuses == [200] + [400] * 7, [r.text for r in results]
-    assert {error(r)["code"] for r in results if r.status_code == 400} == {"INVALID_ENROLLMENT_TOKEN"}
+    assert statuses == [200] + [404] * 7, [r.text for r in results]
+    assert {error(r)["code"] for r in results if r.status_code == 404} == {"INVALID_ENROLLMENT_TOKEN"}
     [winner] = [r for r in results if r.status_code == 200]
-    assert_issued_to(api, identity_id, winner.json["data"]["cert"])
+    assert_issued_to(api, identity_id, cert_of(winner))
 
 
-@pytest.mark.parametrize(
-    "token", [None, "", "not-a-uuid", "7d3f2a4e-0000-4000-8000-000000000000", "x" * 5000]
-)
-def test_missing_malformed_or_unknown_token(api: Api, key: Key, token: str | None) -> None:
+@pytest.mark.parametrize("token", [None, "", "not-a-uuid", "x" * 5000])
+def test_missing_or_malformed_token(api: Api, key: Key, token: str | None) -> None:
+    """Not a UUID (``format: uuid``): a bad request, not an unknown token."""
     result = enroll(api, token, csr_pem(key))
     typed = api.client.simulate_post(
         CLIENT + "/enroll/ott", json={"token": token or "", "clientCsr": csr_pem(key)}
@@ -298,6 +401,33 @@ def test_missing_malformed_or_unknown_token(api: Api, key: Key, token: str | Non
     for answer in (result, typed):
         assert answer.status_code == 400
         assert error(answer)["code"] == "INVALID_ENROLLMENT_TOKEN"
+
+
+@pytest.mark.parametrize("method", ["ott", None])
+def test_unknown_token_is_404(api: Api, key: Key, method: str | None) -> None:
+    unknown = "7d3f2a4e-0000-4000-8000-000000000000"
+
+    legacy = enroll(api, unknown, csr_pem(key), method=method)
+    generic = api.client.simulate_post(
+        CLIENT + "/enroll",
+        params={k: v for k, v in (("method", method), ("token", unknown)) if v},
+        json={"clientCsr": csr_pem(key)},
+    )
+    typed = api.client.simulate_post(
+        CLIENT + "/enroll/ott", json={"token": unknown, "clientCsr": csr_pem(key)}
+    )
+
+    for answer in (legacy, generic, typed):
+        assert_not_found(answer)
+
+
+@pytest.mark.parametrize("method", ["ottca", "erott", "trott"])
+def test_unknown_token_of_other_methods_stays_400(api: Api, key: Key, method: str) -> None:
+    """The seed lists no 404 for ottca and router enrollment: OpenZiti's 400 stays."""
+    result = enroll(api, "7d3f2a4e-0000-4000-8000-000000000000", "{}", method=method, content_type=None)
+
+    assert result.status_code == 400, result.text
+    assert error(result)["code"] == "INVALID_ENROLLMENT_TOKEN"
 
 
 def test_expired_token(settings: Settings, key: Key) -> None:
@@ -384,8 +514,7 @@ def test_deleted_identity_token(api: Api, key: Key) -> None:
 
     result = enroll(api, token, csr_pem(key))
 
-    assert result.status_code == 400
-    assert error(result)["code"] == "INVALID_ENROLLMENT_TOKEN"
+    assert_not_found(result)
 
 
 # -- CSR failures -----------------------------------------------------------------------------------
@@ -468,11 +597,10 @@ def test_refresh_replaces_the_token(api: Api, key: Key) -> None:
     assert after["jwt"] != summary["jwt"]
     assert after["token"] != old
     stale = enroll(api, old, csr_pem(key))
-    assert stale.status_code == 400
-    assert error(stale)["code"] == "INVALID_ENROLLMENT_TOKEN"
+    assert_not_found(stale)
     fresh = enroll(api, after["token"], csr_pem(key))
     assert fresh.status_code == 200, fresh.text
-    assert_issued_to(api, identity_id, fresh.json["data"]["cert"])
+    assert_issued_to(api, identity_id, cert_of(fresh))
 
 
 # -- hostile input on every enrollment endpoint ------------------------------------------------------

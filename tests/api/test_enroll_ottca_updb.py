@@ -256,18 +256,49 @@ def test_updb_token_works_once(api: Api) -> None:
     _, token = identity_with(api, "ursula", "updb", unique("ursula"))
     assert enroll_updb(api, token, {"password": STRONG}).status_code == 200
 
-    result = enroll_updb(api, token, {"password": "Another-Pass-1"})
+    for route in ("typed", "generic", "no-method"):
+        result = enroll_updb(api, token, {"password": "Another-Pass-1"}, route=route)
 
-    assert result.status_code == 400
-    assert error(result)["code"] == "INVALID_ENROLLMENT_TOKEN"
+        # seed document 1: 404 for the updb enrollment (OpenZiti answers 400), with OpenZiti's code
+        assert result.status_code == 404, result.text
+        assert error(result)["code"] == "INVALID_ENROLLMENT_TOKEN"
 
 
-@pytest.mark.parametrize("token", [None, "nope", "7d3f2a4e-0000-4000-8000-000000000000"])
-def test_updb_bad_token(api: Api, token: str | None) -> None:
+@pytest.mark.parametrize("token", [None, "nope"])
+def test_updb_missing_or_malformed_token(api: Api, token: str | None) -> None:
     result = enroll_updb(api, token, {"password": STRONG})
 
     assert result.status_code == 400
     assert error(result)["code"] == "INVALID_ENROLLMENT_TOKEN"
+
+
+@pytest.mark.parametrize("route", ["typed", "generic", "no-method"])
+def test_updb_unknown_token_is_404(api: Api, route: str) -> None:
+    result = enroll_updb(api, "7d3f2a4e-0000-4000-8000-000000000000", {"password": STRONG}, route=route)
+
+    assert result.status_code == 404, result.text
+    assert error(result)["code"] == "INVALID_ENROLLMENT_TOKEN"
+
+
+@pytest.mark.parametrize("route", ["typed", "generic"])
+def test_updb_for_a_pem_only_client_is_406_before_the_token_is_spent(api: Api, route: str) -> None:
+    """updb answers JSON only; a client that takes only PEM is refused before anything happens."""
+    identity_id, token = identity_with(api, "ursula", "updb", unique("ursula"))
+    path, params = (
+        (CLIENT + "/enroll/updb", {"token": token})
+        if route == "typed"
+        else (CLIENT + "/enroll", {"token": token, "method": "updb"})
+    )
+
+    refused = api.client.simulate_post(
+        path, params=params, json={"password": STRONG}, headers={"Accept": "application/x-pem-file"}
+    )
+
+    assert refused.status_code == 406, refused.text
+    assert error(refused)["code"] == "COULD_NOT_VALIDATE"
+    assert error(refused)["cause"]["field"] == "Accept"
+    assert identity(api, identity_id)["enrollment"]["updb"]["token"] == token
+    assert enroll_updb(api, token, {"password": STRONG}, route=route).status_code == 200
 
 
 def test_updb_expired_token(settings: Settings) -> None:

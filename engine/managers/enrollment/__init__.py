@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from engine.entities.identities import Authenticator, Enrollment, Identity
 from engine.entities.routers import EdgeRouter, Router
-from engine.errors import InvalidEnrollmentTokenError, InvalidEnrollMethodError
+from engine.errors import InvalidEnrollMethodError
 from engine.managers._base import Env
 from engine.managers.enrollment import ca, ott, ottca, router, token, updb
 from engine.managers.enrollment._core import (
@@ -32,8 +32,10 @@ from engine.managers.enrollment._core import (
     TRANSIT_ROUTER_OTT,
     UPDB,
     EnrollmentSettings,
+    UnknownEnrollmentTokenError,
     check_method,
     check_token_format,
+    unknown_token,
 )
 from engine.managers.enrollment.router import RouterCertificates
 from engine.managers.enrollment.token import TokenEnrollment
@@ -52,6 +54,7 @@ __all__ = [
     "EnrollmentSettings",
     "RouterCertificates",
     "TokenEnrollment",
+    "UnknownEnrollmentTokenError",
 ]
 
 
@@ -89,7 +92,11 @@ class EnrollManager:
         return router.extend(self.env, self.settings, chain, server_csr, client_csr)
 
     def method_of(self, token: str | None, asked: str | None = None) -> str:
-        """The method of the enrollment behind ``token`` (``asked``, when given, must match it)."""
+        """The method of the enrollment behind ``token`` (``asked``, when given, must match it).
+
+        A token nothing has is ``INVALID_ENROLLMENT_TOKEN``: 404 when ``asked`` is ``ott``,
+        ``updb`` or not given (OpenZiti takes ``ott`` then), 400 for the other methods.
+        """
         value = check_token_format(token)
         store = self.env.store
         method: str | None = None
@@ -101,7 +108,7 @@ class EnrollManager:
         elif store.find_unique(Router, "enrollment_token", value) is not None:
             method = TRANSIT_ROUTER_OTT
         if method is None:
-            raise InvalidEnrollmentTokenError()
+            raise unknown_token(asked or None)
         if asked and asked != method:
             raise InvalidEnrollMethodError(
                 field="method", value=asked, reason=f"the token is for method {method}"
