@@ -63,7 +63,7 @@ from urllib.parse import unquote_to_bytes
 import orjson
 from gunicorn.workers.base import Worker
 
-from api.accesslog import AccessLog
+from api.accesslog import AccessLog, redact_uri
 from api.errors import envelope
 from api.http import DEFERRED_KEY
 from engine import errors as e
@@ -158,6 +158,7 @@ def error_document(status: int, phrase: str, code: str, message: str, reason: st
     body = orjson.dumps(envelope(code, message, secrets.token_hex(5), cause))
     head = (
         f"HTTP/1.1 {status} {phrase}\r\nContent-Type: application/json\r\n"
+        "X-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\nPragma: no-cache\r\n"
         f"Content-Length: {len(body)}\r\nDate: {http_date()}\r\nConnection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
@@ -998,7 +999,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             status, headers, chunks = self._call_app(environ)
             result = self._serialise(req, status, headers, chunks, keep_alive)
         except Exception:
-            self.log.exception("Error handling request %s %s", req.method, req.uri)
+            self.log.exception("Error handling request %s %s", req.method, redact_uri(req.uri))
             unhandled = e.ControllerError
             result = _error_result(500, "Internal Server Error", unhandled, unhandled.default_message)
         return result

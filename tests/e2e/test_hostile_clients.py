@@ -270,6 +270,7 @@ def test_requests_refused_before_the_app_get_the_json_envelope(server: Server, c
     assert got == status
     assert headers["connection"] == "close"
     assert headers["content-type"] == "application/json"
+    assert (headers["x-content-type-options"], headers["cache-control"]) == ("nosniff", "no-store")
     doc = json.loads(body)
     assert doc["error"]["code"] == code
     assert doc["error"]["message"]
