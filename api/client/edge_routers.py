@@ -19,26 +19,13 @@ from api.middleware import SESSION
 from api.routing import Routes
 from api.schemas.client_edge_routers import (
     CURRENT_IDENTITY_EDGE_ROUTER_SYMBOLS,
+    SERVICE_EDGE_ROUTER_SYMBOLS,
     render_common_edge_router,
     render_current_identity_edge_router,
 )
 from engine.entities.routers import EdgeRouter
 from engine.managers.access import AccessManager
 from engine.managers.sessions import MAX_SESSION_ROUTERS, SessionManager
-from engine.query import Symbol, SymbolTable, SymbolType
-
-#: What the client ``/services/{id}/edge-routers`` filters and sorts on: only fields its entries
-#: (``commonEdgeRouterProperties``) show.
-SERVICE_EDGE_ROUTER_SYMBOLS = SymbolTable(
-    {
-        "name": Symbol(SymbolType.STRING, lambda r: r.name),
-        "hostname": Symbol(SymbolType.STRING, lambda r: r.hostname),
-        "isOnline": Symbol(SymbolType.BOOL, lambda r: False),
-        "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
-        "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
-        "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),
-    }
-)
 
 
 class CurrentIdentityEdgeRouters:

@@ -44,20 +44,28 @@ def render_current_identity_edge_router(router: EdgeRouter) -> dict[str, Any]:
     return out
 
 
-#: What ``/current-identity/edge-routers`` filters and sorts on: only fields its detail shows (a
+#: The fields every client edge-router entry (``commonEdgeRouterProperties``) shows.
+_COMMON_EDGE_ROUTER_SYMBOLS = {
+    "name": Symbol(SymbolType.STRING, lambda r: r.name),
+    "hostname": Symbol(SymbolType.STRING, lambda r: r.hostname),
+    "isOnline": Symbol(SymbolType.BOOL, lambda r: False),
+    "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
+    "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
+    "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),
+}
+
+#: What the client lists of edge routers filter and sort on: only fields their entries show (a
 #: filter on a hidden field, such as the routers' ``roleAttributes``, would read the hidden value
 #: one guess at a time; any other symbol is refused as unknown, 400 ``INVALID_FILTER``).
+#: ``/current-identity/edge-routers`` shows the base entity fields too;
+#: the client ``/services/{id}/edge-routers`` only the common properties.
 CURRENT_IDENTITY_EDGE_ROUTER_SYMBOLS = SymbolTable(
     {
         "id": Symbol(SymbolType.STRING, lambda r: r.id),
-        "name": Symbol(SymbolType.STRING, lambda r: r.name),
-        "hostname": Symbol(SymbolType.STRING, lambda r: r.hostname),
-        "isOnline": Symbol(SymbolType.BOOL, lambda r: False),
-        "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
-        "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
-        "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),
+        **_COMMON_EDGE_ROUTER_SYMBOLS,
         "createdAt": Symbol(SymbolType.DATETIME, lambda r: r.created_at),
         "updatedAt": Symbol(SymbolType.DATETIME, lambda r: r.updated_at),
     },
     tags_getter=lambda r: r.tags,
 )
+SERVICE_EDGE_ROUTER_SYMBOLS = SymbolTable(dict(_COMMON_EDGE_ROUTER_SYMBOLS))

@@ -38,7 +38,7 @@ def pem(cert: x509.Certificate) -> str:
 
 def tls(*chain: str) -> dict[str, Any]:
     """``extras`` for ``simulate_request``: the client certificate chain (PEM, leaf first) as the
-    serving worker reports a TLS handshake's verified chain."""
+    serving worker reports the chain a TLS handshake presented."""
     return {PEER_CHAIN_KEY: tuple(ssl.PEM_cert_to_DER_cert(c) for c in chain)}
 
 

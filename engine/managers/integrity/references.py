@@ -115,18 +115,12 @@ def config_references(view: StoreView) -> Iterator[Problem]:
                 f"config {named(config)}: its config type {config.config_type_id} does not exist "
                 "(not fixed: delete the config or recreate its type)"
             )
-    for service in view.all(Service):
-        missing = [c for c in service.configs if view.get(Config, c) is None]
-        if missing:
-            yield Problem(
-                f"service {named(service)}: lists config {listed(missing)}, which {exist(len(missing))}",
-                updater(Service, service.id, _configs_kept),
-            )
-    routers: tuple[tuple[type[EdgeRouter] | type[Router], str], ...] = (
+    holders: tuple[tuple[type[Service] | type[EdgeRouter] | type[Router], str], ...] = (
+        (Service, "service"),
         (EdgeRouter, "edge router"),
         (Router, "router"),
     )
-    for kind, label in routers:
+    for kind, label in holders:
         for router in view.all(kind):
             missing = [c for c in router.configs if view.get(Config, c) is None]
             if missing:
