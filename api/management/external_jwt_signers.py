@@ -1,4 +1,5 @@
-"""``/external-jwt-signers``: the standard family pattern; certificate details come from ``certPem``.
+"""``/external-jwt-signers``: the standard family pattern; certificate details come from ``certPem``
+(parsed through the CA port).
 
 A ``jwksEndpoint`` on a loopback address is refused (400, field ``jwksEndpoint``) unless the
 operator allows it (``TRELLIS_JWKS_ALLOW_LOOPBACK``); the engine refuses every other address the
@@ -22,10 +23,10 @@ from api.wire import WireModel
 from engine.entities.trust import ExternalJwtSigner
 from engine.errors import FieldError, InvalidCertPemError
 from engine.managers.external_jwt_signers import jwks_endpoint_problem
-from pki import common_name, fingerprint, parse_certificates
+from engine.ports import CertificateAuthority
 
 
-def certificate_fields(cert_pem: str | None) -> dict[str, Any]:
+def certificate_fields(ca: CertificateAuthority, cert_pem: str | None) -> dict[str, Any]:
     """``cert_pem`` with the details derived from it (OpenZiti requires exactly one certificate)."""
     if cert_pem is None or not cert_pem.strip():
         return {
@@ -36,7 +37,7 @@ def certificate_fields(cert_pem: str | None) -> dict[str, Any]:
             "not_after": None,
         }
     try:
-        certs = parse_certificates(cert_pem, "certPem")
+        certs = ca.parse_certificates(cert_pem, field="certPem")
     except FieldError:
         raise InvalidCertPemError(field="certPem", reason="could not parse PEM certificate") from None
     if len(certs) != 1:
@@ -44,14 +45,16 @@ def certificate_fields(cert_pem: str | None) -> dict[str, Any]:
     cert = certs[0]
     return {
         "cert_pem": cert_pem,
-        "common_name": common_name(cert) or "",
-        "fingerprint": fingerprint(cert),
-        "not_before": cert.not_valid_before_utc,
-        "not_after": cert.not_valid_after_utc,
+        "common_name": cert.common_name or "",
+        "fingerprint": cert.fingerprint,
+        "not_before": cert.not_before,
+        "not_after": cert.not_after,
     }
 
 
-def signer_fields(model: WireModel, mode: Mode, *, allow_loopback: bool = False) -> dict[str, Any]:
+def signer_fields(
+    model: WireModel, mode: Mode, *, ca: CertificateAuthority, allow_loopback: bool = False
+) -> dict[str, Any]:
     if mode == "patch":
         fields = {k: v for k, v in model.fields_set().items() if v is not None or k in SIGNER_NULLABLE}
     else:
@@ -64,7 +67,7 @@ def signer_fields(model: WireModel, mode: Mode, *, allow_loopback: bool = False)
         if problem is not None:
             raise FieldError("jwksEndpoint", problem, endpoint)
     if "cert_pem" in fields:
-        fields.update(certificate_fields(fields["cert_pem"]))
+        fields.update(certificate_fields(ca, fields["cert_pem"]))
     return fields
 
 
@@ -75,6 +78,8 @@ def register(routes: Routes) -> None:
         create_model=ExternalJwtSignerCreate,
         update_model=ExternalJwtSignerUpdate,
         patch_model=ExternalJwtSignerPatch,
-        to_fields=partial(signer_fields, allow_loopback=routes.ctrl.settings.jwks_allow_loopback),
+        to_fields=partial(
+            signer_fields, ca=routes.ctrl.env.ca, allow_loopback=routes.ctrl.settings.jwks_allow_loopback
+        ),
     )
     mount(routes, family)
