@@ -111,7 +111,7 @@ def whole_collection(
 ) -> Indexed[E]:
     """A manager's kind's whole collection (as ``manager.list()``), for a list read through the
     store's indexes; ``fields`` from :func:`~api.http.index_fields`."""
-    return Indexed(manager.env.store.list_index(manager.kind), fields, keep)
+    return Indexed(manager.list_index(), fields, keep)
 
 
 class FamilyCollection(Generic[E]):
@@ -128,7 +128,7 @@ class FamilyCollection(Generic[E]):
         fam = self.family
         if method != "GET" or fam.list_items is not None:
             return False
-        index = fam.manager.env.store.list_index(fam.manager.kind)
+        index = fam.manager.list_index()
         return bounded_list(query_string, fam.symbols, index, self.fields)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:

@@ -35,6 +35,7 @@ from engine.ports import (
     UnconfiguredTotp,
     UnitOfWork,
 )
+from engine.query.plan import ListIndex
 
 E = TypeVar("E", bound=Entity)
 
@@ -102,6 +103,10 @@ class EntityManager(Generic[E]):
 
     def list(self) -> list[E]:
         return self.env.store.all(self.kind)
+
+    def list_index(self) -> ListIndex[E]:
+        """The kind's whole collection with the store's indexes, for lists that filter and page."""
+        return self.env.store.list_index(self.kind)
 
     def get_many(self, ids: Iterable[str]) -> builtins.list[E]:
         """The entities with these ids, in order; ids of entities that are gone are skipped."""
