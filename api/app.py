@@ -29,6 +29,7 @@ from api.routing import Routes
 from api.settings import Settings
 from api.system import ShortIds, SystemClock
 from api.tls import TlsTrust
+from api.views import Views
 from engine.entities import all as _all_kinds  # noqa: F401  (registers every entity kind)
 from engine.managers._base import Env
 from engine.managers.enrollment import EnrollmentSettings
@@ -204,7 +205,7 @@ def create_app(
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.keep_blank_qs_values = False
     errors.install(app)
-    routes = Routes(app, ctrl)
+    routes = Routes(app, ctrl, Views(ctrl))
     info.register(routes)
     authentication.register(routes)
     current.register(routes)

@@ -13,7 +13,6 @@ from api.http import LOOP_READS, ok
 from api.middleware import NONE
 from api.routing import Route, Routes
 from engine.errors import NotFoundError
-from pki.certs import pkcs7_certs_only_b64
 
 #: The OpenZiti controller release whose API Trellis implements; clients gate features on it.
 ZITI_COMPAT_VERSION = "v1.6.0"
@@ -131,7 +130,7 @@ class CaCertsResource:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.content_type = "application/pkcs7-mime"
         resp.set_header("Content-Transfer-Encoding", "base64")
-        resp.text = pkcs7_certs_only_b64(self.ctrl.pki.ca_certificates())
+        resp.text = self.ctrl.pki.ca_certificates_pkcs7_b64()
 
 
 def register(routes: Routes) -> None:

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import falcon
 
 from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
+from api.views import Listing, View, Views
 from engine.managers.registry import Managers
-
-if TYPE_CHECKING:
-    from api.views import Views
 
 APIS = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE}
 
@@ -25,25 +23,21 @@ Route = tuple[str, str, Any, str | None]
 
 
 class Routes:
-    def __init__(self, app: falcon.App[falcon.Request, falcon.Response], ctrl: Controller) -> None:
+    """Where resources are mounted, with what they are built from: the controller and every
+    kind's view (``views``, built once by the composition root and shared by both APIs)."""
+
+    def __init__(
+        self, app: falcon.App[falcon.Request, falcon.Response], ctrl: Controller, views: Views
+    ) -> None:
         self.app = app
         self.ctrl = ctrl
+        self.views = views
         #: Every route mounted under an API base, in mounting order.
         self.table: list[Route] = []
-        self._views: Views | None = None
 
     @property
     def managers(self) -> Managers:
         return self.ctrl.managers
-
-    @property
-    def views(self) -> Views:
-        """Every kind's view, built once and shared by the resource modules of both APIs."""
-        if self._views is None:
-            from api.views import Views  # api.views mounts sub-lists through this module
-
-            self._views = Views(self.ctrl)
-        return self._views
 
     def add(self, api: str, template: str, resource: Any, suffix: str | None = None) -> None:
         """Mount ``resource`` at ``template`` under the ``api`` base path ("client"/"management")."""
@@ -53,6 +47,12 @@ class Routes:
         else:
             self.app.add_route(full, resource)
         self.table.append((api, template, resource, suffix))
+
+    def mount_sublists(self, view: View[Any], entity: str | None = None) -> None:
+        """Mount ``/<entity>/{id}/<path>`` (management API) for each of the view's sub-lists."""
+        base = entity or view.kind.ENTITY
+        for sub in view.sublists:
+            self.management(f"/{base}/{{id}}/{sub.path}", Listing(self.views.of(sub.kind), sub.query))
 
     def management(self, template: str, resource: Any, suffix: str | None = None) -> None:
         self.add("management", template, resource, suffix)

@@ -22,7 +22,6 @@ import falcon
 from api.controller import Controller
 from api.http import Loaded, list_response
 from api.middleware import ADMIN
-from api.routing import Routes
 from api.schemas.authenticators import authenticator_symbols, render_authenticator
 from api.schemas.configs import CONFIG_TYPE_SYMBOLS, config_symbols, render_config, render_config_type
 from api.schemas.enrollments import enrollment_symbols, render_enrollment
@@ -357,9 +356,3 @@ class Views:
             if view.kind is kind:
                 return view
         raise KeyError(kind.__name__)
-
-    def mount_sublists(self, routes: Routes, view: View[Any], entity: str | None = None) -> None:
-        """Mount ``/<entity>/{id}/<path>`` (management API) for each of the view's sub-lists."""
-        base = entity or view.kind.ENTITY
-        for sub in view.sublists:
-            routes.management(f"/{base}/{{id}}/{sub.path}", Listing(self.of(sub.kind), sub.query))

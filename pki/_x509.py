@@ -250,3 +250,16 @@ def load_private_key(path: Path) -> PrivateKey:
     if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
         raise TypeError(f"{path}: expected an RSA or EC private key")
     return key
+
+
+#: The JOSE ``alg`` of each elliptic curve the controller signs with.
+_EC_ALGORITHMS = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
+
+
+def jws_algorithm(key: PrivateKey) -> str:
+    """The JOSE ``alg`` for ``key``: RS256 for RSA, ES256/ES384/ES512 for P-256/P-384/P-521."""
+    if isinstance(key, rsa.RSAPrivateKey):
+        return "RS256"
+    if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name in _EC_ALGORITHMS:
+        return _EC_ALGORITHMS[key.curve.name]
+    raise ValueError(f"no JWS algorithm for a {type(key).__name__} key")

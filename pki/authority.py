@@ -43,6 +43,7 @@ from pki._x509 import (
     build_ca,
     build_leaf,
     general_names,
+    jws_algorithm,
     key_pem,
     load_certificates,
     load_private_key,
@@ -57,7 +58,6 @@ from pki.certs import (
     issuer_index,
 )
 from pki.csr import csr_public_key, load_csr, requested_sans
-from pki.tokens import jws_algorithm
 
 __all__ = ["BACKDATE", "PROFILES", "CertificateAuthority", "PkiPaths", "init_pki"]
 
@@ -270,6 +270,15 @@ class CertificateAuthority:
     def ca_certificates(self) -> list[x509.Certificate]:
         """The controller's CA certificates: root, then intermediate (e.g. for PKCS#7 cacerts)."""
         return [self._root_cert, self._intermediate_cert]
+
+    def ca_certificates_pkcs7_b64(self) -> str:
+        """The CA certificates as a base64 PKCS#7 certs-only bundle (EST ``cacerts``)."""
+        return certs.pkcs7_certs_only_b64(self.ca_certificates())
+
+    @property
+    def server_fingerprint(self) -> str:
+        """OpenZiti's fingerprint (hex SHA-1 of the DER) of the API listener's certificate."""
+        return certs.fingerprint(self._server_cert)
 
     def ca_bundle_pem(self) -> str:
         """Root then intermediate, PEM (the contents of ``ca-bundle.pem``)."""

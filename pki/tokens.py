@@ -32,7 +32,7 @@ import base64
 import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import jwt
 from cryptography import x509
@@ -41,15 +41,22 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from engine import ports
 from engine.errors import FieldError
-from pki._x509 import PrivateKey, as_utc, public_key_der
+from pki._x509 import PrivateKey, as_utc, jws_algorithm, public_key_der
 from pki.certs import fingerprint
 
-if TYPE_CHECKING:
-    from pki.authority import CertificateAuthority
+
+class SigningIdentity(Protocol):
+    """What signs the controller's JWTs: the API listener's TLS key and its certificate chain
+    (``pki.authority.CertificateAuthority`` is one)."""
+
+    @property
+    def server_chain_pem(self) -> str: ...
+
+    def signing_key_for_jwt(self) -> PrivateKey: ...
+
 
 __all__ = ["JwtSigner", "jws_algorithm", "public_jwk"]
 
-_EC_ALGORITHMS = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
 #: JWK ``crv`` names (RFC 7518 §6.2.1.1) of the curves we sign with.
 _JWK_CURVES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
 
@@ -94,15 +101,6 @@ def public_jwk(key: PrivateKey, kid: str, chain: Sequence[x509.Certificate]) -> 
     }
 
 
-def jws_algorithm(key: PrivateKey) -> str:
-    """The JOSE ``alg`` for ``key``: RS256 for RSA, ES256/ES384/ES512 for P-256/P-384/P-521."""
-    if isinstance(key, rsa.RSAPrivateKey):
-        return "RS256"
-    if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name in _EC_ALGORITHMS:
-        return _EC_ALGORITHMS[key.curve.name]
-    raise ValueError(f"no JWS algorithm for a {type(key).__name__} key")
-
-
 class JwtSigner:
     """Signs compact JWS tokens with a TLS server key; verifies them with its certificate.
 
@@ -122,7 +120,7 @@ class JwtSigner:
         self._jwk = public_jwk(key, self._kid, [certificate, *chain])
 
     @classmethod
-    def for_authority(cls, ca: CertificateAuthority) -> JwtSigner:
+    def for_authority(cls, ca: SigningIdentity) -> JwtSigner:
         """The signer of enrollment JWTs: the API listener's TLS key, certificate and chain."""
         leaf, *intermediates = x509.load_pem_x509_certificates(ca.server_chain_pem.encode())
         return cls(ca.signing_key_for_jwt(), leaf, intermediates)

@@ -34,4 +34,4 @@ def register(routes: Routes) -> None:
     )
     routes.management("/config-types", FamilyCollection(family))
     routes.management("/config-types/{id}", FamilyItem(family))
-    views.mount_sublists(routes, views.config_types)
+    routes.mount_sublists(views.config_types)

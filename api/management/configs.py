@@ -18,4 +18,4 @@ def register(routes: Routes) -> None:
     )
     routes.management("/configs", FamilyCollection(family))
     routes.management("/configs/{id}", FamilyItem(family))
-    views.mount_sublists(routes, views.configs)
+    routes.mount_sublists(views.configs)

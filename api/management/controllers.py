@@ -25,7 +25,6 @@ from api.wire import base, ts
 from engine.entities import Entity
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID
 from engine.query import Symbol, SymbolTable, SymbolType
-from pki import fingerprint
 
 
 @dataclass(kw_only=True)
@@ -97,7 +96,7 @@ class ControllerCollection:
             ctrl_address=None if client else f"tls:{ctrl.settings.advertised_address}",
             api_addresses=addresses,
             cert_pem=pki.server_cert_pem if pki is not None else "",
-            fingerprint=fingerprint(pki.server_cert) if pki is not None else "",
+            fingerprint=pki.server_fingerprint if pki is not None else "",
             last_joined_at=self.started_at,
         )
 

@@ -34,4 +34,4 @@ def register(routes: Routes) -> None:
     )
     routes.management("/edge-router-policies", FamilyCollection(family))
     routes.management("/edge-router-policies/{id}", FamilyItem(family))
-    views.mount_sublists(routes, views.edge_router_policies)
+    routes.mount_sublists(views.edge_router_policies)

@@ -49,6 +49,6 @@ def register(routes: Routes) -> None:
     )
     routes.management("/edge-routers", FamilyCollection(family))
     routes.management("/edge-routers/{id}", FamilyItem(family))
-    views.mount_sublists(routes, views.edge_routers)
+    routes.mount_sublists(views.edge_routers)
     routes.management("/edge-routers/{id}/re-enroll", EdgeRouterReEnroll(manager))
     routes.management("/edge-router-role-attributes", RoleAttributes(access, EdgeRouter))

@@ -202,7 +202,7 @@ def register(routes: Routes) -> None:
     routes.management("/identities/{id}", item)
     for suffix in ("disable", "enable"):
         routes.management(f"/identities/{{id}}/{suffix}", item, suffix=suffix)
-    views.mount_sublists(routes, views.identities)
+    routes.mount_sublists(views.identities)
     routes.management("/identities/{id}/service-configs", IdentityServiceConfigs(manager))
     routes.management("/identities/{id}/policy-advice/{service_id}", PolicyAdvice(routes.managers))
     routes.management("/identity-types", IdentityTypeCollection())

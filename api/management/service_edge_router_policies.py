@@ -34,4 +34,4 @@ def register(routes: Routes) -> None:
     )
     routes.management("/service-edge-router-policies", FamilyCollection(family))
     routes.management("/service-edge-router-policies/{id}", FamilyItem(family))
-    views.mount_sublists(routes, views.service_edge_router_policies)
+    routes.mount_sublists(views.service_edge_router_policies)

@@ -34,4 +34,4 @@ def register(routes: Routes) -> None:
     )
     routes.management("/service-policies", FamilyCollection(family))
     routes.management("/service-policies/{id}", FamilyItem(family))
-    views.mount_sublists(routes, views.service_policies)
+    routes.mount_sublists(views.service_policies)

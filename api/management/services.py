@@ -29,5 +29,5 @@ def register(routes: Routes) -> None:
     )
     routes.management("/services", FamilyCollection(family))
     routes.management("/services/{id}", FamilyItem(family))
-    views.mount_sublists(routes, views.services)
+    routes.mount_sublists(views.services)
     routes.management("/service-role-attributes", RoleAttributes(access, Service))

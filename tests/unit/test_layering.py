@@ -84,3 +84,98 @@ def test_no_resource_module_imports_another() -> None:
         if siblings:
             offenders[name] = siblings
     assert offenders == {}
+
+
+# -- import cycles and the api layer's own rules ------------------------------------------------
+PACKAGES = ("api", "engine", "storage", "pki", "bench")
+
+
+def _runtime_imports(path: Path, tree: ast.Module, modules: set[str] | None = None) -> set[str]:
+    """The modules ``path`` imports: every import, including those inside functions and those
+    for annotations only (a cycle through ``if TYPE_CHECKING:`` is a cycle of the design). Given the
+    known ``modules``, ``from p import m`` names ``p.m`` alone where that is a module (importing a
+    submodule runs its package's ``__init__`` first in any case, so that is no edge back to it)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        names = _imported_modules(path, ast.Module(body=[node], type_ignores=[]))
+        if modules is not None and isinstance(node, ast.ImportFrom):
+            subs = {n for n in names if "." in n and n in modules and n.rsplit(".", 1)[0] in names}
+            base = {n for n in names if n not in subs and any(s.startswith(n + ".") for s in subs)}
+            if subs and all(f"{n}.{a.name}" in subs for a in node.names for n in base):
+                names = names - base
+        found |= names
+    return found
+
+
+def _module_graph() -> dict[str, set[str]]:
+    paths = {_module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
+    known = set(paths)
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        graph[name] = {m for m in _runtime_imports(path, tree, known) if m in known and m != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import cycle among our modules (a package's ``__init__`` re-exporting its own modules
+    counts as part of the package: a module may not import its package's ``__init__`` back)."""
+    graph = _module_graph()
+    assert {"api.routing", "api.views", "pki.authority", "pki.tokens"} <= set(graph)
+    assert _cycles(graph) == []
+
+
+def test_cycle_detection_sees_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_resources_and_wire_schemas_reach_storage_and_pki_only_through_ports() -> None:
+    """A module that mounts routes, and a wire schema, imports neither ``storage`` nor ``pki``:
+    certificates, keys and tokens are the CA port's (``ctrl.env.ca``, ``ctrl.pki``), data the
+    managers'. The composition root and the server (app, cli, serve, tls, peer, ...) may."""
+    offenders = {}
+    for path in sorted((ROOT / "api").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        if not (_defines_register(tree) or "schemas" in path.relative_to(ROOT).parts):
+            continue
+        layers = sorted({m.split(".")[0] for m in _runtime_imports(path, tree)} & {"storage", "pki"})
+        if layers:
+            offenders[str(path.relative_to(ROOT))] = layers
+    assert offenders == {}
