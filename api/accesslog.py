@@ -20,6 +20,11 @@ secret query parameters (``token=`` of ``/enroll*``, and any ``*token``, ``*secr
 ``REDACTED``, in the request line, the query and the referer; for gunicorn's own formatting the
 credential headers (``Authorization``, ``zt-session``, cookies) too, in every atom that shows
 them. A one-time token left in a log would be usable by whoever reads the log.
+
+Under ``trellis serve`` gunicorn's logger is ``api.logs.GunicornLogger`` (``structured``): the line
+is then a structured record (:func:`access_fields`: the request id the app gave the request, the
+client, method, redacted target, status, size, duration, agent and redacted referer) written by
+the one log formatter with every other line, instead of Apache's combined format.
 """
 
 from __future__ import annotations
@@ -37,12 +42,22 @@ from urllib.parse import unquote_plus
 from gunicorn import glogging
 from gunicorn.config import AccessLogFormat
 
-__all__ = ["REDACTED", "AccessLog", "redact_environ", "redact_query", "redact_uri"]
+__all__ = [
+    "REDACTED",
+    "REQUEST_ID_KEY",
+    "AccessLog",
+    "access_fields",
+    "redact_environ",
+    "redact_query",
+    "redact_uri",
+]
 
 DEFAULT_FORMAT: str = AccessLogFormat.default
 
 #: What a secret is logged as.
 REDACTED = "REDACTED"
+#: The environ key under which the app leaves the request's id (``api.middleware``) for the line.
+REQUEST_ID_KEY = "trellis.request_id"
 #: Query parameters that carry secrets, by their name lower-cased without ``-`` and ``_``: the
 #: enrollment token (``/enroll*?token=``), and what OAuth/OIDC-style or careless clients put in a
 #: URL (``access_token``, ``code``, ``password``, a ``zt-session`` token, ...).
@@ -203,6 +218,26 @@ def _user(environ: Mapping[str, Any]) -> str:
         return "-"
 
 
+def access_fields(logged: Any, environ: Mapping[str, Any], request_time: timedelta) -> dict[str, Any]:
+    """A structured access line's fields (None ones are left out of the line): the secrets of
+    the target and the referer redacted as in the combined line; no credential header at all."""
+    status = logged.status
+    code = status.split(None, 1)[0] if isinstance(status, str) else status
+    referer = environ.get("HTTP_REFERER")
+    return {
+        "request_id": environ.get(REQUEST_ID_KEY),
+        "remote": environ.get("REMOTE_ADDR"),
+        "method": environ.get("REQUEST_METHOD"),
+        "path": redact_uri(str(environ.get("RAW_URI") or environ.get("PATH_INFO") or "")),
+        "protocol": environ.get("SERVER_PROTOCOL"),
+        "status": int(code) if str(code).isdigit() else code,
+        "bytes": getattr(logged, "sent", None),
+        "duration_ms": round(request_time.total_seconds() * 1000, 3),
+        "user_agent": environ.get("HTTP_USER_AGENT"),
+        "referer": redact_uri(referer) if isinstance(referer, str) else None,
+    }
+
+
 class AccessLog:
     """Write one request's access log line through ``log`` (a gunicorn logger)."""
 
@@ -255,6 +290,9 @@ class AccessLog:
     ) -> None:
         """Log one request (``logged``: status, headers and ``sent`` as gunicorn's response)."""
         if not getattr(self.log, "access_log_enabled", True):
+            return
+        if getattr(self.log, "structured", False):  # api.logs.GunicornLogger: one record, no atoms
+            self.log.access(logged, req, environ, request_time)
             return
         streams = self.streams(access_log_format)
         if streams is None or not self.log.access_log.isEnabledFor(logging.INFO):

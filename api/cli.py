@@ -10,6 +10,12 @@ The admin password reaches ``init`` through ``TRELLIS_ADMIN_PASSWORD`` or, bette
 once read, and ``serve`` re-executes itself without them, so that neither the server nor its
 gunicorn worker carries the password (``/proc/<pid>/environ`` shows the environment a process
 was executed with, which deleting from ``os.environ`` does not change).
+
+Every refusal is one line, ``trellis: <why>``, on stderr and exit status 2, before anything is
+changed: a setting not of its form (:mod:`api.settings` checks each the command reads), a home the
+command cannot use or one another server holds (:mod:`api.home`), an address ``serve`` cannot
+listen on (:func:`api.serve.check_bind`), a snapshot ``restore`` cannot use. ``--help`` (also
+per command) lists the settings with their defaults and forms; ``--version`` the version.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from collections.abc import MutableMapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from api.settings import Settings
+from api import home
+from api.settings import SettingError, Settings, describe, listing
 from storage.files import restrict_umask, tighten
 
 PASSWORD_VAR = "TRELLIS_ADMIN_PASSWORD"
@@ -41,7 +49,7 @@ def admin_password(environ: MutableMapping[str, str]) -> tuple[str, str]:
     value = environ.get(PASSWORD_VAR) or ""
     file = environ.get(PASSWORD_FILE_VAR) or ""
     if value and file:
-        raise SystemExit(f"set {PASSWORD_VAR} or {PASSWORD_FILE_VAR}, not both")
+        raise SettingError(f"set {PASSWORD_VAR} or {PASSWORD_FILE_VAR}, not both")
     if not file:
         source = PASSWORD_VAR
     else:
@@ -49,12 +57,13 @@ def admin_password(environ: MutableMapping[str, str]) -> tuple[str, str]:
         try:
             value = Path(file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as ex:
-            raise SystemExit(f"{PASSWORD_FILE_VAR}: cannot read {file}: {ex}") from None
+            reason = ex.strerror if isinstance(ex, OSError) and ex.strerror else str(ex)
+            raise SettingError(f"{PASSWORD_FILE_VAR}: cannot read {file}: {reason}") from None
         value = value.removesuffix("\n").removesuffix("\r")
         if not value:
-            raise SystemExit(f"{PASSWORD_FILE_VAR}: {file} is empty")
+            raise SettingError(f"{PASSWORD_FILE_VAR}: {file} is empty")
     if value and not 5 <= len(value) <= 100:
-        raise SystemExit(f"{source} must be 5 to 100 characters")
+        raise SettingError(f"{source} must be 5 to 100 characters")
     return value, source
 
 
@@ -75,14 +84,16 @@ def secure_home(settings: Settings) -> None:
 
 def init(settings: Settings, *, out: TextIO = sys.stdout) -> bool:
     """Create the database, the PKI and the default admin if absent; True if anything was new."""
+    restrict_umask()
+    chosen, source = admin_password(os.environ)  # validated before anything is created
+    forget_password(os.environ)
+    home.check(settings.home, "init")
+    home.refuse_while_served(settings.home)
     from api.app import build_controller
     from engine.managers.bootstrap import create_default_admin, has_default_admin
     from pki.authority import PkiPaths, init_pki
     from pki.passwords import generate_password
 
-    restrict_umask()
-    chosen, source = admin_password(os.environ)  # validated before anything is created
-    forget_password(os.environ)
     settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     secure_home(settings)
     created = False
@@ -128,49 +139,143 @@ def serve_without_password() -> None:
 def restore(settings: Settings, snapshot: Path, *, out: TextIO = sys.stdout) -> None:
     """Replace the home's database with ``snapshot`` (``POST /database/snapshot`` made it).
 
-    Refused, with nothing changed, while a server holds the database; the replaced database is
-    kept beside it. Failures end the command with their reason (``SystemExit``).
+    Refused, with nothing changed, while a server holds the home; the replaced database is
+    kept beside it. Failures end the command with their reason (:class:`SettingError`).
     """
     from storage.duckdb import RestoreError, restore_snapshot
 
     restrict_umask()
+    home.check(settings.home, "restore")
+    home.refuse_while_served(settings.home)
+    if not snapshot.is_file():
+        raise SettingError(f"restore: {snapshot}: no such snapshot file")
     try:
         aside = restore_snapshot(settings.db_path, snapshot, datetime.now(UTC))
     except RestoreError as ex:
-        raise SystemExit(f"trellis restore: {ex}") from None
+        raise SettingError("restore: " + " ".join(str(ex).split())) from None
     print(f"restored {settings.db_path} from {snapshot}", file=out)
     if aside is not None:
         print(f"the replaced database is kept as {aside}", file=out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    restrict_umask()  # before anything is created; gunicorn and its worker inherit it
-    parser = argparse.ArgumentParser(prog="trellis", description="OpenZiti-compatible controller")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("init", help="create the data directory, PKI and admin if absent")
-    sub.add_parser("serve", help="serve the client and management APIs over HTTPS")
-    restoring = sub.add_parser("restore", help="replace the database with a snapshot (server stopped)")
-    restoring.add_argument("snapshot", type=Path, help="a snapshot file made by POST /database/snapshot")
-    args = parser.parse_args(argv)
+def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
+    """Check the home, take its server lock, check the address, then serve until stopped."""
+    home.check(settings.home, "serve")
+    secure_home(settings)
+    lock = home.hold(settings.home)  # held until this process (and its worker) exits
+    home.wait_for_database(settings.db_path)
+    from api import serve as serving  # gunicorn and the app's modules: once the home is fine
+
+    serving.check_bind(settings)
+    print(f"serving https://{settings.bind} (home {settings.home})", file=out, flush=True)
+    try:
+        serving.serve(settings)
+    finally:
+        os.close(lock)
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+DESCRIPTION = """\
+Trellis, an OpenZiti-compatible controller: OpenZiti's edge client and management APIs over
+HTTPS, its data (a DuckDB database and a PKI) in TRELLIS_HOME. `trellis init` makes the home,
+`trellis serve` serves it."""
+
+ERRORS = """\
+Settings come from the environment; an empty variable is the same as an unset one. A bad
+setting, or a home the command cannot use, stops it with one line on stderr and exit status 2."""
+
+COMMAND_HELP = {
+    "init": (
+        "create TRELLIS_HOME (database, PKI, the default admin) if absent",
+        "Create TRELLIS_HOME (mode 0700) with the database, the PKI and the default admin "
+        "'admin', whatever of them is absent; an initialised home is left as it is. The admin's "
+        "password comes from TRELLIS_ADMIN_PASSWORD_FILE or TRELLIS_ADMIN_PASSWORD, else one is "
+        "generated and printed once. Refused for a directory that holds other files.",
+    ),
+    "serve": (
+        "serve the client and management APIs over HTTPS (after init)",
+        "Serve the edge client and management APIs over HTTPS on TRELLIS_BIND, in the "
+        "foreground, until Ctrl-C. Needs a home made by `trellis init`; one server per home.",
+    ),
+    "restore": (
+        "replace the database with a snapshot (server stopped)",
+        "Put a snapshot made by POST /edge/management/v1/database/snapshot back in place as "
+        "TRELLIS_HOME's database, with the server stopped; the replaced database is kept beside "
+        "it as trellis.duckdb.pre-restore-<time>.",
+    ),
+}
+
+
+class VersionAction(argparse.Action):
+    """``--version``: Trellis's version and the OpenZiti API it implements (imported only then)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=str(kwargs["help"]))
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from api import __version__
+        from api.info import ZITI_COMPAT_VERSION
+
+        print(f"trellis {__version__} (OpenZiti controller API {ZITI_COMPAT_VERSION})")
+        parser.exit()
+
+
+def _settings_epilog(command: str | None) -> str:
+    if command is None:
+        title = "settings (environment variables) and their defaults; `trellis <command> --help` lists\n"
+        title += "those the command reads, what each means and the form it takes"
+        return f"{title}:\n{listing()}\n\n{ERRORS}"
+    return f"settings {command} reads (environment variables):\n{describe(command)}\n\n{ERRORS}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="trellis", description=DESCRIPTION, epilog=_settings_epilog(None), formatter_class=raw
+    )
+    parser.add_argument("--version", action=VersionAction, help="print the version and exit")
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="<command>")
+    for command, (summary, description) in COMMAND_HELP.items():
+        one = sub.add_parser(
+            command,
+            help=summary,
+            description=textwrap.fill(description, 79),
+            epilog=_settings_epilog(command),
+            formatter_class=raw,
+        )
+        if command == "restore":
+            one.add_argument("snapshot", type=Path, help="a snapshot file (trellis.duckdb-YYYYMMDD-HHMMSS)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         serve_without_password()
-    settings = Settings.from_env()
+    settings = Settings.from_env(command=args.command)
+    if args.command != "serve":  # serve configures gunicorn's logging and ours (api.serve)
+        from api.logs import configure_from_env
+
+        configure_from_env()
     if args.command == "init":
         if not init(settings):
             print(f"{settings.home} is already initialised")
-        return 0
-    if args.command == "serve":
-        from api.serve import serve
-
-        if settings.home.is_dir():
-            secure_home(settings)
-        print(f"serving https://{settings.bind} (home {settings.home})", flush=True)
+    elif args.command == "serve":
         serve(settings)
-        return 0
-    if args.command == "restore":
+    elif args.command == "restore":
         restore(settings, args.snapshot)
-        return 0
-    return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``trellis``: a refusal (:class:`SettingError`) is one line on stderr and exit status 2."""
+    restrict_umask()  # before anything is created; gunicorn and its worker inherit it
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except SettingError as ex:
+        print(f"trellis: {ex.message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

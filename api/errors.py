@@ -86,6 +86,11 @@ def _request_id(req: falcon.Request) -> str:
     return str(getattr(req.context, "request_id", ""))
 
 
+def _fields(req: falcon.Request) -> dict[str, Any]:
+    """A log line's fields about the request (the path has no query: no secret in it)."""
+    return {"request_id": _request_id(req) or None, "method": req.method, "path": req.path}
+
+
 def _render(resp: falcon.Response, status: int, body: dict[str, Any]) -> None:
     resp.status = falcon.code_to_http_status(status)
     resp.media = body
@@ -96,10 +101,14 @@ def handle_controller_error(
     req: falcon.Request, resp: falcon.Response, ex: e.ControllerError, params: dict[str, Any]
 ) -> None:
     status = status_of(ex)
-    if isinstance(ex, e.RequestTimeoutError):
-        log.warning("request %s %s %s ran out of time", _request_id(req), req.method, req.path)
+    if isinstance(ex, e.CommitFailedError):
+        # Expected while the disk is full or the database has gone: the store reports the outage
+        # once as it starts, counts while it lasts and once as it ends (engine.logs.Outage).
+        log.debug("write refused: %s", ex.message, extra=_fields(req))
+    elif isinstance(ex, e.RequestTimeoutError):
+        log.warning("request ran out of time", extra=_fields(req))
     elif status >= 500:
-        log.exception("request %s failed", _request_id(req))
+        log.exception("request failed", extra=_fields(req))
     for name, value in ex.headers.items():
         resp.set_header(name, value)
     # The message is the code's fixed text; a specific message goes to ``cause.message``.
@@ -149,7 +158,7 @@ def handle_http_error(
 def handle_unexpected(
     req: falcon.Request, resp: falcon.Response, ex: Exception, params: dict[str, Any]
 ) -> None:
-    log.exception("request %s failed with an unhandled error", _request_id(req))
+    log.exception("request failed with an unhandled error", extra=_fields(req))
     _render(resp, 500, envelope("UNHANDLED", e.ControllerError.default_message, _request_id(req), None))
 
 

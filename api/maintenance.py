@@ -15,6 +15,7 @@ import threading
 import time
 
 from api.limits import RequestLimits
+from engine.errors import CommitFailedError
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.sessions import SessionManager
 from engine.ports import Clock
@@ -97,6 +98,8 @@ class Maintenance:
                 else:
                     self.sweep_posture()
                     continue
+            except CommitFailedError as ex:  # expected while the store refuses writes: it reports that
+                log.debug("maintenance round refused: %s", ex.message)
             except Exception:  # a failed round must not end the ticker
                 log.exception("maintenance round failed")
             with self.ticked:

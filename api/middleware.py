@@ -10,16 +10,22 @@ full session. What a session owes is worked out on every request (``req.context.
 from __future__ import annotations
 
 import base64
+import logging
 from typing import Any
 
 import falcon
 import orjson
 
-from api.controller import CLIENT_BASE, Controller
+from api.accesslog import REQUEST_ID_KEY
+from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
 from api.limits import RequestLimits
+from api.logs import bind_request_id, unbind_request_id
 from api.peer import parse_networks
 from api.wire import ts
 from engine.errors import UnauthorizedError
+from engine.logs import event
+
+log = logging.getLogger("trellis.audit")
 
 #: Resource attribute ``auth``: who may call it.
 NONE, SESSION, PARTIAL, ADMIN = "none", "session", "partial", "admin"
@@ -137,6 +143,53 @@ def bearer_tokens(req: falcon.Request) -> tuple[str, ...]:
     return tuple(out[:MAX_BEARER_TOKENS])
 
 
+#: Administrative writes: these methods under the management API, answered below 400.
+WRITE_METHODS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete"}
+
+
+def admin_write(req: falcon.Request, resp: falcon.Response) -> None:
+    """Log a successful write of the management API (``admin.write``, INFO) with its actor (the
+    session's identity), the entity kind and id, and what was done. Logins are logged as such
+    (``engine.managers.authentication``), not here."""
+    action = WRITE_METHODS.get(req.method)
+    path = req.path
+    if action is None or not path.startswith(MANAGEMENT_BASE + "/"):
+        return
+    identity = getattr(req.context, "identity", None)
+    if identity is None:
+        return
+    status = resp.status_code
+    if status >= 400:
+        return
+    parts = path[len(MANAGEMENT_BASE) + 1 :].split("/")
+    if parts[0] == "authenticate":
+        return
+    entity_id = parts[1] if len(parts) > 1 else None
+    if req.method == "POST":
+        media = resp.media
+        data = media.get("data") if isinstance(media, dict) else None
+        created = data.get("id") if isinstance(data, dict) else None
+        if status == 201 and isinstance(created, str):
+            entity_id = created
+        elif len(parts) == 2:  # an action on a kind: /database/snapshot
+            action, entity_id = parts[1], None
+        else:  # an action on an entity (/identities/{id}/disable), or a create answered otherwise
+            action = parts[-1] if len(parts) > 2 else "post"
+    event(
+        log,
+        logging.INFO,
+        "admin.write",
+        action=action,
+        kind=parts[0],
+        id=entity_id,
+        actor_id=identity.id,
+        actor_name=identity.name,
+        method=req.method,
+        path=path,
+        status=status,
+    )
+
+
 def auth_level(resource: Any, method: str) -> str:
     by_method = getattr(resource, "auth_by_method", None) or {}
     return str(by_method.get(method, getattr(resource, "auth", ADMIN)))
@@ -151,7 +204,11 @@ class RequestMiddleware:
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         req.context.deadline = self.limits.deadline()
-        req.context.request_id = self.ctrl.env.ids.new_id()
+        request_id = self.ctrl.env.ids.new_id()
+        req.context.request_id = request_id
+        # what is logged while the request is served carries its id; so does its access line
+        req.context.log_binding = bind_request_id(request_id)
+        req.env[REQUEST_ID_KEY] = request_id
         req.context.max_body_bytes = self.ctrl.settings.max_body_bytes
         req.context.cert_proxies = self.cert_proxies
         req.context.session = None
@@ -204,6 +261,14 @@ class RequestMiddleware:
     def process_response(
         self, req: falcon.Request, resp: falcon.Response, resource: Any, req_succeeded: bool
     ) -> None:
+        try:
+            self._finish(req, resp)
+            if req_succeeded:
+                admin_write(req, resp)
+        finally:
+            unbind_request_id(getattr(req.context, "log_binding", None))
+
+    def _finish(self, req: falcon.Request, resp: falcon.Response) -> None:
         if "gunicorn.socket" not in req.env:  # gunicorn writes its own Server header (see serve.py)
             resp.set_header("server", f"ziti-controller/{self.ctrl.version}")
         resp.set_header("ziti-instance-id", self.ctrl.instance_id)

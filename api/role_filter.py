@@ -1,7 +1,7 @@
 """``roleFilter`` / ``roleSemantic`` on the identity, service, edge router and posture check lists,
 and the ``*-role-attributes`` lists.
 
-The request parameters are checked here; the matching (policy-semantics §1.5: ``#attr`` entries
+The request parameters are checked here; the matching (docs/policy.md §1.5: ``#attr`` entries
 under AllOf or AnyOf, known ``@id`` entries unioned in, ``#all`` not special) and the attribute
 index are the policy engine's (``AccessManager.role_filter`` / ``attribute_names``).
 """

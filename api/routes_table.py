@@ -1,7 +1,7 @@
-"""The README's table of implemented operations, generated from the registered routes.
+"""The table of implemented operations (docs/wire-contract.md §11), generated from the routes.
 
-``python -m api.routes_table`` prints it; ``tests/api/test_readme.py`` checks the README holds
-exactly this table, so the README stays true.
+``python -m api.routes_table`` prints it; ``tests/api/test_readme.py`` checks the document holds
+exactly this table, so the document stays true.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``trellis serve``: gunicorn, one worker (:class:`api.worker.TrellisWorker`), TLS with optional
 client certificates.
 
-One worker because one process may open the DuckDB file read-write (design.md §5); the app
+One worker because one process may open the DuckDB file read-write (docs/architecture.md §5); the app
 (and so the database) is loaded in the worker after the fork. The worker's event loop does the
 network (TLS handshakes, reading requests, with time limits) and ``settings.threads`` threads run
 the app, so clients that stall hold no thread (see api/worker.py and ``python -m bench serving``).
@@ -9,7 +9,9 @@ the app, so clients that stall hold no thread (see api/worker.py and ``python -m
 
 from __future__ import annotations
 
+import errno
 import gc
+import socket
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +19,8 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from api.info import ZITI_COMPAT_VERSION
-from api.settings import Settings
+from api.logs import gunicorn_options
+from api.settings import SettingError, Settings, split_address
 from api.tls import build_context
 from api.worker import Limits
 from pki.authority import PkiPaths
@@ -33,6 +36,32 @@ def serving_limits(settings: Settings) -> Limits:
         keepalive_timeout=settings.keepalive_timeout,
         max_body_bytes=settings.max_body_bytes,
     )
+
+
+#: Why a listening socket could not be bound, in words for the operator.
+BIND_ERRORS = {
+    errno.EADDRINUSE: "the address is in use (another server on this port?)",
+    errno.EADDRNOTAVAIL: "the host is not an address of this machine",
+    errno.EACCES: "permission denied (a port below 1024 needs root or CAP_NET_BIND_SERVICE)",
+}
+
+
+def check_bind(settings: Settings) -> None:
+    """``TRELLIS_BIND`` names an address of this machine that is free: a socket is bound there as
+    gunicorn will bind it (IPv4 unless the host is an IPv6 address, ``SO_REUSEADDR``) and closed.
+    Otherwise a one-line :class:`SettingError` at once, instead of gunicorn's five tries a
+    second apart and its traceback."""
+    host, port = split_address(settings.bind)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except socket.gaierror as ex:
+        raise SettingError(f"TRELLIS_BIND {settings.bind}: cannot resolve {host!r}: {ex.strerror}") from None
+    except OSError as ex:
+        reason = BIND_ERRORS.get(ex.errno or 0, ex.strerror or str(ex))
+        raise SettingError(f"TRELLIS_BIND {settings.bind} cannot be listened on: {reason}") from None
 
 
 def tls_context(paths: PkiPaths) -> ssl.SSLContext:
@@ -98,6 +127,9 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
             # gunicorn 27's control socket is one per user (~/.gunicorn): two servers would clash.
             "control_socket_disable": True,
         }
+        # Structured lines (api/logs.py) for gunicorn's error and access logs and ours; a bad
+        # TRELLIS_LOG_LEVEL or TRELLIS_LOG_FORMAT ends `trellis serve` here, exit status 2.
+        options.update(gunicorn_options())
         for key, value in options.items():
             self.cfg.set(key, value)
 

@@ -1,66 +1,479 @@
-"""Settings from the environment, read once by the composition root."""
+"""Settings from the environment: every ``TRELLIS_*`` variable declared once, here.
+
+Each :class:`Setting` of :data:`SETTINGS` names its variable, the :class:`Settings` field it
+fills, its default (written as one would set it), the parser that checks it, the form an error
+asks for, its help, and the commands that read it. From that one list come:
+
+- :meth:`Settings.from_env`, the only reader of the environment (the composition root calls it
+  once): every variable parsed, a bad one refused with :class:`SettingError`, one line naming the
+  variable, the form it takes and the value given
+  (``TRELLIS_THREADS must be a whole number from 1 to 256, not 'abc'``);
+- the :class:`Settings` fields' defaults (:data:`DEFAULTS`);
+- ``trellis --help`` and each command's help (:func:`describe`);
+- the README's settings table: ``python -m api.settings --markdown``.
+
+An empty variable is the same as an unset one (its default).
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import os
+import re
+import sys
+import textwrap
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
+
+
+class SettingError(SystemExit):
+    """A setting (or what it names: the home, the address) cannot be used, in one line for the
+    operator. The CLI prints it after ``trellis:`` and exits with status 2; elsewhere, as the
+    :class:`SystemExit` it is, it ends the process with its message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class Invalid(ValueError):
+    """Raised by a parser: the value is not of the setting's form (the message, if any, says more)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: where it goes, its default, how it is checked, what it means."""
+
+    #: The environment variable.
+    env: str
+    #: The :class:`Settings` field it fills (None: read by the CLI itself, e.g. the password).
+    field: str | None
+    #: The default, as it would be set in the environment ("" for none).
+    default: str
+    #: The value's form, as errors and help name it ("a whole number from 1 to 256").
+    form: str
+    #: What it does, one line (Markdown backticks allowed).
+    help: str
+    #: Which commands read it.
+    commands: tuple[str, ...] = ("serve",)
+    #: Turns the (stripped, non-empty) text into the field's value; :class:`Invalid` if it can't.
+    parser: Callable[[str], Any] = str
+    #: The default as shown, when the raw default does not say it ("the bind address").
+    shown_default: str = ""
+    #: More for the README's table (Markdown).
+    detail: str = ""
+
+    def parse(self, raw: str | None) -> Any:
+        """The value of ``raw`` (None or blank: the default), else :class:`SettingError`."""
+        text = (raw or "").strip() or self.default
+        try:
+            return self.parser(text)
+        except Invalid as ex:
+            more = f" ({ex})" if str(ex) else ""
+            raise SettingError(f"{self.env} must be {self.form}, not {raw!r}{more}") from None
+
+    @property
+    def default_text(self) -> str:
+        return self.shown_default or self.default
+
+
+# -- parsers -------------------------------------------------------------------------------------
+
+#: The largest count a setting takes (budgets, retention): beyond it is a typo.
+COUNT_MAX = 1_000_000_000
+#: The longest time a setting takes, in seconds (a year): beyond it timers overflow.
+SECONDS_MAX = 365 * 24 * 3600
+
+
+def whole(low: int, high: int = COUNT_MAX) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.isascii() or not text.isdigit() or len(text) > len(str(high)):
+            raise Invalid()
+        value = int(text)
+        if not low <= value <= high:
+            raise Invalid()
+        return value
+
+    return parse
+
+
+def whole_form(low: int, high: int = COUNT_MAX, unit: str = "") -> str:
+    return f"a whole number{unit} from {low} to {high}"
+
+
+def seconds(*, zero: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise Invalid() from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero) or value > SECONDS_MAX:
+            raise Invalid()
+        return value
+
+    return parse
+
+
+def seconds_form(*, zero: bool = False) -> str:
+    if zero:
+        return f"a number of seconds from 0 (off) to {SECONDS_MAX}"
+    return f"a number of seconds, more than 0 and at most {SECONDS_MAX}"
+
+
+def choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.lower() not in choices:
+            raise Invalid()
+        return text.lower()
+
+    return parse
+
+
+def switch(text: str) -> bool:
+    return choice("on", "off")(text) == "on"
+
+
+def minutes(text: str) -> timedelta:
+    return timedelta(minutes=whole(1, 525_600)(text))
+
+
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+
+
+def is_host_name(text: str) -> bool:
+    """A DNS name (``*.`` allowed first, for a certificate's name) or an IP address."""
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        pass
+    labels = text.removesuffix(".").split(".")
+    if labels[0] == "*" and len(labels) > 1:
+        labels = labels[1:]
+    return len(text) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
+
+
+def split_address(text: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) as (host, port); :class:`Invalid` if it is not one."""
+    if text.startswith("["):
+        inside, sep, port = text[1:].partition("]:")
+        try:
+            ipaddress.IPv6Address(inside)
+        except ValueError:
+            raise Invalid() from None
+        host = inside if sep else ""
+    else:
+        host, _, port = text.rpartition(":")
+        if ":" in host:
+            raise Invalid("an IPv6 address goes in brackets")
+        if host and not is_host_name(host):
+            raise Invalid()
+    if not host or not port.isascii() or not port.isdigit() or len(port) > 5:
+        raise Invalid()
+    if not 1 <= int(port) <= 65535:
+        raise Invalid(f"port {int(port)} is out of range")
+    return host, int(port)
+
+
+def address(text: str) -> str:
+    split_address(text)
+    return text
+
+
+ADDRESS_FORM = "host:port with a port from 1 to 65535 (an IPv6 address in brackets: [::1]:1280)"
+
+
+def optional_address(text: str) -> str:
+    return address(text) if text else ""
+
+
+def host_names(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    bad = [name for name in names if not is_host_name(name)]
+    if bad:
+        raise Invalid(f"{bad[0]!r} is neither")
+    return names
+
+
+def networks(text: str) -> tuple[str, ...]:
+    values = tuple(part.strip() for part in text.split(",") if part.strip())
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise Invalid(f"{value!r} is neither") from None
+    return values
+
+
+_MEMORY = re.compile(
+    r"\d+(\.\d+)?\s*(b|bytes?|kb|mb|gb|tb|kib|mib|gib|tib|kilobytes?|megabytes?|gigabytes?|terabytes?|%)",
+    re.IGNORECASE,
+)
+
+
+def memory(text: str) -> str:
+    if not _MEMORY.fullmatch(text):
+        raise Invalid()
+    return text
+
+
+def parse_origins(raw: str) -> tuple[str, ...]:
+    """A comma-separated CORS allow-list, each origin normalised (lowercase, no trailing slash).
+
+    An origin is ``scheme://host[:port]`` exactly as browsers send it; ``*`` allows any origin
+    (answered ``Access-Control-Allow-Origin: *``, never with credentials). A bad one is a
+    :class:`SettingError` naming ``TRELLIS_CORS_ORIGINS``.
+    """
+    out: list[str] = []
+    for part in raw.split(","):
+        origin = part.strip().rstrip("/").lower()
+        if not origin:
+            continue
+        if origin != "*":
+            scheme, sep, rest = origin.partition("://")
+            if scheme not in ("http", "https") or not sep or not rest or any(c in rest for c in "/?#@ "):
+                raise SettingError(
+                    f"TRELLIS_CORS_ORIGINS must be {ORIGINS_FORM}, not {raw!r} "
+                    f"({part.strip()!r} is not an origin)"
+                )
+        if origin not in out:
+            out.append(origin)
+    return tuple(out)
+
+
+ORIGINS_FORM = "comma-separated origins (scheme://host[:port]) or *"
+
+
+# -- every setting -------------------------------------------------------------------------------
+
+#: The commands that read settings (``trellis <command>``), and those that open the database.
+ALL = ("init", "serve", "restore")
+STORE = ("init", "serve")
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "TRELLIS_HOME", "home", ".trellis", "a directory path",
+        "the data directory: `trellis.duckdb` (the database) and `pki/` (the CA, the server's key and certificate)",
+        ALL, Path, shown_default="`./.trellis`",
+    ),
+    Setting("TRELLIS_BIND", "bind", "127.0.0.1:1280", ADDRESS_FORM, "the HTTPS listen address", parser=address),
+    Setting(
+        "TRELLIS_ADVERTISE", "advertise", "", ADDRESS_FORM,
+        "the `host:port` clients use to reach the API (enrollment JWT `iss`, `apiBaseUrls`); unset: the "
+        "bind address, with `localhost` for 0.0.0.0 or ::",
+        parser=optional_address, shown_default="the bind address",
+    ),
+    Setting(
+        "TRELLIS_SAN", "sans", "", "comma-separated DNS names or IP addresses",
+        "extra names of the server certificate (when `init` makes the PKI)",
+        ("init",), host_names, shown_default="none",
+    ),
+    Setting(
+        "TRELLIS_ADMIN_PASSWORD", None, "", "5 to 100 characters",
+        "the default admin's password (when `init` creates the admin; `serve` re-executes itself without it)",
+        ("init",), shown_default="generated, printed once",
+    ),
+    Setting(
+        "TRELLIS_ADMIN_PASSWORD_FILE", None, "", "a readable file holding 5 to 100 characters",
+        "a file holding the admin password: better than the variable (one trailing line ending is ignored)",
+        ("init",), shown_default="none",
+    ),
+    Setting(
+        "TRELLIS_CERT_PROXIES", "cert_proxies", "", "comma-separated IP addresses or CIDR blocks",
+        "TLS-terminating proxies whose `X-Client-CertPem` header is believed",
+        parser=networks, shown_default="none",
+    ),
+    Setting(
+        "TRELLIS_SESSION_TIMEOUT_MINUTES", "session_timeout", "30", whole_form(1, 525_600, " of minutes"),
+        "the sliding API-session lifetime", parser=minutes,
+    ),
+    Setting(
+        "TRELLIS_THREADS", "threads", "16", whole_form(1, 256), "threads running the app in the one worker",
+        parser=whole(1, 256),
+        detail="DuckDB allows one writer process; a writer holds its thread until its batch is durable, "
+        "so more threads make larger batches: 16 took durable writes over HTTP from ~770/s to ~1,100/s "
+        "at tier L against 8, reads unchanged. Connections are served by the worker's event loop, "
+        "so a stalled client holds no thread",
+    ),
+    Setting(
+        "TRELLIS_TIMEOUT_HANDSHAKE_SECONDS", "handshake_timeout", "10", seconds_form(),
+        "time limit of a TLS handshake", parser=seconds(),
+    ),
+    Setting(
+        "TRELLIS_TIMEOUT_HEADER_SECONDS", "header_timeout", "10", seconds_form(),
+        "time limit for reading a request's head", parser=seconds(),
+    ),
+    Setting(
+        "TRELLIS_TIMEOUT_BODY_SECONDS", "body_timeout", "30", seconds_form(),
+        "time limit for reading a request's body", parser=seconds(),
+    ),
+    Setting(
+        "TRELLIS_TIMEOUT_WRITE_SECONDS", "write_timeout", "30", seconds_form(),
+        "time limit for writing an answer", parser=seconds(),
+    ),
+    Setting(
+        "TRELLIS_TIMEOUT_KEEPALIVE_SECONDS", "keepalive_timeout", "5", seconds_form(zero=True),
+        "idle keep-alive connections are closed after this (0: no keep-alive)", parser=seconds(zero=True),
+    ),
+    Setting(
+        "TRELLIS_DB_MEMORY_LIMIT", "db_memory_limit", "1GB", "a size such as 512MB, 1GB, 2GiB or 50%",
+        "DuckDB's memory limit", STORE, memory,
+    ),
+    Setting(
+        "TRELLIS_DB_JOURNAL", "db_journal", "on", "on or off",
+        "`on`: a write is durable (and answered) once its batch is appended to the journal and "
+        "`fdatasync`ed; `off`: once its batch's own DuckDB transaction commits",
+        STORE, switch,
+        detail="With `on`, a flusher puts the journaled batches into DuckDB, many to a transaction "
+        "(see Reliability)",
+    ),
+    Setting(
+        "TRELLIS_DB_WRITER", "db_writer", "process", "process or thread",
+        "where the database's statements run once it is loaded: `process`, a writer process of the "
+        "controller's own, or `thread`, the committer thread of the serving process",
+        STORE, choice("process", "thread"),
+        detail="The writer process holds the DuckDB file; each batch is one message to it, so the "
+        "request threads never hold up a commit",
+    ),
+    Setting(
+        "TRELLIS_CHANGE_LOG_RETAIN", "change_log_retain", "100000", whole_form(1),
+        "change-log entries kept after each checkpoint (what a replica may still catch up from)",
+        STORE, whole(1), detail="See Reliability",
+    ),
+    Setting(
+        "TRELLIS_RATE_AUTH_PER_MINUTE", "rate_auth_per_minute", "600", whole_form(0),
+        "authentication budget per client address (0: unlimited)", parser=whole(0),
+        detail="It covers `/authenticate`, `/authenticate/mfa`, enrollment, and every operation that "
+        "checks an MFA code or a current password (MFA verification and removal, recovery codes, "
+        "TOTP tokens, `PUT`/`PATCH /current-identity/authenticators/{id}`)",
+    ),
+    Setting(
+        "TRELLIS_RATE_AUTH_BURST", "rate_auth_burst", "600", whole_form(1),
+        "authentication requests a client address may send at once", parser=whole(1),
+    ),
+    Setting(
+        "TRELLIS_RATE_WRITE_PER_MINUTE", "rate_write_per_minute", "30000", whole_form(0),
+        "write (POST/PUT/PATCH/DELETE) budget per API session, else per address (0: unlimited)",
+        parser=whole(0),
+    ),
+    Setting(
+        "TRELLIS_RATE_WRITE_BURST", "rate_write_burst", "5000", whole_form(1),
+        "writes a client may send at once", parser=whole(1),
+    ),
+    Setting(
+        "TRELLIS_MFA_FREE_FAILURES", "mfa_free_failures", "10", whole_form(1),
+        "wrong MFA codes an identity may send before each further guess must wait", parser=whole(1),
+        detail="All the operations that take a code count together; a right code clears the count",
+    ),
+    Setting(
+        "TRELLIS_MFA_BACKOFF_SECONDS", "mfa_backoff", "30", seconds_form(),
+        "the wait after the last free wrong MFA code, doubling with each further wrong one",
+        parser=seconds(),
+        detail="Guesses are then taken one at a time; a refused one is 429 with `Retry-After`",
+    ),
+    Setting(
+        "TRELLIS_MFA_BACKOFF_MAX_SECONDS", "mfa_backoff_max", "3600", seconds_form(),
+        "the longest such wait (at least `TRELLIS_MFA_BACKOFF_SECONDS`)", parser=seconds(),
+        detail="At 3600: past the free codes, about 24 guesses a day",
+    ),
+    Setting(
+        "TRELLIS_REQUEST_TIMEOUT_SECONDS", "request_timeout", "30", seconds_form(zero=True),
+        "a request's time budget in the app; lists and filters past it answer 503 `TIMEOUT` (0: none)",
+        parser=seconds(zero=True),
+    ),
+    Setting(
+        "TRELLIS_PURGE_INTERVAL_SECONDS", "purge_interval", "60", seconds_form(),
+        "how often `serve` deletes expired API sessions with their sessions and certificates",
+        parser=seconds(),
+    ),
+    Setting(
+        "TRELLIS_POSTURE_INTERVAL_SECONDS", "posture_interval", "5", seconds_form(),
+        "how often `serve` ends sessions that no longer pass posture (OpenZiti: 5)", parser=seconds(),
+        detail="An MFA check's timeout lapses with time",
+    ),
+    Setting(
+        "TRELLIS_JWKS_ALLOW_LOOPBACK", "jwks_allow_loopback", "off", "on or off",
+        "`on`: external JWT signers' `jwksEndpoint` may be on a loopback address (an identity "
+        "provider on the controller's own host); `off`: refused when set (400) and when fetched",
+        parser=switch,
+        detail="Loopback: 127.0.0.0/8, ::1, localhost. Link-local and cloud-metadata, unspecified, "
+        "multicast and reserved addresses are always refused; private networks are always allowed",
+    ),
+    Setting(
+        "TRELLIS_LOG_LEVEL", "log_level", "info", "one of debug, info, warning, error, critical",
+        "the lowest level of the log lines written (access lines are `info`)", ALL,
+        parser=choice("debug", "info", "warning", "error", "critical"),
+    ),
+    Setting(
+        "TRELLIS_LOG_FORMAT", "log_format", "text", "one of text, json",
+        "`text`: one `key=value` line a record; `json`: one JSON object a line, with the same keys",
+        ALL, parser=choice("text", "json"),
+    ),
+    Setting(
+        "TRELLIS_CORS_ORIGINS", "cors_origins", "", ORIGINS_FORM,
+        "origins (`https://console.example:8443`) answered with CORS headers; none: CORS off",
+        parser=parse_origins, shown_default="none",
+    ),
+)  # fmt: skip
+
+BY_ENV: dict[str, Setting] = {s.env: s for s in SETTINGS}
+
+
+#: Each variable's default, parsed: the :class:`Settings` fields' defaults (every value immutable).
+DEFAULTS: dict[str, Any] = {s.env: s.parse(None) for s in SETTINGS}
 
 
 @dataclass(frozen=True)
 class Settings:
-    home: Path = Path(".trellis")
-    bind: str = "127.0.0.1:1280"
-    #: host:port clients use to reach the API (enrollment JWT ``iss``, ``apiBaseUrls``).
-    advertise: str = ""
-    sans: tuple[str, ...] = ()
-    session_timeout: timedelta = timedelta(minutes=30)
+    """What the controller runs with: the fields :data:`SETTINGS` fill (see each one's help),
+    plus a few that no variable sets."""
+
+    home: Path = DEFAULTS["TRELLIS_HOME"]
+    bind: str = DEFAULTS["TRELLIS_BIND"]
+    advertise: str = DEFAULTS["TRELLIS_ADVERTISE"]
+    sans: tuple[str, ...] = DEFAULTS["TRELLIS_SAN"]
+    session_timeout: timedelta = DEFAULTS["TRELLIS_SESSION_TIMEOUT_MINUTES"]
     enrollment_duration: timedelta = timedelta(minutes=180)
     max_body_bytes: int = 1024 * 1024
-    db_memory_limit: str = "1GB"
-    #: Where the database's statements run once loaded: ``process`` (a writer process of its own,
-    #: off the request threads' GIL) or ``thread`` (the committer thread). See storage.duckdb.writer.
-    db_writer: str = "process"
-    #: A batch is durable once in the journal, and put into the database's tables after (many
-    #: batches to a transaction); off: once its own DuckDB transaction commits. See
-    #: storage.duckdb.journal.
-    db_journal: bool = True
-    #: Change-log entries kept after a checkpoint (what a replica may still catch up from).
-    change_log_retain: int = 100_000
-    threads: int = 16
-    #: Addresses (or CIDR blocks) of TLS-terminating proxies whose ``X-Client-CertPem`` is believed.
-    cert_proxies: tuple[str, ...] = ()
-    #: The serving worker's time limits, in seconds (``keepalive_timeout`` 0 turns keep-alive off).
-    handshake_timeout: float = 10.0
-    header_timeout: float = 10.0
-    body_timeout: float = 30.0
-    write_timeout: float = 30.0
-    keepalive_timeout: float = 5.0
-    #: Per-client request budgets (token buckets; 0 requests per minute turns one off):
-    #: authentication (``/authenticate``, ``/authenticate/mfa``, enrollment, MFA verification) per
-    #: client address, and writes (POST/PUT/PATCH/DELETE) per API session, else per address.
-    rate_auth_per_minute: int = 600
-    rate_auth_burst: int = 600
-    rate_write_per_minute: int = 30000
-    rate_write_burst: int = 5000
-    #: MFA code guesses per identity (every operation that takes a code): this many wrong codes
-    #: free, then one at a time, the wait doubling from ``mfa_backoff`` to ``mfa_backoff_max``
-    #: seconds after each further wrong one; a right code clears it.
-    mfa_free_failures: int = 10
-    mfa_backoff: float = 30.0
-    mfa_backoff_max: float = 3600.0
-    #: A request's time budget in the app (0: none); long operations check it and answer 503.
-    request_timeout: float = 30.0
-    #: How often the serving process deletes expired API sessions (and their sessions).
-    purge_interval: float = 60.0
-    #: Seconds between sweeps ending sessions that no longer pass posture (OpenZiti: 5).
-    posture_interval: float = 5.0
-    #: Origins (``scheme://host[:port]``) answered with CORS headers; none: CORS off.
-    cors_origins: tuple[str, ...] = ()
-    #: External JWT signers' JWKS endpoints may be on loopback addresses (an identity provider on
-    #: the controller's own host); off: such endpoints are refused when set and when fetched.
-    jwks_allow_loopback: bool = False
+    db_memory_limit: str = DEFAULTS["TRELLIS_DB_MEMORY_LIMIT"]
+    #: See storage.duckdb.writer.
+    db_writer: str = DEFAULTS["TRELLIS_DB_WRITER"]
+    #: See storage.duckdb.journal.
+    db_journal: bool = DEFAULTS["TRELLIS_DB_JOURNAL"]
+    change_log_retain: int = DEFAULTS["TRELLIS_CHANGE_LOG_RETAIN"]
+    threads: int = DEFAULTS["TRELLIS_THREADS"]
+    cert_proxies: tuple[str, ...] = DEFAULTS["TRELLIS_CERT_PROXIES"]
+    #: The serving worker's time limits, in seconds (see api.worker).
+    handshake_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_HANDSHAKE_SECONDS"]
+    header_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_HEADER_SECONDS"]
+    body_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_BODY_SECONDS"]
+    write_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_WRITE_SECONDS"]
+    keepalive_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_KEEPALIVE_SECONDS"]
+    #: Per-client request budgets (token buckets; 0 requests per minute turns one off).
+    rate_auth_per_minute: int = DEFAULTS["TRELLIS_RATE_AUTH_PER_MINUTE"]
+    rate_auth_burst: int = DEFAULTS["TRELLIS_RATE_AUTH_BURST"]
+    rate_write_per_minute: int = DEFAULTS["TRELLIS_RATE_WRITE_PER_MINUTE"]
+    rate_write_burst: int = DEFAULTS["TRELLIS_RATE_WRITE_BURST"]
+    #: MFA code guesses per identity: this many wrong codes free, then one at a time, the wait
+    #: doubling from ``mfa_backoff`` to ``mfa_backoff_max`` seconds; a right code clears it.
+    mfa_free_failures: int = DEFAULTS["TRELLIS_MFA_FREE_FAILURES"]
+    mfa_backoff: float = DEFAULTS["TRELLIS_MFA_BACKOFF_SECONDS"]
+    mfa_backoff_max: float = DEFAULTS["TRELLIS_MFA_BACKOFF_MAX_SECONDS"]
+    request_timeout: float = DEFAULTS["TRELLIS_REQUEST_TIMEOUT_SECONDS"]
+    purge_interval: float = DEFAULTS["TRELLIS_PURGE_INTERVAL_SECONDS"]
+    posture_interval: float = DEFAULTS["TRELLIS_POSTURE_INTERVAL_SECONDS"]
+    cors_origins: tuple[str, ...] = DEFAULTS["TRELLIS_CORS_ORIGINS"]
+    jwks_allow_loopback: bool = DEFAULTS["TRELLIS_JWKS_ALLOW_LOOPBACK"]
+    #: The log's lowest level and line format (see api.logs).
+    log_level: str = DEFAULTS["TRELLIS_LOG_LEVEL"]
+    log_format: str = DEFAULTS["TRELLIS_LOG_FORMAT"]
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -81,102 +494,76 @@ class Settings:
         return f"{host}:{port}"
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
-        env = dict(os.environ if environ is None else environ)
-        timeout = int(env.get("TRELLIS_SESSION_TIMEOUT_MINUTES", "30"))
-        limits = {key: _seconds(env, name, default) for name, (key, default) in TIMEOUT_VARIABLES.items()}
-        return cls(
-            home=Path(env.get("TRELLIS_HOME", ".trellis")),
-            bind=env.get("TRELLIS_BIND", "127.0.0.1:1280"),
-            advertise=env.get("TRELLIS_ADVERTISE", ""),
-            sans=tuple(s.strip() for s in env.get("TRELLIS_SAN", "").split(",") if s.strip()),
-            session_timeout=timedelta(minutes=max(1, timeout)),
-            db_memory_limit=env.get("TRELLIS_DB_MEMORY_LIMIT", "1GB"),
-            db_writer=_choice(env, "TRELLIS_DB_WRITER", ("process", "thread")),
-            db_journal=_choice(env, "TRELLIS_DB_JOURNAL", ("on", "off")) == "on",
-            change_log_retain=max(1, _count(env, "TRELLIS_CHANGE_LOG_RETAIN", 100_000)),
-            threads=int(env.get("TRELLIS_THREADS", "16")),
-            cert_proxies=tuple(
-                s.strip() for s in env.get("TRELLIS_CERT_PROXIES", "").split(",") if s.strip()
-            ),
-            handshake_timeout=limits["handshake_timeout"],
-            header_timeout=limits["header_timeout"],
-            body_timeout=limits["body_timeout"],
-            write_timeout=limits["write_timeout"],
-            keepalive_timeout=limits["keepalive_timeout"],
-            rate_auth_per_minute=_count(env, "TRELLIS_RATE_AUTH_PER_MINUTE", 600),
-            rate_auth_burst=_count(env, "TRELLIS_RATE_AUTH_BURST", 600),
-            rate_write_per_minute=_count(env, "TRELLIS_RATE_WRITE_PER_MINUTE", 30000),
-            rate_write_burst=_count(env, "TRELLIS_RATE_WRITE_BURST", 5000),
-            mfa_free_failures=max(1, _count(env, "TRELLIS_MFA_FREE_FAILURES", 10)),
-            mfa_backoff=_seconds(env, "TRELLIS_MFA_BACKOFF_SECONDS", 30.0),
-            mfa_backoff_max=_seconds(env, "TRELLIS_MFA_BACKOFF_MAX_SECONDS", 3600.0),
-            request_timeout=_seconds(env, "TRELLIS_REQUEST_TIMEOUT_SECONDS", 30.0, allow_zero=True),
-            purge_interval=_seconds(env, "TRELLIS_PURGE_INTERVAL_SECONDS", 60.0),
-            posture_interval=_seconds(env, "TRELLIS_POSTURE_INTERVAL_SECONDS", 5.0),
-            cors_origins=parse_origins(env.get("TRELLIS_CORS_ORIGINS", "")),
-            jwks_allow_loopback=_choice(env, "TRELLIS_JWKS_ALLOW_LOOPBACK", ("off", "on")) == "on",
-        )
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, command: str | None = None) -> Settings:
+        """The settings from ``environ`` (default ``os.environ``): those ``command`` reads, the
+        rest their defaults (every one for None); :class:`SettingError` for the first that is
+        not of its form."""
+        env = os.environ if environ is None else environ
+        values = {s.field: s.parse(env.get(s.env)) for s in read_by(command) if s.field is not None}
+        settings = cls(**values)
+        if settings.mfa_backoff_max < settings.mfa_backoff:
+            raise SettingError(
+                f"TRELLIS_MFA_BACKOFF_MAX_SECONDS must be at least TRELLIS_MFA_BACKOFF_SECONDS "
+                f"({settings.mfa_backoff:g}), not {env.get('TRELLIS_MFA_BACKOFF_MAX_SECONDS')!r}"
+            )
+        return settings
 
 
-def _choice(env: dict[str, str], name: str, choices: tuple[str, ...]) -> str:
-    """One of ``choices`` (the first is the default), any case; anything else stops the start."""
-    raw = env.get(name, "").strip().lower() or choices[0]
-    if raw not in choices:
-        raise SystemExit(f"{name} must be one of {', '.join(choices)}, not {env.get(name)!r}")
-    return raw
+# -- help and the README's table -----------------------------------------------------------------
 
 
-#: The serving time limits' variables: name -> (Settings field, default seconds).
-TIMEOUT_VARIABLES = {
-    "TRELLIS_TIMEOUT_HANDSHAKE_SECONDS": ("handshake_timeout", 10.0),
-    "TRELLIS_TIMEOUT_HEADER_SECONDS": ("header_timeout", 10.0),
-    "TRELLIS_TIMEOUT_BODY_SECONDS": ("body_timeout", 30.0),
-    "TRELLIS_TIMEOUT_WRITE_SECONDS": ("write_timeout", 30.0),
-    "TRELLIS_TIMEOUT_KEEPALIVE_SECONDS": ("keepalive_timeout", 5.0),
-}
+def read_by(command: str | None) -> tuple[Setting, ...]:
+    """The settings ``command`` reads (all of them for None)."""
+    return tuple(s for s in SETTINGS if command is None or command in s.commands)
 
 
-def _seconds(env: dict[str, str], name: str, default: float, *, allow_zero: bool = False) -> float:
-    """A positive number of seconds (0 allowed where it turns a limit off: keep-alive, ``allow_zero``)."""
-    raw = env.get(name, "")
-    try:
-        seconds = float(raw) if raw.strip() else default
-    except ValueError:
-        raise SystemExit(f"{name} must be a number of seconds, not {raw!r}") from None
-    zero_ok = allow_zero or name == "TRELLIS_TIMEOUT_KEEPALIVE_SECONDS"
-    if seconds != seconds or seconds < 0 or (seconds == 0 and not zero_ok):
-        raise SystemExit(f"{name} must be more than 0 seconds")
-    return seconds
+def _plain(text: str) -> str:
+    return text.replace("`", "")
 
 
-def _count(env: dict[str, str], name: str, default: int) -> int:
-    """A whole number, 0 or more."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or len(raw) > 12:
-        raise SystemExit(f"{name} must be a whole number (0 or more), not {raw!r}")
-    return int(raw)
+def describe(command: str | None = None, width: int = 79) -> str:
+    """The settings ``command`` reads (all for None), for ``--help``: each as ``NAME (default
+    ...)`` and, indented, what it does and the form it takes."""
+    lines: list[str] = []
+    for s in read_by(command):
+        default = s.default_text or "none"
+        lines.append(f"  {s.env} (default: {_plain(default)})")
+        text = f"{_plain(s.help)}. Form: {s.form}."
+        lines += textwrap.wrap(text, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(lines)
 
 
-def parse_origins(raw: str) -> tuple[str, ...]:
-    """A comma-separated CORS allow-list, each origin normalised (lowercase, no trailing slash).
+def listing() -> str:
+    """Every setting and its default, one a line (the top-level ``--help``)."""
+    width = max(len(s.env) for s in SETTINGS) + 2
+    return "\n".join(f"  {s.env:<{width}}{_plain(s.default_text) or 'none'}" for s in SETTINGS)
 
-    An origin is ``scheme://host[:port]`` exactly as browsers send it; ``*`` allows any origin
-    (answered ``Access-Control-Allow-Origin: *``, never with credentials).
-    """
-    out: list[str] = []
-    for part in raw.split(","):
-        origin = part.strip().rstrip("/").lower()
-        if not origin:
-            continue
-        if origin != "*":
-            scheme, sep, rest = origin.partition("://")
-            if scheme not in ("http", "https") or not sep or not rest or any(c in rest for c in "/?#@ "):
-                raise SystemExit(
-                    f"TRELLIS_CORS_ORIGINS: {part.strip()!r} is not an origin (scheme://host[:port])"
-                )
-        if origin not in out:
-            out.append(origin)
-    return tuple(out)
+
+def markdown() -> str:
+    """The README's settings table."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    for s in SETTINGS:
+        default = s.shown_default or (f"`{s.default}`" if s.default else "")
+        if default == "none":
+            default = ""
+        meaning = s.help + (f". {s.detail}" if s.detail else "")
+        rows.append(f"| `{s.env}` | {cell(default)} | {cell(meaning)} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m api.settings", description="Trellis's settings")
+    parser.add_argument("--markdown", action="store_true", help="the README's table (default: as in --help)")
+    args = parser.parse_args(argv)
+    print(markdown() if args.markdown else describe())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

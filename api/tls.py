@@ -1,4 +1,4 @@
-"""The API listener's TLS context: client certificates asked for, not judged (tls-notes.md §2-§8).
+"""The API listener's TLS context: client certificates asked for, not judged (docs/architecture.md §6).
 
 OpenZiti's controller asks for a client certificate without verifying it in the handshake (Go's
 ``tls.RequestClientCert``) and refuses an untrusted one in the application, with an HTTP answer:

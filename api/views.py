@@ -1,4 +1,4 @@
-"""One view per entity kind, shared by both APIs (design.md §9).
+"""One view per entity kind, shared by both APIs (docs/architecture.md §3).
 
 A :class:`View` is what the API shows of a kind: its filterable fields (the ZitiQL symbols of its
 lists), its renderer, and its sub-lists (``/<kind>/{id}/<path>``: entities of another kind, found by
@@ -193,7 +193,7 @@ class ServiceView(View[Service]):
         return ServiceRenderer(self.managers, identity, self._wanted(req), queries, self.forms)
 
     def visible(self, identity: Identity, service_id: str) -> Service:
-        """The service if the identity may Dial or Bind it; else 404 (policy-semantics §5.1)."""
+        """The service if the identity may Dial or Bind it; else 404 (docs/policy.md §5.1)."""
         return self.managers.access.service_for_identity(identity.id, service_id)[0]
 
     def for_identity(self, identity: Identity) -> Loaded[Service]:

@@ -9,6 +9,10 @@
 against a real server (see :mod:`bench.writes`);
 ``python -m bench http --tier L`` the HTTP path under wrk, scenario by scenario, against a bare
 Falcon app served the same way (see :mod:`bench.http`).
+
+``writes`` and ``http`` write their JSON into ``bench/results/local/`` (ignored by git), into the
+committed ``bench/results/`` only with ``--publish`` (see :mod:`bench.output`). Nothing is
+installed on the system unless asked (``http --install-wrk``); what a run fetches it says first.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The straightforward baseline: OpenZiti's denormalized store, in Python sets and dicts.
 
-This is what policy-semantics §3 describes, transcribed without an index:
+This is what docs/policy.md §3.2 describes, transcribed without an index:
 
 - policy <-> entity link collections: per policy and side a ``set`` of entity ids, per entity a
   ``set`` of policy ids;

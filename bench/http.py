@@ -1,6 +1,6 @@
 """The HTTP path end to end: ``trellis serve`` under wrk, side by side with a bare Falcon app.
 
-``python -m bench http [--tier S|L] [--seconds N] [--connections 16] [--out PATH]``:
+``python -m bench http [--tier S|L] [--seconds N] [--connections 16] [--out PATH | --publish]``:
 
 1. **Seed.** ``trellis init`` makes a home (PKI, database, the admin) in a temporary directory;
    then, in a child process, the tier's generated topology (:mod:`bench.topology`: identities,
@@ -68,15 +68,18 @@
    the script's ``done()``), errors (answers other than 2xx, plus wrk's socket errors and
    timeouts), the ratio of its requests/s to each bare app's, and the CPU the server and wrk used
    meanwhile (% of one core, from ``/proc`` and ``getrusage``). The table is printed and written
-   as JSON (default ``bench/results/http-<tier>.json``) with the machine: cores, load average
-   before and after, Python, platform, wrk's version.
+   as JSON with the machine: cores, load average before and after, Python, platform, wrk's
+   version. The JSON goes to ``bench/results/local/http-<tier>.json`` (ignored by git; see
+   :mod:`bench.output`), to the committed ``bench/results/http-<tier>.json`` with ``--publish``,
+   or to ``--out PATH``.
 
-**wrk** comes from Debian's packages. When it is not on ``PATH`` the harness installs it: as
-root with ``apt-get install -y wrk`` (after an ``apt-get update`` if the first attempt fails);
-else, or if that fails, ``apt-get download`` of wrk and its LuaJIT library, unpacked with
-``dpkg-deb -x`` under the repository's ``.cache/wrk/`` (ignored by git: the directory carries
-its own ``.gitignore``) and run from there with ``LD_LIBRARY_PATH``. If neither works it stops
-with a clear error.
+**wrk** comes from Debian's packages. When it is not on ``PATH`` (nor already fetched) the
+harness says what it is about to do, then fetches it without touching the system:
+``apt-get download`` of wrk and its LuaJIT library, unpacked with ``dpkg-deb -x`` under the
+repository's ``.cache/wrk/`` (ignored by git: the directory carries its own ``.gitignore``) and
+run from there with ``LD_LIBRARY_PATH``. Installing it system-wide (``apt-get install -y wrk``,
+after an ``apt-get update`` if the first attempt fails; as root) happens only when asked,
+with ``--install-wrk``, and is tried first then. If nothing works it stops with a clear error.
 
 ``--only "policy advice,create session"`` runs just those scenarios (the bare apps always run).
 ``--profile DIR`` has py-spy (a dev dependency) sample the server's worker during each scenario,
@@ -88,6 +91,7 @@ Run::
     python -m bench http --tier L --seconds 10
     python -m bench http --tier L --only "create session" --profile /tmp/flames
     python -m bench http --tier S --seconds 1 --out /tmp/http.json
+    python -m bench http --tier L --publish           # the committed bench/results/http-L.json
 
 Everything runs on one machine: wrk (one thread) shares the cores with the server, so the
 figures compare the scenarios with each other and with the bare app in the same run, and vary
@@ -120,12 +124,12 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from bench.output import add_output_arguments, results_path
 from bench.serving import HOST, PASSWORD, free_port, init_home, timed
 from bench.topology import TIERS
 from bench.writes import Client
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = ROOT / "bench" / "results"
 SCRIPT = ROOT / "bench" / "wrk" / "scenario.lua"
 CACHE = ROOT / ".cache" / "wrk"
 MGMT = "/edge/management/v1"
@@ -227,9 +231,11 @@ def _download_into(cache: Path) -> tuple[Wrk | None, list[str]]:
     return found, notes
 
 
-def ensure_wrk(*, cache: Path = CACHE, allow_system_install: bool = True) -> Wrk:
-    """wrk from PATH, else from ``cache``, else installed (apt-get as root, else unpacked into
-    ``cache``); :class:`WrkUnavailable` with every attempt's outcome if none works."""
+def ensure_wrk(*, cache: Path = CACHE, allow_system_install: bool = False) -> Wrk:
+    """wrk from PATH, else from ``cache``, else fetched: installed system-wide only with
+    ``allow_system_install`` (``apt-get install``, as root), else unpacked into ``cache``. Each
+    attempt is announced on stderr before it runs; :class:`WrkUnavailable` with every attempt's
+    outcome if none works."""
     found = shutil.which("wrk")
     if found:
         return Wrk(found)
@@ -241,21 +247,32 @@ def ensure_wrk(*, cache: Path = CACHE, allow_system_install: bool = True) -> Wrk
         raise WrkUnavailable(
             "wrk is not on PATH and apt-get is not available: install wrk (Debian: apt-get install wrk)"
         )
-    if allow_system_install and os.geteuid() == 0:
-        print("... installing wrk: apt-get install -y wrk", file=sys.stderr, flush=True)
-        installed, more = _apt_install()
-        notes += more
-        if installed is not None:
-            return installed
+    if allow_system_install:
+        if os.geteuid() == 0:
+            _log(
+                "wrk is not on PATH: installing it system-wide (--install-wrk): apt-get install -y wrk "
+                "(apt-get update first if that fails)"
+            )
+            installed, more = _apt_install()
+            notes += more
+            if installed is not None:
+                return installed
+        else:
+            notes.append("--install-wrk: apt-get install needs root; fetching into the cache instead")
     if shutil.which("dpkg-deb"):
-        print(f"... fetching wrk: apt-get download into {cache}", file=sys.stderr, flush=True)
+        _log(
+            f"wrk is not on PATH: fetching the Debian packages {', '.join(WRK_PACKAGES)} with apt-get download "
+            f"and unpacking them into {cache} (nothing is installed on the system)"
+        )
         unpacked, more = _download_into(cache)
         notes += more
         if unpacked is not None:
             return unpacked
     else:
         notes.append("dpkg-deb is not available")
-    raise WrkUnavailable("wrk is not on PATH and could not be installed:\n  " + "\n  ".join(notes))
+    if not allow_system_install:
+        notes.append("or install it yourself (apt-get install wrk), or pass --install-wrk to have it done")
+    raise WrkUnavailable("wrk is not on PATH and could not be fetched:\n  " + "\n  ".join(notes))
 
 
 # -- seeding -------------------------------------------------------------------------------------
@@ -1029,8 +1046,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=3000.0,
         help="durable session creations per second the Dial scenario has distinct pairs for (default 3000)",
     )
+    add_output_arguments(parser, "http-<tier>.json")
     parser.add_argument(
-        "--out", type=Path, default=None, help="the JSON results (default bench/results/http-<tier>.json)"
+        "--install-wrk",
+        action="store_true",
+        help="if wrk is missing, install it system-wide (apt-get install, as root) rather than fetch it "
+        "into .cache/wrk",
     )
     parser.add_argument(
         "--only",
@@ -1060,9 +1081,9 @@ def main(args: argparse.Namespace) -> str:
         raise SystemExit(
             f"--only: unknown scenario(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
-    out = args.out or RESULTS_DIR / f"http-{args.tier}.json"
+    out = results_path(args, f"http-{args.tier}.json")
     try:
-        wrk = ensure_wrk()
+        wrk = ensure_wrk(allow_system_install=args.install_wrk)
     except WrkUnavailable as ex:
         raise SystemExit(f"python -m bench http needs wrk: {ex}") from None
     report = run(

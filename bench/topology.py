@@ -23,7 +23,7 @@ Shape, per entity kind with its own pool of 500 attribute names (posture checks:
   policies carry posture check roles.
 
 With these numbers an identity at tier L may Dial about a fifth of the services, the same order
-as the measurement in ``design.md`` §4 (164M identity -> service Dial pairs). Ids are random
+as the measurement in ``docs/architecture.md`` §4 (164M identity -> service Dial pairs). Ids are random
 10-character strings, like OpenZiti's short ids.
 """
 

@@ -19,13 +19,15 @@ A write counts as acknowledged when it is answered 2xx (the server answers only 
 commit). Per writer count the table gives acknowledged writes per second, p50 and p99 latency of
 every write, the errors by status (``conn`` for a failed connection), and the CPU the server's
 processes and the client threads used (in % of one core; from ``/proc``). The table is
-printed and written as JSON (default ``bench/results/writes.json``, committed: the README cites
-it) with the machine's core count and load average before the run.
+printed and written as JSON with the machine's core count and load average before the run: to
+``bench/results/local/writes.json`` (ignored by git; see :mod:`bench.output`), to the committed
+``bench/results/writes.json`` (the README cites it) with ``--publish``, or to ``--out PATH``.
 
 Run::
 
     python -m bench writes                           # 1, 8 and 32 writers, 10 s each
     python -m bench writes --writers 1,4 --seconds 3 --out /tmp/writes.json
+    python -m bench writes --publish                 # the committed bench/results/writes.json
 
 The writer counts share one server and run one after the other, so later runs find the
 identities earlier ones created. The client threads run on the same cores as the server (2 on
@@ -53,11 +55,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.output import add_output_arguments, results_path
 from bench.serving import HOST, PASSWORD, init_home, running, tls_client_context
 from bench.writepath import measure_store, open_controller, set_up_store
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "writes.json"
+#: The results file's name (where: bench.output).
+RESULTS = "writes.json"
 MGMT = "/edge/management/v1"
 CLIENT = "/edge/client/v1"
 DEVICE = "bench-device"
@@ -523,10 +527,11 @@ def measure_store_path(home: Path, writer_counts: Sequence[int], seconds: float)
 def run(
     writer_counts: Sequence[int],
     seconds: float,
-    out: Path | None = RESULTS,
+    out: Path | None = None,
     paths: Sequence[str] = PATHS,
 ) -> Report:
-    """Measure each path and writer count in turn on fresh homes, write the JSON to ``out``."""
+    """Measure each path and writer count in turn on fresh homes, write the JSON to ``out`` (if
+    given)."""
     if not writer_counts or min(writer_counts) < 1:
         raise ValueError("writer counts must be 1 or more")
     report = Report(
@@ -560,7 +565,7 @@ def run(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--writers", default="1,8,32", help="comma-separated writer counts (default 1,8,32)")
     parser.add_argument("--seconds", type=float, default=10.0, help="each writer count's run (default 10)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help=f"the JSON results (default {RESULTS})")
+    add_output_arguments(parser, RESULTS)
     parser.add_argument(
         "--path",
         default=",".join(PATHS),
@@ -580,5 +585,6 @@ def main(args: argparse.Namespace) -> str:
     paths = [p.strip() for p in args.path.split(",") if p.strip()]
     if not paths or set(paths) - set(PATHS):
         raise SystemExit(f"--path takes {', '.join(PATHS)}, not {args.path!r}")
-    report = run(counts, args.seconds, args.out, paths)
-    return report.table() + f"\n\nJSON: {args.out}"
+    out = results_path(args, RESULTS)
+    report = run(counts, args.seconds, out, paths)
+    return report.table() + f"\n\nJSON: {out}"

@@ -1,4 +1,4 @@
-"""Policy role lists: validation, canonical order and the ``*RolesDisplay`` view (policy-semantics §1, §7).
+"""Policy role lists: validation, canonical order and the ``*RolesDisplay`` view (docs/policy.md §1, §7).
 
 A role list (``identityRoles``, ``serviceRoles``, ``edgeRouterRoles``, ``postureCheckRoles``) holds
 ``#attribute`` references, ``@id`` entity references and the wildcard ``#all``. OpenZiti validates a

@@ -45,6 +45,7 @@ from typing import Any, TypeVar, cast
 
 from engine.entities import Entity
 from engine.errors import CommitFailedError
+from engine.logs import Outage
 from engine.memo import PerObject
 from engine.ports import (
     Change,
@@ -602,6 +603,8 @@ class MemoryStore:
         self._closing = False
         #: How long publishing the last batch took (seconds): what the next one waits for.
         self._publish_seconds = 0.0
+        #: Refused writes, reported as an outage: once as it starts, a count, once as it ends.
+        self._outage = Outage(log, "commit")
 
     # -- reads -------------------------------------------------------------------------------
     def _reader(self) -> State | StagedView:
@@ -736,6 +739,11 @@ class MemoryStore:
         """Raise (refusing the commit, nothing staged) if ``changes`` cannot be persisted; called
         on the writer's thread, so a bad value fails its own request, never a batch."""
 
+    def _expected_failure(self, error: BaseException) -> bool:
+        """Whether ``_persist`` failing with ``error`` is a failure of the storage underneath (a
+        full disk, a database that has gone: logged without a traceback) rather than a bug."""
+        return isinstance(error, OSError)
+
     # -- the write lock and waiting ----------------------------------------------------------
     def _enter(self) -> None:
         self._lock.acquire()
@@ -758,6 +766,7 @@ class MemoryStore:
 
     def _await(self, ticket: Ticket) -> None:
         if not ticket.wait(COMMIT_WAIT_SECONDS):
+            self._outage.failed(f"a write was not committed within {COMMIT_WAIT_SECONDS:.0f} s")
             raise CommitFailedError("the write was not committed in time; it may yet be")
         if ticket.error is not None:  # the database's own words go to the log, not to the client
             raise CommitFailedError() from ticket.error
@@ -829,11 +838,12 @@ class MemoryStore:
         try:
             self._persist(entries)
         except BaseException as ex:
-            log.exception(
-                "a write batch of %d changes failed; it and all staged after it are refused", len(entries)
-            )
-            self._fail(tickets, ex)
+            # Not a traceback per refused batch (a full disk refuses every write for as long as
+            # it lasts): one line as the outage starts, a count while it lasts, one as it ends.
+            refused = self._fail(tickets, ex)
+            self._outage.failed(ex, count=refused, expected=self._expected_failure(ex))
             return
+        self._outage.succeeded()
         final = coalesce(entries)
         with self._lock:
             began = time.perf_counter()
@@ -859,7 +869,8 @@ class MemoryStore:
             except Exception:
                 log.exception("a commit listener failed on batch %d", last)
 
-    def _fail(self, tickets: list[Ticket], error: BaseException) -> None:
+    def _fail(self, tickets: list[Ticket], error: BaseException) -> int:
+        """Refuse ``tickets`` and every one queued or staged after them; how many were refused."""
         with self._lock:
             with self._queued:
                 later, self._queue = self._queue, []
@@ -867,5 +878,7 @@ class MemoryStore:
             self._followups = []
             self._staged.clear()
             self._seq = self._state.seq  # nothing staged is left: numbering goes on without a gap
-            for ticket in [*tickets, *later]:
+            refused = [*tickets, *later]
+            for ticket in refused:
                 ticket.finish(error)
+        return len(refused)

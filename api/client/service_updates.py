@@ -1,6 +1,6 @@
 """``GET /current-api-session/service-updates``: when the caller's service list last changed.
 
-SDKs poll it and list their services again when ``lastChangeAt`` moves (sdk-compat §3).
+SDKs poll it and list their services again when ``lastChangeAt`` moves (docs/policy.md §3.3).
 """
 
 from __future__ import annotations

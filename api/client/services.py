@@ -1,7 +1,7 @@
 """``/services`` on the client API: the services the caller's policies grant.
 
 As OpenZiti's ``routes/service_router.go`` (2.x): every authenticated identity lists and reads
-exactly the services it may Dial or Bind, never in an admin capacity (policy-semantics §5.1); a
+exactly the services it may Dial or Bind, never in an admin capacity (docs/policy.md §5.1); a
 service it can do neither with is 404. Each service carries ``permissions``, ``config`` (by config
 type name, for the ``configTypes`` asked for on the request, else at authentication; ``all``
 means all) with the identity's service-config overrides, and ``postureQueries``. Lists take

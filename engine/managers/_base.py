@@ -244,7 +244,7 @@ def sorted_role_attributes(entity: E) -> E:
 
 
 def check_attributes(values: list[str], field: str = "roleAttributes") -> None:
-    """Entity role attributes may not start with ``#`` or ``@`` (policy-semantics §1.3)."""
+    """Entity role attributes may not start with ``#`` or ``@`` (docs/policy.md §1.3)."""
     for value in values:
         if value.startswith("#"):
             raise FieldError(field, "role attributes may not be prefixed with #", value)

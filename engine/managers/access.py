@@ -294,7 +294,7 @@ class AccessManager:
 
     # -- lists ---------------------------------------------------------------------------------
     def role_filter(self, kind: type[Entity], roles: Sequence[str], semantic: str) -> set[str]:
-        """Ids of the entities a list's ``roleFilter`` selects (policy-semantics §1.5)."""
+        """Ids of the entities a list's ``roleFilter`` selects (docs/policy.md §1.5)."""
         with self._lock:
             return set(self._graph.role_filter(ENTITY_KINDS[kind.ENTITY][0], roles, semantic))
 
@@ -320,7 +320,7 @@ class AccessManager:
     def service_for_identity(self, identity_id: str, service_id: str | None) -> tuple[Service, list[str]]:
         """The service and the identity's permissions on it, as OpenZiti's ``ReadForIdentity``:
         ``NOT_FOUND`` when the service is missing or the identity may neither Dial nor Bind it
-        (policy-semantics §5.1; the client API, sessions and terminators share this rule)."""
+        (docs/policy.md §5.1; the client API, sessions and terminators share this rule)."""
         service = self.store.get(Service, service_id) if service_id else None
         permissions = self.permissions(identity_id, service.id) if service is not None else []
         if service is None or not permissions:

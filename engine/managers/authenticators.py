@@ -22,6 +22,7 @@ own after the identity's own change, as an identity keeps the session it changed
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -36,10 +37,12 @@ from engine.errors import (
     NotFoundError,
     UnauthorizedError,
 )
+from engine.logs import event
 from engine.managers._base import EntityManager
 from engine.managers.api_sessions import delete_session, end_identity_sessions
 from engine.managers.auth_policies import check_password as check_password_rules
 from engine.managers.auth_policies import rules_for
+from engine.managers.authentication._core import LoginAttempt
 from engine.managers.authentication.password import check_password
 from engine.managers.enrollment._core import (
     OTT,
@@ -52,6 +55,8 @@ from engine.managers.enrollment._core import (
 )
 from engine.managers.usernames import check_username
 from engine.ports import IssuedCertificate, UnitOfWork
+
+log = logging.getLogger(__name__)
 
 METHODS = ("updb", "cert")
 ROUTER_TYPE = "Router"
@@ -167,7 +172,17 @@ class AuthenticatorManager(EntityManager[Authenticator]):
         identity = self.env.store.get(Identity, identity_id)
         # Counted against the auth policy's lockout like a login's password, and checked before
         # the write lock is taken (a password hash is slow; writers must not wait for it).
-        if identity is None or not check_password(self.env, checked, identity, current_password):
+        note = LoginAttempt("password")
+        if identity is None or not check_password(self.env, checked, identity, current_password, login=note):
+            event(
+                log,
+                logging.WARNING,
+                "password.change_refused",
+                identity_id=identity_id,
+                identity_name=identity.name if identity is not None else None,
+                authenticator_id=id,
+                reason=note.reason or "no such identity",
+            )
             raise UnauthorizedError(field="currentPassword", reason="invalid current password")
         with self.env.store.write_lock():
             uow = UnitOfWork(self.env.store)

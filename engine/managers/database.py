@@ -28,7 +28,8 @@ class DatabaseManager:
         self._last: datetime | None = None
 
     def snapshot(self) -> str:
-        """Take a snapshot now and return its path; ``RateLimitedError`` within a minute of the last."""
+        """Take a snapshot now and return its path (what ``POST /database/snapshot`` answers);
+        ``RateLimitedError`` within a minute of the last."""
         with self._lock:
             now = self.env.clock.now()
             if self._last is not None and now < self._last + MIN_INTERVAL:

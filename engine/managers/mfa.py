@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import logging
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -55,9 +56,12 @@ from engine.errors import (
     NotFoundError,
     TooManyRequestsError,
 )
+from engine.logs import event
 from engine.managers._base import EntityManager, Env
 from engine.managers.api_sessions import ApiSessionManager, forget_mfa, mark_mfa_complete
 from engine.ports import Backoff, UnitOfWork
+
+log = logging.getLogger(__name__)
 
 #: The default throttle of MFA code guesses per identity (see the module docstring).
 DEFAULT_CODE_BACKOFF = Backoff(free=10, base=30.0, cap=3600.0)
@@ -118,7 +122,7 @@ class MfaManager(EntityManager[Mfa]):
     def recovery_codes(self, identity_id: str, code: str) -> Mfa:
         """A verified enrollment, to show its recovery codes; needs a valid TOTP code."""
         mfa = self._require_verified(identity_id)
-        self._check_code(mfa, code)
+        self._check_code(mfa, code, purpose="recovery-codes")
         return mfa
 
     # -- enrollment ------------------------------------------------------------------------------
@@ -151,7 +155,7 @@ class MfaManager(EntityManager[Mfa]):
             mfa = uow.find_unique(Mfa, "identity_id", identity_id)
             if mfa is None or mfa.is_verified:
                 raise NotFoundError()
-            self._check_code(mfa, code)
+            self._check_code(mfa, code, purpose="verify")
             now = self.env.clock.now()
             verified = dataclasses.replace(mfa, is_verified=True, updated_at=now)
             uow.put(verified)
@@ -159,7 +163,8 @@ class MfaManager(EntityManager[Mfa]):
             if session is not None:
                 mark_mfa_complete(uow, session, now, required=True)
             self.env.commit(uow)
-            return verified
+        self._event(logging.INFO, "mfa.enrolled", identity_id)
+        return verified
 
     def remove(self, identity_id: str, code: str) -> None:
         """The identity removes its own MFA: no code before verification, a valid one after it."""
@@ -169,9 +174,10 @@ class MfaManager(EntityManager[Mfa]):
             if mfa is None:
                 raise NotFoundError()
             if mfa.is_verified:
-                self._check_code(mfa, code, uow)
+                self._check_code(mfa, code, uow, purpose="remove")
             self._delete(uow, mfa)
             self.env.commit(uow)
+        self._event(logging.INFO, "mfa.removed", identity_id, by="self")
 
     def remove_for_identity(self, identity_id: str) -> None:
         """An administrator removes an identity's MFA, verified or not (404 for an unknown identity)."""
@@ -184,13 +190,14 @@ class MfaManager(EntityManager[Mfa]):
                 return
             self._delete(uow, mfa)
             self.env.commit(uow)
+        self._event(logging.INFO, "mfa.removed", identity_id, by="administrator")
 
     def regenerate_recovery_codes(self, identity_id: str, code: str) -> Mfa:
         """Replace every recovery code; needs a valid TOTP or recovery code."""
         with self.env.store.write_lock():
             uow = UnitOfWork(self.env.store)
             mfa = self._require_verified(identity_id, uow)
-            self._check_code(mfa, code, uow)
+            self._check_code(mfa, code, uow, purpose="regenerate-recovery-codes")
             current = uow.get(Mfa, mfa.id) or mfa
             renewed = dataclasses.replace(
                 current, recovery_codes=self.env.totp.new_recovery_codes(), updated_at=self.env.clock.now()
@@ -206,20 +213,27 @@ class MfaManager(EntityManager[Mfa]):
             uow = UnitOfWork(self.env.store)
             mfa = uow.find_unique(Mfa, "identity_id", session.identity_id)
             if mfa is None or not mfa.is_verified:
+                self._event(
+                    logging.WARNING, "mfa.failed", session.identity_id, purpose="login", reason="not enrolled"
+                )
                 raise MfaLoginNotEnrolledError()
-            self._check_code(mfa, code, uow)
+            self._check_code(mfa, code, uow, purpose="login")
             updated = mark_mfa_complete(uow, session, self.env.clock.now())
             self.env.commit(uow)
-            return updated
+        self._event(logging.INFO, "mfa.login_completed", session.identity_id, session_id=session.id)
+        return updated
 
     def totp_token(self, session: ApiSession, code: str) -> TotpToken:
         """A TOTP token for ``session`` once ``code`` is a valid TOTP code of its identity."""
         if not code:
+            self._event(
+                logging.WARNING, "mfa.failed", session.identity_id, purpose="totp-token", reason="no code"
+            )
             raise MfaInvalidTokenError()
         mfa = self.of_identity(session.identity_id)
         if mfa is None or not mfa.is_verified:
             raise MfaNotEnrolledError()
-        self._check_code(mfa, code)
+        self._check_code(mfa, code, purpose="totp-token")
         now = self.env.clock.now()
         claims = {
             "iss": self.issuer,
@@ -240,32 +254,61 @@ class MfaManager(EntityManager[Mfa]):
             raise NotFoundError()
         return mfa
 
-    def _check_code(self, mfa: Mfa, code: str, uow: UnitOfWork | None = None) -> None:
+    def _check_code(self, mfa: Mfa, code: str, uow: UnitOfWork | None = None, *, purpose: str) -> None:
         """Pass when ``code`` is a TOTP code of ``mfa`` not used before, or (given ``uow``, which
         then removes it) one of its recovery codes; else ``MFA_INVALID_TOKEN``. The guess is
-        counted before it is compared; past the backoff it is refused unchecked (429)."""
+        counted before it is compared; past the backoff it is refused unchecked (429).
+        Failures and refusals are logged (``mfa.failed``, ``mfa.throttled``: WARNING) with the
+        identity and ``purpose`` (what the code was for), never the code."""
         if not code:
+            self._event(logging.WARNING, "mfa.failed", mfa.identity_id, purpose=purpose, reason="no code")
             raise MfaInvalidTokenError()
         ledger, rule = self.env.attempts, self.code_backoff
         now = self.env.clock.now()
         attempt = ledger.begin(code_key(mfa.identity_id), now.timestamp(), rule)
         if not attempt.granted:
             wait = max(1, math.ceil(attempt.retry_after or rule.base))
+            self._event(logging.WARNING, "mfa.throttled", mfa.identity_id, purpose=purpose, retry_after=wait)
             raise TooManyRequestsError(
                 headers={"Retry-After": str(wait)}, reason="too many wrong MFA codes; try again later"
             )
+        reason = "wrong code"
         try:
             right = self._recovery_code_used(uow, mfa, code) if uow is not None else False
             if not right:
                 step = self.env.totp.step(mfa.secret, code, now)
                 right = step is not None and ledger.claim(step_key(mfa.identity_id), step, now.timestamp())
+                if step is not None and not right:
+                    reason = "code already used"
         except BaseException:
             ledger.abandon(attempt)
             raise
         if not right:
-            ledger.fail(attempt, now.timestamp(), rule)
+            failures = ledger.fail(attempt, now.timestamp(), rule)
+            self._event(
+                logging.WARNING,
+                "mfa.failed",
+                mfa.identity_id,
+                purpose=purpose,
+                reason=reason,
+                failures=failures,
+            )
             raise MfaInvalidTokenError()
         ledger.succeed(attempt)
+
+    def _event(self, level: int, name: str, identity_id: str, **fields: object) -> None:
+        """Log MFA event ``name`` about ``identity_id`` (with its name, when it still exists)."""
+        if not log.isEnabledFor(level):
+            return
+        identity = self.env.store.get(Identity, identity_id)
+        event(
+            log,
+            level,
+            name,
+            identity_id=identity_id,
+            identity_name=identity.name if identity is not None else None,
+            **fields,
+        )
 
     def _recovery_code_used(self, uow: UnitOfWork, mfa: Mfa, code: str) -> bool:
         """Whether ``code`` is one of ``mfa``'s recovery codes; if so it is removed in ``uow``."""

@@ -16,7 +16,7 @@ MFA        ``timeoutSeconds`` (<= 0 means no timeout, stored as -1), ``promptOnW
 ========== ====================================================================================
 
 ``version`` starts at 1 and grows by one on every update. Role attributes are free-form (no
-``#``/``@`` check, policy-semantics §1.3). Deleting a check drops ``@id`` from service policies.
+``#``/``@`` check, docs/policy.md §1.3). Deleting a check drops ``@id`` from service policies.
 """
 
 from __future__ import annotations

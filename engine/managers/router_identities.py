@@ -1,6 +1,6 @@
 """Tunneler-enabled edge routers: their router identity and system edge router policy.
 
-OpenZiti (``db/edge_router_store.go``, policy-semantics.md §2): when ``isTunnelerEnabled`` goes
+OpenZiti (``db/edge_router_store.go``, docs/policy.md §2): when ``isTunnelerEnabled`` goes
 on (at create or update) the controller creates an identity with the router's id and name, type
 ``Router``, and an edge router policy with the router's id, named ``edge-router-<id>-system``,
 ``isSystem``, ``AnyOf``, linking ``@<id>`` to ``@<id>``. Turning the flag off, or deleting the

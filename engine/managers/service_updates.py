@@ -2,7 +2,7 @@
 
 SDKs poll ``lastChangeAt`` and list their services again when it moves, so it must move exactly
 when what the identity would list changes (OpenZiti's ``IdentityRefreshMap``, fed by its service
-events, policy-semantics §3.3):
+events, docs/policy.md §3.3):
 
 - a service appears in or leaves the identity's list, or its ``permissions`` change (Dial or Bind
   gained or lost: a pair's last linking policy of a type goes, or its first comes);

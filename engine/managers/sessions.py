@@ -1,7 +1,7 @@
 """Dial and Bind sessions (client ``/sessions``, management ``/sessions``).
 
 Creation runs OpenZiti's checks in order (``model/session_manager.go`` ``Create``,
-policy-semantics §5.2):
+docs/policy.md §5.2):
 
 1. the service exists and the identity holds Dial or Bind on it, else :class:`NotFoundError`;
 2. the requested type (Dial when absent) is held, else a field error on ``ServiceId``

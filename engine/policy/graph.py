@@ -1,6 +1,6 @@
 """The policy graph: OpenZiti's policy resolution with incremental updates and provenance.
 
-Representation (design.md §4): per entity kind an attribute -> bitset index
+Representation (docs/architecture.md §4): per entity kind an attribute -> bitset index
 (:class:`~engine.policy.slots.EntityTable`); per policy kind and role field a
 :class:`~engine.policy.sides.Side` holding each policy's member bitset and each entity's policy
 bitset (its provenance); for service policies a Dial and a Bind mask over policy slots.

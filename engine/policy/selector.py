@@ -1,4 +1,4 @@
-"""One policy role field, parsed, and the matching predicate of policy-semantics §1.2.
+"""One policy role field, parsed, and the matching predicate of docs/policy.md §1.2.
 
 A role list such as ``["#sales", "@I7"]`` becomes a :class:`Selector`: ``#`` entries are attribute
 names (``#`` alone is the empty attribute ``""``), ``@`` entries are entity ids, and the attribute

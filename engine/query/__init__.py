@@ -1,4 +1,4 @@
-"""ZitiQL filtering, sorting and paging for list endpoints (wire-contract §5).
+"""ZitiQL filtering, sorting and paging for list endpoints (docs/wire-contract.md §5).
 
 Typical use::
 

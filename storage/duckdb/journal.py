@@ -37,6 +37,8 @@ from pathlib import Path
 
 import orjson
 
+from engine.logs import Outage
+
 __all__ = [
     "MAGIC",
     "SEGMENT_BYTES",
@@ -159,6 +161,9 @@ class Journal:
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._size = 0
+        #: Segments that could not be cut back after a failed append (a failing disk fails every
+        #: append): reported once as it starts, counted, and once appends work again.
+        self._cut_backs = Outage(log, "journal_cut_back", unit="failures")
         #: number -> the last seq of its records (None: none yet), for the segments on disk
         self._segments: dict[int, int | None] = {}
         for number, path in segments(database):
@@ -184,6 +189,7 @@ class Journal:
                 self._abandon(fd)
                 raise JournalError(ex.errno, f"the journal could not take the batch: {ex.strerror}") from ex
             self._size += len(record)
+            self._cut_backs.succeeded()
             self._segments[max(self._segments)] = batch
             if self._size >= SEGMENT_BYTES:
                 self._close_current()
@@ -239,8 +245,8 @@ class Journal:
         try:
             os.ftruncate(fd, self._size)
             os.fsync(fd)
-        except OSError as ex:
-            log.error("could not cut the journal back after a failed append: %s", ex)
+        except OSError as ex:  # the damaged tail ends the segment: replay stops there (and says so)
+            self._cut_backs.failed(ex)
         self._close_current()
 
     def _close_current(self) -> None:

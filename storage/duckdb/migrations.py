@@ -1,7 +1,7 @@
 """Numbered schema migrations. Never edit a released migration: add the next number.
 
 Each entity kind has a table ``(id VARCHAR PRIMARY KEY, doc JSON NOT NULL)``: the entity's
-fields as a JSON document (role attributes as JSON arrays, see design.md §5 on ``VARCHAR[]``).
+fields as a JSON document (role attributes as JSON arrays, see docs/architecture.md §5 on ``VARCHAR[]``).
 DuckDB's JSON functions make every field available to SQL analysis, e.g.
 ``select id, doc->>'name' from identities``.
 
@@ -84,7 +84,7 @@ CHANGE_LOG_TABLE = "change_log"
 
 
 def _v4(con: duckdb.DuckDBPyConnection) -> None:
-    """The change log of the group-commit write path (design.md §9: what replicas will follow).
+    """The change log of the group-commit write path (docs/architecture.md §7: what replicas will follow).
 
     ``seq`` numbers changes without gaps in commit order; ``kind`` is the entity kind (its table
     name); ``op`` is ``put`` (``doc`` the entity as its table holds it) or ``delete`` (``doc``

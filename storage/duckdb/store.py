@@ -1,6 +1,6 @@
 """The DuckDB store: every entity in memory for reads, every write made durable first.
 
-One process may open the file read-write (design.md §5), so the server runs one worker and
+One process may open the file read-write (docs/architecture.md §5), so the server runs one worker and
 opens the store after the fork. With a journal (``journal=True``, what ``trellis serve`` uses) a
 write batch is durable once appended to it (:mod:`storage.duckdb.journal`); a flusher thread
 then writes the journaled batches into the tables and the change log, many to one DuckDB
@@ -32,6 +32,7 @@ from pathlib import Path
 import duckdb
 
 from engine.entities import ALL_KINDS, Entity
+from engine.logs import Outage
 from engine.ports import Change, LogProblem, Put
 from storage.codec import decode, encode
 from storage.duckdb.journal import Entry, Journal, Record, discard, read_records, set_aside
@@ -276,6 +277,8 @@ class DuckDBStore(MemoryStore):
         self._flush_lock = threading.Lock()
         self._flusher: threading.Thread | None = None
         self._stopping = False
+        #: The flusher's refused attempts, reported as an outage (once, a count, once).
+        self._flush_outage = Outage(log, "flush", unit="attempts")
         restrict_umask()
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # The database's directory is its own (TRELLIS_HOME); ".tmp" is DuckDB's spill directory.
@@ -364,6 +367,10 @@ class DuckDBStore(MemoryStore):
         encoded = [(change.entity, encode(change.entity)) for change in changes if isinstance(change, Put)]
         for entity, doc in encoded:
             self._encoded[id(entity)] = (entity, doc)
+
+    def _expected_failure(self, error: BaseException) -> bool:
+        """A failing disk or database (``duckdb.Error``, ``WriterGone`` among them) is expected."""
+        return isinstance(error, (OSError, duckdb.Error))
 
     def _doc(self, entity: Entity) -> str:
         cached = self._encoded.get(id(entity))
@@ -465,11 +472,11 @@ class DuckDBStore(MemoryStore):
             try:
                 self._flush_some()
                 delay = 0.0
+                self._flush_outage.succeeded()
             except Exception as ex:
+                # retried with a growing delay; the batches stay journaled (durable) meanwhile
                 delay = min(5.0, max(0.1, delay * 2))
-                log.error(
-                    "could not put journaled batches into the database (retried in %.1f s): %s", delay, ex
-                )
+                self._flush_outage.failed(ex, expected=self._expected_failure(ex))
 
     def _trim_change_log(self, last: int) -> None:
         """Checkpoint, then keep the newest ``change_log_retain`` entries (by the committer, after

@@ -11,9 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.entities.identities import ApiSession, Identity
+from engine.errors import InvalidAuthError
 from engine.managers._base import Env
 from engine.managers.api_sessions import ApiSessionManager
-from engine.managers.authentication._core import Login, LoginInfo, open_session, resolve_config_types
+from engine.managers.authentication._core import (
+    Login,
+    LoginAttempt,
+    LoginInfo,
+    open_session,
+    resolve_config_types,
+)
 from engine.managers.authentication.cert import CertCheck
 from engine.managers.authentication.ext_jwt import ExtJwtCheck
 from engine.managers.authentication.password import PasswordCheck
@@ -30,19 +37,46 @@ class AuthenticationManager:
         self._cert = CertCheck(env)
         self._ext_jwt = ExtJwtCheck(env)
 
+    # Each login logs ``login.succeeded`` (INFO) or ``login.failed`` (WARNING) with its method,
+    # the identity when known and, for a failure, why (never a credential).
     def password(self, username: str, password: str, info: LoginInfo) -> Login:
-        authenticator = self._password.authenticator(username, password)
-        return open_session(self.env, self.sessions, authenticator, "updb", info)
+        attempt = LoginAttempt("password", info)
+        try:
+            authenticator = self._password.authenticator(username, password, attempt)
+            login = open_session(self.env, self.sessions, authenticator, "updb", info, attempt=attempt)
+        except InvalidAuthError as ex:
+            attempt.failed(ex)
+            raise
+        attempt.succeeded(login)
+        return login
 
     def cert(self, chain: Sequence[str], info: LoginInfo) -> Login:
-        proof = self._cert.prove(chain)
-        ca_id = proof.ca.id if proof.ca is not None else None
-        return open_session(self.env, self.sessions, proof.authenticator, "cert", info, ca_id=ca_id)
+        attempt = LoginAttempt("cert", info)
+        try:
+            proof = self._cert.prove(chain, attempt)
+            ca_id = proof.ca.id if proof.ca is not None else None
+            login = open_session(
+                self.env, self.sessions, proof.authenticator, "cert", info, ca_id=ca_id, attempt=attempt
+            )
+        except InvalidAuthError as ex:
+            attempt.failed(ex)
+            raise
+        attempt.succeeded(login)
+        return login
 
     def ext_jwt(self, tokens: Sequence[str], info: LoginInfo) -> Login:
         """Log in with the first acceptable external JWT of ``tokens`` (bearer tokens)."""
-        proof = self._ext_jwt.prove(tokens)
-        return open_session(self.env, self.sessions, proof.authenticator, "extJwt", info)
+        attempt = LoginAttempt("ext-jwt", info)
+        try:
+            proof = self._ext_jwt.prove(tokens, attempt)
+            login = open_session(
+                self.env, self.sessions, proof.authenticator, "extJwt", info, attempt=attempt
+            )
+        except InvalidAuthError as ex:
+            attempt.failed(ex)
+            raise
+        attempt.succeeded(login)
+        return login
 
     def pending(self, session: ApiSession, identity: Identity, tokens: Sequence[str] = ()) -> Pending:
         """The factors ``session`` still owes on a request carrying bearer ``tokens``."""

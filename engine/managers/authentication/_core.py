@@ -19,12 +19,14 @@ services are rendered.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from engine.entities.identities import ApiSession, Authenticator, Identity, Mfa
 from engine.entities.services import ConfigType
 from engine.errors import InvalidAuthError
+from engine.logs import event
 from engine.managers._base import Env
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.auth_policies import PolicyRules, rules_for, secondary_for
@@ -50,6 +52,63 @@ class Login:
     token: str
     identity: Identity
     authenticator: Authenticator
+
+
+#: The logger of login events (``login.succeeded``, ``login.failed``, ``identity.locked_out``).
+log = logging.getLogger("engine.managers.authentication")
+#: How much of a username that names nobody is logged (escaped by the log formatter).
+MAX_LOGGED_USERNAME = 64
+
+
+class LoginAttempt:
+    """What one login attempt found out, for its log line: who it was for (when known) and why it
+    was refused. The methods fill it in as they go; never a credential."""
+
+    __slots__ = ("identity", "info", "method", "reason", "username")
+
+    def __init__(self, method: str, info: LoginInfo | None = None) -> None:
+        self.method = method
+        self.info = info
+        self.identity: Identity | None = None
+        self.reason = ""
+        self.username: str | None = None
+
+    def refuse(self, reason: str, identity: Identity | None = None) -> None:
+        """Note why the attempt is refused (the first reason noted stands)."""
+        if not self.reason:
+            self.reason = reason
+        if identity is not None:
+            self.identity = identity
+
+    def failed(self, error: InvalidAuthError) -> None:
+        """``login.failed`` (WARNING)."""
+        identity = self.identity
+        event(
+            log,
+            logging.WARNING,
+            "login.failed",
+            method=self.method,
+            reason=self.reason or error.reason or "refused",
+            identity_id=identity.id if identity is not None else None,
+            identity_name=identity.name if identity is not None else None,
+            username=self.username[:MAX_LOGGED_USERNAME] if self.username is not None else None,
+            ip=self.info.ip_address if self.info is not None and self.info.ip_address else None,
+        )
+
+    def succeeded(self, login: Login) -> None:
+        """``login.succeeded`` (INFO)."""
+        event(
+            log,
+            logging.INFO,
+            "login.succeeded",
+            method=self.method,
+            identity_id=login.identity.id,
+            identity_name=login.identity.name,
+            authenticator_id=login.authenticator.id,
+            session_id=login.session.id,
+            mfa_required=login.session.is_mfa_required,
+            ip=self.info.ip_address if self.info is not None and self.info.ip_address else None,
+        )
 
 
 def check_allowed(rules: PolicyRules, method: str) -> None:
@@ -121,13 +180,20 @@ def open_session(
     info: LoginInfo,
     *,
     ca_id: str | None = None,
+    attempt: LoginAttempt | None = None,
 ) -> Login:
     """The checks every method shares, then a new API session for ``authenticator``'s identity."""
     identity = env.store.get(Identity, authenticator.identity_id)
     if identity is None:
+        if attempt is not None:
+            attempt.refuse("the authenticator's identity does not exist")
         raise InvalidAuthError()
+    if attempt is not None:
+        attempt.identity = identity
     rules = rules_for(env.store, identity)
-    check_allowed(rules, method)
+    check_allowed(rules, method)  # its reason is the log's
+    if attempt is not None and is_disabled(env, identity):
+        attempt.refuse("the identity is disabled")
     check_enabled(env, identity)
     identity = record_info(env, identity, info)
     mfa_required = secondary_for(env.store, identity).require_totp or has_verified_mfa(env.store, identity.id)

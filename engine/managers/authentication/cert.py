@@ -22,6 +22,7 @@ from engine.entities.trust import Ca
 from engine.errors import ControllerError, InvalidAuthError
 from engine.managers._base import Env
 from engine.managers.auth_policies import rules_for
+from engine.managers.authentication._core import LoginAttempt
 from engine.managers.enrollment._core import issuing_ca, usable_cas
 from engine.managers.enrollment.ca import external_id
 from engine.ports import CertInfo
@@ -44,8 +45,10 @@ class CertCheck:
     def __init__(self, env: Env) -> None:
         self.env = env
 
-    def prove(self, chain: Sequence[str]) -> CertProof:
-        """Who ``chain`` (leaf first, PEM) proves the caller is, or ``INVALID_AUTH``."""
+    def prove(self, chain: Sequence[str], attempt: LoginAttempt | None = None) -> CertProof:
+        """Who ``chain`` (leaf first, PEM) proves the caller is, or ``INVALID_AUTH`` (``attempt``
+        learns who it was for and why it was refused)."""
+        note = attempt if attempt is not None else LoginAttempt("cert")
         if not chain:
             raise InvalidAuthError(reason="a client certificate is required")
         try:
@@ -59,13 +62,14 @@ class CertCheck:
         ca = None if ours else issuing_ca(self.env, chain, cas, client_auth=False)
         if not ours and ca is None:
             raise InvalidAuthError(reason="the certificate is not issued by a trusted CA")
-        identity, authenticator = self._resolve(leaf, ca)
+        identity, authenticator = self._resolve(leaf, ca, note)
+        note.identity = identity
         expired = not leaf.is_valid_at(self.env.clock.now())
         if expired and not rules_for(self.env.store, identity).cert.allow_expired_certs:
             raise InvalidAuthError(reason="the client certificate is expired or not yet valid")
         return CertProof(identity=identity, authenticator=authenticator, leaf=leaf, ca=ca)
 
-    def _resolve(self, leaf: CertInfo, ca: Ca | None) -> tuple[Identity, Authenticator]:
+    def _resolve(self, leaf: CertInfo, ca: Ca | None, note: LoginAttempt) -> tuple[Identity, Authenticator]:
         store = self.env.store
         if ca is not None and ca.external_id_claim:
             try:
@@ -74,6 +78,7 @@ class CertCheck:
                 value = None
             identity = store.find_unique(Identity, "external_id", value) if value else None
             if identity is None:
+                note.refuse(f"the external id of CA {ca.id}'s certificate names no identity")
                 raise InvalidAuthError()
             stand_in = Authenticator(
                 id=EXTERNAL_ID_AUTHENTICATOR,
@@ -88,10 +93,13 @@ class CertCheck:
             return identity, stand_in
         authenticator = store.find_unique(Authenticator, "fingerprint", leaf.fingerprint)
         if authenticator is None or authenticator.method != "cert":
-            raise InvalidAuthError()
-        if ca is not None and authenticator.ca_id not in (None, ca.id):
+            note.refuse("no authenticator has the certificate")
             raise InvalidAuthError()
         identity = store.get(Identity, authenticator.identity_id)
+        if ca is not None and authenticator.ca_id not in (None, ca.id):
+            note.refuse("the certificate's authenticator is of another CA", identity)
+            raise InvalidAuthError()
         if identity is None:
+            note.refuse("the authenticator's identity does not exist")
             raise InvalidAuthError()
         return identity, authenticator

@@ -28,6 +28,7 @@ from engine.entities.trust import ExternalJwtSigner
 from engine.errors import InvalidAuthError
 from engine.managers._base import Env
 from engine.managers.auth_policies import rules_for
+from engine.managers.authentication._core import LoginAttempt
 from engine.managers.external_jwts import EXPIRED, INVALID, MAX_CANDIDATES, MISSING, claim_value, verify_token
 
 REALM_PRIMARY = "openziti-primary-ext-jwt"
@@ -88,8 +89,9 @@ class ExtJwtCheck:
         self.env = env
 
     # -- primary ---------------------------------------------------------------------------------
-    def prove(self, tokens: Sequence[str]) -> ExtJwtProof:
-        """Who the first acceptable bearer token proves the caller is, or ``INVALID_AUTH``."""
+    def prove(self, tokens: Sequence[str], attempt: LoginAttempt | None = None) -> ExtJwtProof:
+        """Who the first acceptable bearer token proves the caller is, or ``INVALID_AUTH``
+        (``attempt`` learns who it was for and why it was refused; never the token)."""
         errors: list[str] = []
         for token in list(tokens)[:MAX_CANDIDATES]:
             outcome = self._check(token)
@@ -97,6 +99,10 @@ class ExtJwtCheck:
                 errors.append(outcome.error)
                 continue
             if not rules_for(self.env.store, outcome.identity).ext_jwt.allows(outcome.signer.id):
+                if attempt is not None:
+                    attempt.refuse(
+                        f"the auth policy does not allow signer {outcome.signer.id}", outcome.identity
+                    )
                 errors.append(INVALID)
                 continue
             return ExtJwtProof(
@@ -105,6 +111,8 @@ class ExtJwtCheck:
                 authenticator=self._stand_in(outcome.identity, outcome.signer),
             )
         error = _challenge_error(errors)
+        if attempt is not None:
+            attempt.refuse(f"no acceptable token ({error})")
         signers = [s for s in self.env.store.all(ExternalJwtSigner) if s.enabled]
         raise InvalidAuthError(
             reason="no valid external JWT was provided",

@@ -21,12 +21,15 @@ locked out: a lockout without end would leave nobody able to enable anyone.
 
 from __future__ import annotations
 
+import logging
+
 from engine.attempts import password_key
 from engine.entities.identities import Authenticator, Identity
 from engine.errors import InvalidAuthError
+from engine.logs import event
 from engine.managers._base import Env
 from engine.managers.auth_policies import rules_for
-from engine.managers.authentication._core import check_allowed, is_disabled
+from engine.managers.authentication._core import LoginAttempt, check_allowed, is_disabled, log
 from engine.managers.identities import disable_identity
 from engine.ports import Lockout, UnitOfWork
 
@@ -39,14 +42,22 @@ class PasswordCheck:
         self.env = env
         self._dummy_hash = env.hasher.hash(_DUMMY_PASSWORD)
 
-    def authenticator(self, username: str, password: str) -> Authenticator:
-        """The ``updb`` authenticator ``username``/``password`` prove, or ``INVALID_AUTH``."""
+    def authenticator(
+        self, username: str, password: str, attempt: LoginAttempt | None = None
+    ) -> Authenticator:
+        """The ``updb`` authenticator ``username``/``password`` prove, or ``INVALID_AUTH``
+        (``attempt`` learns who it was for and why it was refused)."""
+        note = attempt if attempt is not None else LoginAttempt("password")
+        note.username = username
         found = self.env.store.find_unique(Authenticator, "username", username)
         identity = self.env.store.get(Identity, found.identity_id) if found is not None else None
         if found is None or identity is None or found.method != "updb" or not found.password_hash:
+            note.refuse("unknown username" if found is None else "not a password authenticator", identity)
             self.waste(password)
             raise InvalidAuthError()
+        note.identity = identity
         if is_disabled(self.env, identity):
+            note.refuse("the identity is disabled")
             self.waste(password)
             raise InvalidAuthError()
         try:
@@ -54,7 +65,7 @@ class PasswordCheck:
         except InvalidAuthError:
             self.waste(password)
             raise
-        if not check_password(self.env, found, identity, password, dummy_hash=self._dummy_hash):
+        if not check_password(self.env, found, identity, password, dummy_hash=self._dummy_hash, login=note):
             raise InvalidAuthError()
         return found
 
@@ -74,14 +85,17 @@ def check_password(
     password: str,
     *,
     dummy_hash: str | None = None,
+    login: LoginAttempt | None = None,
 ) -> bool:
     """Whether ``password`` is ``authenticator``'s, counted against the identity's lockout.
 
     The guess takes its place in the ledger before the hash is compared; a guess refused a place
     (as many failed or pending as ``maxAttempts``) is wrong without being compared (the time of a
     comparison is spent on ``dummy_hash`` when given). The failure that reaches ``maxAttempts``
-    locks the identity out.
+    locks the identity out (``identity.locked_out``, WARNING). ``login`` learns why a password
+    was refused.
     """
+    note = login if login is not None else LoginAttempt("password")
     if not authenticator.password_hash:
         return False
     max_attempts = 0 if identity.is_default_admin else rules_for(env.store, identity).updb.max_attempts
@@ -90,6 +104,7 @@ def check_password(
     ledger = env.attempts
     attempt = ledger.begin(key, env.clock.now().timestamp(), rule)
     if not attempt.granted:
+        note.refuse(f"refused unchecked: {max_attempts} attempts failed or pending")
         if dummy_hash is not None:
             env.hasher.verify(password, dummy_hash)
         return False
@@ -102,17 +117,28 @@ def check_password(
         ledger.succeed(attempt)
         return True
     failures = ledger.fail(attempt, env.clock.now().timestamp(), rule)
+    note.refuse("wrong password")
     if max_attempts > 0 and failures >= max_attempts:
-        _lock_out(env, identity.id, rules_for(env.store, identity).updb.lockout_duration_minutes)
+        _lock_out(env, identity.id, rules_for(env.store, identity).updb.lockout_duration_minutes, failures)
         ledger.forget(key)
     return False
 
 
-def _lock_out(env: Env, identity_id: str, minutes: int) -> None:
+def _lock_out(env: Env, identity_id: str, minutes: int, failures: int) -> None:
     with env.store.write_lock():
         uow = UnitOfWork(env.store)
         identity = uow.get(Identity, identity_id)
         if identity is None or is_disabled(env, identity):
             return
-        disable_identity(uow, identity, minutes, env.clock.now())
+        locked = disable_identity(uow, identity, minutes, env.clock.now())
         env.commit(uow)
+    until = locked.disabled_until
+    event(
+        log,
+        logging.WARNING,
+        "identity.locked_out",
+        identity_id=locked.id,
+        identity_name=locked.name,
+        failures=failures,
+        until=until.isoformat() if until is not None else "enabled by an administrator",
+    )

@@ -3,7 +3,7 @@
 :class:`PostureManager` is OpenZiti's posture cache and posture response manager in one
 (``model/posture_response_model.go``, ``posture_response_manager.go``): posture data is kept in
 memory per identity (and per API session for MFA and endpoint state), never stored, and dropped
-when its identity or API session goes. Its answers follow policy-semantics §6:
+when its identity or API session goes. Its answers follow docs/policy.md §6:
 
 - :meth:`PostureManager.evaluate` is the gating rule for session creation: OR over the service
   policies of the requested type linking identity and service, AND over each policy's checks; a

@@ -31,7 +31,7 @@ MAX_UNREAD_PROCESS_REPORTS = 16
 MFA_PROMPT_GRACE = timedelta(minutes=5)
 
 
-# -- what the client service view shows (policy-semantics §6) --------------------------------
+# -- what the client service view shows (docs/policy.md §6) ----------------------------------
 @dataclass(frozen=True)
 class ProcessRef:
     """A process a check looks for, as a posture query names it."""
@@ -175,7 +175,7 @@ class PostureData:
 
 # -- what a check type implements --------------------------------------------------------------
 class Evaluator(Protocol):
-    """One posture check type's rules (policy-semantics §6)."""
+    """One posture check type's rules (docs/policy.md §6)."""
 
     def passes(self, check: PostureCheck, api_session_id: str, data: PostureData, now: datetime) -> bool:
         """Whether ``check`` passes for the API session."""
