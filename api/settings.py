@@ -10,7 +10,7 @@ asks for, its help, and the commands that read it. From that one list come:
   (``TRELLIS_THREADS must be a whole number from 1 to 256, not 'abc'``);
 - the :class:`Settings` fields' defaults (:data:`DEFAULTS`);
 - ``trellis --help`` and each command's help (:func:`describe`);
-- the README's settings table: ``python -m api.settings --markdown``.
+- the settings table of docs/operations.md §2: ``python -m api.settings --markdown``.
 
 An empty variable is the same as an unset one (its default).
 """
@@ -67,7 +67,7 @@ class Setting:
     parser: Callable[[str], Any] = str
     #: The default as shown, when the raw default does not say it ("the bind address").
     shown_default: str = ""
-    #: More for the README's table (Markdown).
+    #: More for the settings table of docs/operations.md (Markdown).
     detail: str = ""
 
     def parse(self, raw: str | None) -> Any:
@@ -509,7 +509,7 @@ class Settings:
         return settings
 
 
-# -- help and the README's table -----------------------------------------------------------------
+# -- help and the settings table of docs/operations.md ------------------------------------------
 
 
 def read_by(command: str | None) -> tuple[Setting, ...]:
@@ -540,7 +540,7 @@ def listing() -> str:
 
 
 def markdown() -> str:
-    """The README's settings table."""
+    """The settings table of docs/operations.md §2."""
 
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
@@ -559,7 +559,11 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m api.settings", description="Trellis's settings")
-    parser.add_argument("--markdown", action="store_true", help="the README's table (default: as in --help)")
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="the settings table of docs/operations.md (default: as in --help)",
+    )
     args = parser.parse_args(argv)
     print(markdown() if args.markdown else describe())
     return 0

@@ -1,9 +1,9 @@
 """Where the benchmarks write their results.
 
-``bench/results/`` holds the published results (committed: the README cites them). A run writes
+``bench/results/`` holds the published results (committed: docs/performance.md cites them). A run writes
 into ``bench/results/local/`` unless told otherwise: that folder carries its own ``.gitignore``
 (``*``), so whatever a run leaves there is never committed by accident. ``--publish`` writes to
-``bench/results/`` itself (to commit it, with the README's figures); ``--out PATH`` anywhere.
+``bench/results/`` itself (to commit it, with docs/performance.md's figures); ``--out PATH`` anywhere.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def add_output_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     where.add_argument(
         "--publish",
         action="store_true",
-        help=f"write {PUBLISHED.relative_to(ROOT)}/{name}, the committed results the README cites",
+        help=f"write {PUBLISHED.relative_to(ROOT)}/{name}, the committed results docs/performance.md cites",
     )
 
 

@@ -21,7 +21,7 @@ every write, the errors by status (``conn`` for a failed connection), and the CP
 processes and the client threads used (in % of one core; from ``/proc``). The table is
 printed and written as JSON with the machine's core count and load average before the run: to
 ``bench/results/local/writes.json`` (ignored by git; see :mod:`bench.output`), to the committed
-``bench/results/writes.json`` (the README cites it) with ``--publish``, or to ``--out PATH``.
+``bench/results/writes.json`` (docs/performance.md cites it) with ``--publish``, or to ``--out PATH``.
 
 Run::
 
