@@ -191,7 +191,7 @@ def create_app(
     app.ctrl = ctrl
     app.limits = limits
     app.maintenance = Maintenance(
-        ctrl.sessions,
+        ctrl.api_sessions,
         ctrl.env.clock,
         limits,
         settings.purge_interval,

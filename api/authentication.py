@@ -91,7 +91,7 @@ class CurrentApiSessionResource:
         )
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
-        self.ctrl.sessions.delete(req.context.session.id)
+        self.ctrl.api_sessions.delete(req.context.session.id)
         req.context.session = None
         empty(resp)
 
@@ -129,7 +129,7 @@ def register(routes: Routes) -> None:
     routes.both("/current-api-session", CurrentApiSessionResource(ctrl))
     routes.both("/current-identity", CurrentIdentityResource(ctrl))
 
-    sessions: ApiSessionManager = ctrl.sessions
+    sessions: ApiSessionManager = ctrl.api_sessions
     family = Family(
         entity="api-sessions",
         manager=sessions,

@@ -31,7 +31,9 @@ class Controller:
         return self.managers.env
 
     @property
-    def sessions(self) -> ApiSessionManager:
+    def api_sessions(self) -> ApiSessionManager:
+        """The API-session manager (``zt-session`` logins); Dial/Bind sessions are
+        ``managers.sessions``."""
         return self.managers.api_sessions
 
     @property

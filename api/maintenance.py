@@ -26,7 +26,7 @@ log = logging.getLogger("trellis.maintenance")
 class Maintenance:
     def __init__(
         self,
-        sessions: ApiSessionManager,
+        api_sessions: ApiSessionManager,
         clock: Clock,
         limits: RequestLimits,
         interval: float,
@@ -34,7 +34,7 @@ class Maintenance:
         dial_bind: SessionManager | None = None,
         posture_interval: float = 5.0,
     ) -> None:
-        self.sessions = sessions
+        self.api_sessions = api_sessions
         self.clock = clock
         self.limits = limits
         self.interval = interval
@@ -52,7 +52,7 @@ class Maintenance:
 
     def run_once(self) -> int:
         """One round of maintenance; returns how many expired API sessions were deleted."""
-        purged = self.sessions.purge_expired(self.clock.now())
+        purged = self.api_sessions.purge_expired(self.clock.now())
         if purged:
             log.info("deleted %d expired API sessions", purged)
         self.limits.prune()

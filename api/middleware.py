@@ -223,7 +223,7 @@ class RequestMiddleware:
             req.path = CLIENT_BASE + path
         token = req.get_header("zt-session")
         if token:
-            session = self.ctrl.sessions.resolve(token)
+            session = self.ctrl.api_sessions.resolve(token)
             if session is None:
                 req.context.token_state = "invalid"
                 return
@@ -277,8 +277,8 @@ class RequestMiddleware:
             resp.set_headers(NO_STORE_HEADERS)
         self.cors.apply(req, resp)
         session = getattr(req.context, "session", None)
-        if session is not None and self.ctrl.sessions.get(session.id) is not None:
-            expires = self.ctrl.sessions.expires_at(session)
+        if session is not None and self.ctrl.api_sessions.get(session.id) is not None:
+            expires = self.ctrl.api_sessions.expires_at(session)
             seconds = int((expires - self.ctrl.env.clock.now()).total_seconds())
             resp.set_header("expiration-seconds", str(max(seconds, 0)))
             resp.set_header("expires-at", ts(expires) or "")

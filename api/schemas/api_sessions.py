@@ -85,7 +85,7 @@ def render_api_session(
     identity = ctrl.managers.identities.get(session.identity_id)
     authenticator = ctrl.managers.authenticators.get(session.authenticator_id)
     cert = authenticator if authenticator is not None and authenticator.method == "cert" else None
-    last = ctrl.sessions.last_activity(session)
+    last = ctrl.api_sessions.last_activity(session)
     out = base(session)
     out.update(
         {
@@ -107,7 +107,7 @@ def render_api_session(
     )
     if token is not None:
         out["token"] = token
-        expires = ctrl.sessions.expires_at(session)
+        expires = ctrl.api_sessions.expires_at(session)
         out["expiresAt"] = ts(expires)
         out["expirationSeconds"] = max(0, int((expires - ctrl.env.clock.now()).total_seconds()))
     return out

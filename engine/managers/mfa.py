@@ -85,12 +85,12 @@ class MfaManager(EntityManager[Mfa]):
     def __init__(
         self,
         env: Env,
-        sessions: ApiSessionManager,
+        api_sessions: ApiSessionManager,
         issuer: str = "",
         code_backoff: Backoff = DEFAULT_CODE_BACKOFF,
     ) -> None:
         super().__init__(env)
-        self.sessions = sessions
+        self.api_sessions = api_sessions
         #: The ``iss`` of TOTP tokens: the client API's ``https://host:port``.
         self.issuer = issuer
         self.code_backoff = code_backoff

@@ -30,9 +30,9 @@ __all__ = ["AuthQuery", "AuthenticationManager", "Login", "LoginInfo", "Pending"
 
 
 class AuthenticationManager:
-    def __init__(self, env: Env, sessions: ApiSessionManager) -> None:
+    def __init__(self, env: Env, api_sessions: ApiSessionManager) -> None:
         self.env = env
-        self.sessions = sessions
+        self.api_sessions = api_sessions
         self._password = PasswordCheck(env)
         self._cert = CertCheck(env)
         self._ext_jwt = ExtJwtCheck(env)
@@ -43,7 +43,7 @@ class AuthenticationManager:
         attempt = LoginAttempt("password", info)
         try:
             authenticator = self._password.authenticator(username, password, attempt)
-            login = open_session(self.env, self.sessions, authenticator, "updb", info, attempt=attempt)
+            login = open_session(self.env, self.api_sessions, authenticator, "updb", info, attempt=attempt)
         except InvalidAuthError as ex:
             attempt.failed(ex)
             raise
@@ -56,7 +56,7 @@ class AuthenticationManager:
             proof = self._cert.prove(chain, attempt)
             ca_id = proof.ca.id if proof.ca is not None else None
             login = open_session(
-                self.env, self.sessions, proof.authenticator, "cert", info, ca_id=ca_id, attempt=attempt
+                self.env, self.api_sessions, proof.authenticator, "cert", info, ca_id=ca_id, attempt=attempt
             )
         except InvalidAuthError as ex:
             attempt.failed(ex)
@@ -70,7 +70,7 @@ class AuthenticationManager:
         try:
             proof = self._ext_jwt.prove(tokens, attempt)
             login = open_session(
-                self.env, self.sessions, proof.authenticator, "extJwt", info, attempt=attempt
+                self.env, self.api_sessions, proof.authenticator, "extJwt", info, attempt=attempt
             )
         except InvalidAuthError as ex:
             attempt.failed(ex)
