@@ -9,7 +9,6 @@ import falcon
 from pydantic import ValidationError
 
 from engine import errors as e
-from engine.managers import authenticators as authenticator_errors
 
 log = logging.getLogger("trellis.api")
 
@@ -56,8 +55,9 @@ STATUS: dict[type[e.ControllerError], int] = {
     e.TooManyRequestsError: 429,
     e.RequestTimeoutError: 503,
     e.CommitFailedError: 503,
-    authenticator_errors.AuthenticatorMethodMaxError: 409,
-    authenticator_errors.AuthenticatorCanNotBeUpdatedError: 409,
+    e.AuthenticatorMethodMaxError: 409,
+    e.AuthenticatorCanNotBeUpdatedError: 409,
+    e.UnknownEnrollmentTokenError: 404,
 }
 
 _FALCON_CODES = {

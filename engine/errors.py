@@ -14,10 +14,15 @@ The tree (HTTP statuses live only in ``api/errors.py``)::
     ├── InvalidAuthMethodError              INVALID_AUTH_METHOD
     ├── ReferencedEntityError               CAN_NOT_DELETE_REFERENCED_ENTITY
     ├── EntityCanNotBeDeletedError          ENTITY_CAN_NOT_BE_DELETED
+    │   └── SystemPolicyCanNotBeDeletedError  (a system edge router policy; cause UNHANDLED)
     ├── EntityCanNotBeUpdatedError          ENTITY_CAN_NOT_BE_UPDATED
+    │   └── SystemPolicyCanNotBeUpdatedError  (a system edge router policy; cause UNHANDLED)
+    ├── AuthenticatorMethodMaxError         MAX_AUTHENTICATOR_METHODS_REACHED
+    ├── AuthenticatorCanNotBeUpdatedError   CAN_NOT_UPDATE_AUTHENTICATOR
     ├── EnrollmentExistsError               ENROLLMENT_EXISTS
     ├── EnrollmentError                     (enrollment refusals)
     │   ├── InvalidEnrollmentTokenError     INVALID_ENROLLMENT_TOKEN
+    │   │   └── UnknownEnrollmentTokenError INVALID_ENROLLMENT_TOKEN (404: an unknown ott/updb token)
     │   ├── EnrollmentExpiredError          ENROLLMENT_EXPIRED
     │   ├── InvalidEnrollMethodError        INVALID_ENROLL_METHOD
     │   ├── MissingOrInvalidCsrError        MISSING_OR_INVALID_CSR
@@ -388,3 +393,52 @@ class CommitFailedError(ControllerError):
 
     code = "COMMIT_FAILED"
     default_message = "The change could not be stored and was not applied. Please try again later"
+
+
+class AuthenticatorMethodMaxError(ControllerError):
+    code = "MAX_AUTHENTICATOR_METHODS_REACHED"
+    default_message = "The identity already has the maximum authenticators of the specified method"
+
+
+class AuthenticatorCanNotBeUpdatedError(ControllerError):
+    code = "CAN_NOT_UPDATE_AUTHENTICATOR"
+    default_message = "The authenticator cannot be updated in this fashion"
+
+
+class UnknownEnrollmentTokenError(NotFoundError, InvalidEnrollmentTokenError):
+    """``INVALID_ENROLLMENT_TOKEN`` answered 404: a well-formed ``ott`` or ``updb`` token that names
+    no outstanding enrollment (seed document 1 lists 404, not 400, for those two operations).
+
+    A :class:`~engine.errors.NotFoundError` first, so the API's status table (which walks the
+    class's MRO) answers 404, and still an :class:`~engine.errors.InvalidEnrollmentTokenError`
+    with its code and message for everyone else.
+    """
+
+    code = InvalidEnrollmentTokenError.code
+    default_message = InvalidEnrollmentTokenError.default_message
+
+
+def _system_cause(operation: str, id: str) -> dict[str, Any]:
+    """OpenZiti wraps a plain error as the cause: ``{code: UNHANDLED, message}``."""
+    return {
+        "code": "UNHANDLED",
+        "message": f"cannot {operation} system edgeRouterPolicy in a non-system context (id={id})",
+    }
+
+
+class SystemPolicyCanNotBeUpdatedError(EntityCanNotBeUpdatedError):
+    def __init__(self, id: str) -> None:
+        super().__init__()
+        self._cause = _system_cause("update", id)
+
+    def cause(self) -> dict[str, Any] | None:
+        return self._cause
+
+
+class SystemPolicyCanNotBeDeletedError(EntityCanNotBeDeletedError):
+    def __init__(self, id: str) -> None:
+        super().__init__()
+        self._cause = _system_cause("delete", id)
+
+    def cause(self) -> dict[str, Any] | None:
+        return self._cause

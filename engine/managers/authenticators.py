@@ -30,6 +30,8 @@ from typing import Any
 from engine.entities.identities import ApiSession, Authenticator, Enrollment, Identity
 from engine.entities.trust import Ca
 from engine.errors import (
+    AuthenticatorCanNotBeUpdatedError,
+    AuthenticatorMethodMaxError,
     ControllerError,
     EnrollmentExistsError,
     FieldError,
@@ -63,16 +65,6 @@ ROUTER_TYPE = "Router"
 
 USERNAME_MIN, USERNAME_MAX = 4, 100
 PASSWORD_MIN, PASSWORD_MAX = 5, 100
-
-
-class AuthenticatorMethodMaxError(ControllerError):
-    code = "MAX_AUTHENTICATOR_METHODS_REACHED"
-    default_message = "The identity already has the maximum authenticators of the specified method"
-
-
-class AuthenticatorCanNotBeUpdatedError(ControllerError):
-    code = "CAN_NOT_UPDATE_AUTHENTICATOR"
-    default_message = "The authenticator cannot be updated in this fashion"
 
 
 def check_length(field: str, value: str | None, low: int, high: int) -> None:

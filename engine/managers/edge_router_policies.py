@@ -11,36 +11,10 @@ from typing import Any
 from engine.entities.identities import Identity
 from engine.entities.policies import EdgeRouterPolicy
 from engine.entities.routers import EdgeRouter
-from engine.errors import EntityCanNotBeDeletedError, EntityCanNotBeUpdatedError
+from engine.errors import SystemPolicyCanNotBeDeletedError, SystemPolicyCanNotBeUpdatedError
 from engine.managers._policies import PolicyManager
 from engine.ports import UnitOfWork
 from engine.roles import EDGE_ROUTER_ROLES, IDENTITY_ROLES
-
-
-def _system_cause(operation: str, id: str) -> dict[str, Any]:
-    """OpenZiti wraps a plain error as the cause: ``{code: UNHANDLED, message}``."""
-    return {
-        "code": "UNHANDLED",
-        "message": f"cannot {operation} system edgeRouterPolicy in a non-system context (id={id})",
-    }
-
-
-class SystemPolicyCanNotBeUpdatedError(EntityCanNotBeUpdatedError):
-    def __init__(self, id: str) -> None:
-        super().__init__()
-        self._cause = _system_cause("update", id)
-
-    def cause(self) -> dict[str, Any] | None:
-        return self._cause
-
-
-class SystemPolicyCanNotBeDeletedError(EntityCanNotBeDeletedError):
-    def __init__(self, id: str) -> None:
-        super().__init__()
-        self._cause = _system_cause("delete", id)
-
-    def cause(self) -> dict[str, Any] | None:
-        return self._cause
 
 
 class EdgeRouterPolicyManager(PolicyManager[EdgeRouterPolicy]):

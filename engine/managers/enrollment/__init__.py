@@ -21,7 +21,13 @@ from typing import Any, TypeVar
 
 from engine.entities.identities import Authenticator, Enrollment, Identity
 from engine.entities.routers import EdgeRouter, Router
-from engine.errors import CommitFailedError, ControllerError, InvalidEnrollMethodError, RequestTimeoutError
+from engine.errors import (
+    CommitFailedError,
+    ControllerError,
+    InvalidEnrollMethodError,
+    RequestTimeoutError,
+    UnknownEnrollmentTokenError,
+)
 from engine.logs import event
 from engine.managers._base import Env
 from engine.managers.enrollment import ca, ott, ottca, router, token, updb
@@ -35,7 +41,6 @@ from engine.managers.enrollment._core import (
     TRANSIT_ROUTER_OTT,
     UPDB,
     EnrollmentSettings,
-    UnknownEnrollmentTokenError,
     check_method,
     check_token_format,
     unknown_token,

@@ -31,7 +31,7 @@ from engine.errors import (
     InvalidEnrollmentTokenError,
     InvalidEnrollMethodError,
     MissingOrInvalidCsrError,
-    NotFoundError,
+    UnknownEnrollmentTokenError,
 )
 from engine.managers._base import Env
 from engine.ports import CertInfo, CertProfile, IssuedCertificate, Store, UnitOfWork
@@ -46,19 +46,6 @@ ROUTER_METHODS = (EDGE_ROUTER_OTT, TRANSIT_ROUTER_OTT)
 NOT_FOUND_METHODS = (OTT, UPDB)
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
-
-
-class UnknownEnrollmentTokenError(NotFoundError, InvalidEnrollmentTokenError):
-    """``INVALID_ENROLLMENT_TOKEN`` answered 404: a well-formed ``ott`` or ``updb`` token that names
-    no outstanding enrollment (seed document 1 lists 404, not 400, for those two operations).
-
-    A :class:`~engine.errors.NotFoundError` first, so the API's status table (which walks the
-    class's MRO) answers 404, and still an :class:`~engine.errors.InvalidEnrollmentTokenError`
-    with its code and message for everyone else.
-    """
-
-    code = InvalidEnrollmentTokenError.code
-    default_message = InvalidEnrollmentTokenError.default_message
 
 
 def unknown_token(method: str | None) -> InvalidEnrollmentTokenError:
