@@ -4,27 +4,51 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help run init serve test check bench clean
+# Test processes (pytest-xdist's -n): `auto` is one per core; 0 runs the tests in pytest's own
+# process (e.g. for --pdb). Extra pytest arguments go in ARGS: `make test-fast ARGS='-k mfa -x'`.
+JOBS ?= auto
+ARGS ?=
+# Seconds of schemathesis fuzzing (tests/e2e/test_schemathesis.py, TRELLIS_FUZZ_SECONDS) in
+# `make test` and in `make fuzz`: `make fuzz FUZZ_SECONDS=1800`.
+TEST_FUZZ_SECONDS ?= 100
+FUZZ_SECONDS ?= 600
+# Test modules are compiled (and their asserts rewritten) once and cached in __pycache__, even
+# where the environment says not to write bytecode: that costs every run some 10 s otherwise.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(JOBS) --dist worksteal
+
+.PHONY: help run init serve settings test test-fast fuzz check bench clean
 
 help:  ## list targets
-	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -e 's/\$$\$$/$$/g' | awk -F ':.*## ' '{ printf "%-10s %s\n", $$1, $$2 }'
 
 $(STAMP): pyproject.toml
-	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@if [ -d $(VENV) ]; then echo "make: pyproject.toml changed: updating $(VENV)"; \
+	 else echo "make: first run: creating $(VENV) and installing Trellis with its dev tools (a minute or two)"; fi
+	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install --quiet --upgrade pip
+	@$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+	@echo "make: installed into $(VENV)"
 
 init: $(STAMP)  ## create .trellis (database, PKI, admin) if absent
-	$(BIN)/trellis init
+	@$(BIN)/trellis init
 
-serve: $(STAMP)  ## serve HTTPS on $$TRELLIS_BIND (default 127.0.0.1:1280)
-	$(BIN)/trellis serve
+serve: $(STAMP)  ## serve HTTPS on $$TRELLIS_BIND (trellis serve --help lists the settings)
+	@$(BIN)/trellis serve
+
+settings: $(STAMP)  ## print the settings table of docs/operations.md from api/settings.py
+	@$(BIN)/python -m api.settings --markdown
 
 run: init serve  ## init if needed, then serve in the foreground (Ctrl-C stops)
 
-test: $(STAMP)  ## the full test suite (what CI runs)
-	$(BIN)/pytest -q
+test: $(STAMP)  ## every test (what CI runs): unit, API, e2e, bench smoke runs, a short fuzz (TEST_FUZZ_SECONDS)
+	TRELLIS_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) $(PYTEST) $(ARGS)
+
+test-fast: $(STAMP)  ## the edit loop: unit and API tests (in memory; no server, no fuzz)
+	$(PYTEST) -m 'not slow' tests/unit tests/api $(ARGS)
+
+fuzz: $(STAMP)  ## the schemathesis fuzz alone, for longer (FUZZ_SECONDS)
+	TRELLIS_FUZZ_SECONDS=$(FUZZ_SECONDS) $(BIN)/pytest -q -n 0 tests/e2e/test_schemathesis.py $(ARGS)
 
 check: $(STAMP)  ## ruff and mypy
 	$(BIN)/ruff check .

@@ -1,9 +1,18 @@
-"""Shared fixtures: a generated PKI (once per session), an app on a temporary DuckDB file."""
+"""Shared fixtures: a generated PKI (once per session) and apps over it.
+
+An API test's app runs on the in-memory store (:class:`TestMemoryStore`) with the session's
+certificate authority: building one costs milliseconds. A test whose subject is storage or
+persistence (a restart, a snapshot, the integrity check over the database file, the journal, a
+failed commit) is marked ``durable``: its ``app`` runs on a DuckDB file in its home, as
+``trellis serve`` does, and the apps it opens itself take ``open_app(settings, durable=True)``.
+"""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
+import functools
+import gc
+import os
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,7 +23,11 @@ import pytest
 from api.app import create_app
 from api.settings import Settings
 from engine.managers.bootstrap import create_default_admin
+from engine.ports import Change, Put
 from engine.testing import CheapHasher
+from pki import CertificateAuthority, PkiPaths
+from storage.codec import encode
+from storage.memory import MemoryStore
 
 ADMIN_USER = "admin"
 ADMIN_PASSWORD = "admin-password-1"
@@ -22,9 +35,40 @@ MGMT = "/edge/management/v1"
 CLIENT = "/edge/client/v1"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` (the fuzz, the soak, the crash tests) first, the rest in their
+    order: run in several processes (``make test``), they start at once, in one process, while the
+    other processes share out the rest, instead of one of them starting last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The one-line summaries long tests record (``record_property("summary", ...)``: what the
+    fuzz and the soak did), whichever process ran them."""
+    lines = [
+        str(value)
+        for outcome in ("passed", "failed")
+        for report in terminalreporter.stats.get(outcome, [])
+        for name, value in getattr(report, "user_properties", ())
+        if name == "summary"
+    ]
+    if lines:
+        terminalreporter.write_sep("-", "summaries")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what the imports and the collection made (some 100k objects that live as long as the
+    run) out of the collector's sight: every full collection would scan them again, and the
+    thousands of apps the tests make trigger many (a fifth of the API tests' time went there)."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="session")
 def pki_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A PKI generated once (key generation is slow) and copied into each test's home."""
+    """A PKI generated once (key generation is slow) and linked into each test's home."""
     from pki.authority import init_pki
 
     directory = tmp_path_factory.mktemp("pki-template") / "pki"
@@ -34,10 +78,9 @@ def pki_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def authority(pki_template: Path) -> Any:
-    """The session PKI loaded as the controller's certificate authority (real keys)."""
-    from pki import CertificateAuthority, PkiPaths
-
-    return CertificateAuthority.load(PkiPaths.in_directory(pki_template))
+    """The session PKI loaded as the controller's certificate authority (real keys): the one
+    every app of the tests signs with."""
+    return _authority(pki_template.resolve())
 
 
 @pytest.fixture(scope="session")
@@ -48,19 +91,30 @@ def signer(authority: Any) -> Any:
     return JwtSigner.for_authority(authority)
 
 
+def is_durable(request: pytest.FixtureRequest) -> bool:
+    """Whether the requesting test (or its module or class) is marked ``durable``."""
+    return request.node.get_closest_marker("durable") is not None
+
+
+def new_home(directory: Path, pki_template: Path) -> Path:
+    """``directory`` made a ``TRELLIS_HOME`` whose ``pki`` is a link to the session PKI (nothing
+    writes to a PKI once made; its certificate authority is loaded once, see :func:`open_app`)."""
+    directory.mkdir()
+    os.symlink(pki_template, directory / "pki", target_is_directory=True)
+    return directory
+
+
 @pytest.fixture
 def home(tmp_path: Path, pki_template: Path) -> Path:
-    target = tmp_path / "home"
-    target.mkdir()
-    shutil.copytree(pki_template, target / "pki")
-    return target
+    """The test's ``TRELLIS_HOME``: the session PKI and nothing else yet."""
+    return new_home(tmp_path / "home", pki_template)
 
 
 @pytest.fixture
 def settings(home: Path) -> Settings:
-    # The committer writes in its own thread here (hundreds of apps are made; a writer process each
-    # would cost a start-up each). The writer process, trellis serve's default, is what the e2e
-    # tests serve, and tests/unit/storage/test_duckdb_store.py runs every store test with both.
+    # A durable test's DuckDB file is written by its committer thread (a writer process each would
+    # cost a start-up each). The writer process, trellis serve's default, is what the e2e tests
+    # serve, and tests/unit/storage/test_duckdb_store.py runs every store test with both.
     return Settings(home=home, bind="127.0.0.1:1280", db_writer="thread")
 
 
@@ -117,16 +171,49 @@ class Api:
         return str(result.json["data"]["id"])
 
 
-def open_app(settings: Settings, **collaborators: Any) -> Any:
+class TestMemoryStore(MemoryStore):
+    """The in-memory store as the durable one runs it: batches committed by a committer thread
+    (writers wait for theirs), and a value the database could not store refused at staging, on
+    the writer's thread (``storage.codec.encode``: a 400 naming the field), as ``DuckDBStore``
+    refuses it. Nothing is kept: restarts, snapshots and the change log are ``durable`` tests'."""
+
+    __test__ = False  # not a test class, whatever its name
+
+    def __init__(self) -> None:
+        super().__init__(background=True)
+
+    def _prepare(self, changes: Sequence[Change]) -> None:
+        for change in changes:
+            if isinstance(change, Put):
+                encode(change.entity)
+
+
+@functools.cache
+def _authority(pki_dir: Path) -> CertificateAuthority:
+    """The PKI in ``pki_dir`` (resolved: every linked home shares the session's), loaded once."""
+    return CertificateAuthority.load(PkiPaths.in_directory(pki_dir))
+
+
+def open_app(settings: Settings, *, durable: bool = False, **collaborators: Any) -> Any:
     """An app over ``settings`` with the cheap test hasher (scrypt belongs to the hasher's and
-    login's own tests); ``collaborators`` override or add ``create_app`` keyword arguments."""
+    login's own tests); ``collaborators`` override or add ``create_app`` keyword arguments.
+
+    The app runs on a new :class:`TestMemoryStore` unless ``durable``: then on the DuckDB file
+    of ``settings`` (opened again by the next durable app over the same settings: a restart), as
+    ``trellis serve`` runs it. Either way the PKI of ``settings.pki_dir`` is loaded once per
+    session (the homes made here all link to the session's)."""
     collaborators.setdefault("hasher", CheapHasher())
+    if "ca" not in collaborators:
+        collaborators["ca"] = _authority(settings.pki_dir.resolve())
+    if not durable and "store" not in collaborators:
+        collaborators["store"] = TestMemoryStore()
     return create_app(settings, **collaborators)
 
 
 @pytest.fixture
-def app(settings: Settings) -> Iterator[Any]:
-    application = open_app(settings)
+def app(settings: Settings, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """An app with the default admin; on a DuckDB file for a ``durable`` test."""
+    application = open_app(settings, durable=is_durable(request))
     create_default_admin(application.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
     yield application
     application.ctrl.env.store.close()

@@ -302,18 +302,14 @@ def unique(prefix: str) -> str:
 
 
 def admin_api(directory: Any, pki_template: Any, **collaborators: Any) -> Any:
-    """A logged-in admin ``Api`` over a new app whose home is under ``directory`` (a copy of the
+    """A logged-in admin ``Api`` over a new app whose home is under ``directory`` (with the
     session PKI), for module-scoped fixtures; ``collaborators`` go to ``open_app`` (a clock, a
     JWT verifier). The caller closes ``api.app.ctrl.env.store``."""
-    import shutil
-
     from api.settings import Settings
     from engine.managers.bootstrap import create_default_admin
-    from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
+    from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, new_home, open_app
 
-    home = directory / "home"
-    home.mkdir()
-    shutil.copytree(pki_template, home / "pki")
+    home = new_home(directory / "home", pki_template)
     # budgets off: a module's shared app sends thousands of requests (rate limits have their own tests)
     app = open_app(
         Settings(home=home, bind="127.0.0.1:1280", rate_auth_per_minute=0, rate_write_per_minute=0),

@@ -12,7 +12,7 @@ import pytest
 from api.settings import Settings
 from engine.managers.bootstrap import create_default_admin
 from tests.api.certs import ThirdPartyCa, admin_api
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, is_durable, open_app
 
 
 def shared_admin_api(label: str) -> Callable[..., Iterator[Api]]:
@@ -50,13 +50,15 @@ def other() -> ThirdPartyCa:
 
 
 @pytest.fixture
-def make_api(settings: Settings) -> Iterator[Callable[..., Api]]:
+def make_api(settings: Settings, request: pytest.FixtureRequest) -> Iterator[Callable[..., Api]]:
     """``make_api(**settings)``: a logged-in admin over an app of the test's own whose settings
-    differ from the test's by ``settings`` (budgets, limits, timeouts)."""
+    differ from the test's by ``settings`` (budgets, limits, timeouts); on a DuckDB file for a
+    ``durable`` test."""
     apps: list[Any] = []
+    durable = is_durable(request)
 
     def make(**overrides: Any) -> Api:
-        app = open_app(dataclasses.replace(settings, **overrides))
+        app = open_app(dataclasses.replace(settings, **overrides), durable=durable)
         apps.append(app)
         create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
         admin = Api(app)

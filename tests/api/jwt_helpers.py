@@ -4,8 +4,8 @@ their tokens."""
 
 from __future__ import annotations
 
+import itertools
 import json
-import shutil
 import threading
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -59,7 +59,10 @@ class Jwks:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # polled every 10 ms: shutdown() waits for the poll (its default, 0.5 s)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
@@ -114,9 +117,27 @@ class Signer:
         return jwt.encode(payload, key or self.key, algorithm=self.alg, headers=headers)
 
 
+#: RSA keys made so far for certificate signers (an RSA key takes some 50 ms to make).
+_RSA_KEYS: list[Any] = []
+#: How many distinct keys :func:`rsa_signer_key` makes before it hands them out again: more than
+#: any test makes signers, so the signers of one test never share a key.
+RSA_KEYS = 16
+_rsa_handed = itertools.count()
+
+
+def rsa_signer_key() -> Any:
+    """An RSA key for a signer: a new one for each of the first :data:`RSA_KEYS` calls of the
+    session, then those again in turn. A key a test needs to be a stranger's it makes itself."""
+    n = next(_rsa_handed) % RSA_KEYS
+    if n == len(_RSA_KEYS):
+        _RSA_KEYS.append(rsa.generate_private_key(public_exponent=65537, key_size=2048))
+    return _RSA_KEYS[n]
+
+
 def make_cert_signer(api: Api, clock: FixedClock, **fields: Any) -> Signer:
-    """A signer with an RSA certificate and a kid of its own (kids are unique among signers)."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    """A signer with an RSA certificate of its own (a new self-signed one over
+    :func:`rsa_signer_key`) and a kid of its own (kids are unique among signers)."""
+    key = rsa_signer_key()
     kid = unique("kid")
     return Signer(api, clock, key, kid, "RS256", certPem=self_signed(key, "idp"), kid=kid, **fields)
 
@@ -129,11 +150,9 @@ def open_admin_api(
     allowed to fetch from loopback whose fetches are not rate limited, unless ``verifier`` is given.
     The caller closes ``api.app.ctrl.env.store``."""
     from engine.managers.bootstrap import create_default_admin
-    from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, open_app
+    from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, new_home, open_app
 
-    home = home_parent / "home"
-    home.mkdir()
-    shutil.copytree(pki_template, home / "pki")
+    home = new_home(home_parent / "home", pki_template)
     settings = Settings(
         home=home,
         bind="127.0.0.1:1280",

@@ -1,4 +1,4 @@
-"""Engine-backed access listings and policy advice through the real app (policy-semantics §9)."""
+"""Engine-backed access listings and policy advice through the real app (docs/policy.md §9)."""
 
 from __future__ import annotations
 
@@ -227,12 +227,13 @@ def test_tunneler_router_identity_reaches_its_router(api: Api) -> None:
     assert api.get(f"/identities/{router}/edge-routers").status_code == 404
 
 
+@pytest.mark.durable
 def test_the_graph_is_rebuilt_from_storage_on_restart(
     settings: Settings, api: Api, s1: dict[str, Any]
 ) -> None:
     before = _ids(api, f"/identities/{s1['I2']}/services")
     api.ctrl.env.store.close()
-    app = open_app(settings)
+    app = open_app(settings, durable=True)
     try:
         again = Api(app)
         again.token = api.token

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from engine.entities.identities import Identity
 from engine.entities.trust import AuthPolicy
 from engine.ports import UnitOfWork
@@ -261,11 +263,12 @@ def test_requires_admin(anon: Api) -> None:
     assert anon.get("/auth-policies").status_code == 401
 
 
+@pytest.mark.durable
 def test_policies_survive_a_restart(api: Api, app: Any, settings: Any) -> None:
     id = api.create("/auth-policies", FULL)
     app.ctrl.env.store.close()
 
-    reopened = open_app(settings)
+    reopened = open_app(settings, durable=True)
     try:
         policy = reopened.ctrl.env.store.get(AuthPolicy, id)
         assert policy is not None

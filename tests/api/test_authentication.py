@@ -147,17 +147,18 @@ def test_sessions_slide_and_expire(settings: Settings) -> None:
         clock.advance(timedelta(minutes=31))
         expired = api.get("/current-api-session", token=token)
         assert expired.status_code == 401
-        assert api.ctrl.sessions.active() == []
+        assert api.ctrl.api_sessions.active() == []
     finally:
         app.ctrl.env.store.close()
 
 
+@pytest.mark.durable
 def test_sessions_survive_a_restart(settings: Settings) -> None:
-    first = open_app(settings)
+    first = open_app(settings, durable=True)
     create_default_admin(first.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
     token = Api(first).login(ADMIN_USER, ADMIN_PASSWORD)
     first.ctrl.env.store.close()
-    second = open_app(settings)
+    second = open_app(settings, durable=True)
     try:
         assert Api(second).get("/current-api-session", token=token).status_code == 200
     finally:

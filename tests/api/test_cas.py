@@ -358,11 +358,12 @@ def test_list_filter(api: Api, pki: Pki) -> None:
     assert "fingerprint" in result.json["meta"]["filterableFields"]
 
 
+@pytest.mark.durable
 def test_cas_survive_a_restart(api: Api, app: Any, settings: Any, pki: Pki) -> None:
     id = api.create("/cas", _body(pki))
     app.ctrl.env.store.close()
 
-    reopened = open_app(settings)
+    reopened = open_app(settings, durable=True)
     try:
         ca = reopened.ctrl.env.store.get(Ca, id)
         assert ca is not None

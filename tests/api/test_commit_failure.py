@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from storage.duckdb import DuckDBStore
 from tests.conftest import Api
+
+pytestmark = pytest.mark.durable  # the subject is the journal's failing disk
 
 
 def test_a_failed_commit_is_a_503_and_changes_nothing(api: Api) -> None:

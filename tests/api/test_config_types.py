@@ -318,11 +318,12 @@ def test_non_admin_is_unauthorized(anon: Api) -> None:
     assert result.status_code == 401
 
 
+@pytest.mark.durable
 def test_deleted_builtin_stays_deleted_after_restart(app: Any, api: Api, settings: Any) -> None:
     assert api.delete("/config-types/proxy.v1").status_code == 200
     app.ctrl.env.store.close()
 
-    again = Api(open_app(settings))
+    again = Api(open_app(settings, durable=True))
     try:
         again.token = again.login("admin", "admin-password-1")
         assert again.get("/config-types/proxy.v1").status_code == 404

@@ -34,6 +34,8 @@ FIX = "/database/fix-data-integrity"
 SNAPSHOT = "/database/snapshot"
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 
+pytestmark = pytest.mark.durable  # the subject is the database file: its damage, checks and copies
+
 
 # -- helpers -------------------------------------------------------------------------------------
 class Controller:
@@ -45,7 +47,7 @@ class Controller:
         self.api = self._open(first=True)
 
     def _open(self, *, first: bool = False) -> Api:
-        app = open_app(self.settings, **self.collaborators)
+        app = open_app(self.settings, durable=True, **self.collaborators)
         if first:
             create_default_admin(app.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
         api = Api(app)
@@ -443,7 +445,7 @@ def test_a_snapshot_is_a_consistent_copy_next_to_the_database(settings: Settings
         later = api.post(SNAPSHOT)
 
         assert result.status_code == 200, result.text
-        assert result.json["data"] == {}
+        assert result.json["data"] == {"path": str((settings.home / name).absolute())}
         for refused in (too_soon, still_too_soon):
             assert refused.status_code == 429
             assert refused.json["error"]["code"] == "RATE_LIMITED"

@@ -206,11 +206,12 @@ def test_duplicate_name_names_the_store(api: Api) -> None:
     assert cause["reason"] == "duplicate value 'erp-1' in unique index on edgeRouterPolicies store"
 
 
+@pytest.mark.durable
 def test_survives_a_restart(api: Api, app: Any, settings: Any) -> None:
     erp = api.create(PATH, body(edgeRouterRoles=["#b", "#a"]))
     app.ctrl.env.store.close()
 
-    again = open_app(settings)
+    again = open_app(settings, durable=True)
     try:
         client = Api(again)
         client.token = client.login(ADMIN_USER, ADMIN_PASSWORD)

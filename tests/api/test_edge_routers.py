@@ -364,12 +364,13 @@ def test_role_attributes_listing(api: Api) -> None:
     assert after == ["eng", "ops"]
 
 
+@pytest.mark.durable
 def test_survives_a_restart(api: Api, app: Any, settings: Any) -> None:
     er = api.create(PATH, {"name": "er", "roleAttributes": ["x"], "cost": 3})
     before = api.get(f"{PATH}/{er}").json["data"]
     app.ctrl.env.store.close()
 
-    again = open_app(settings)
+    again = open_app(settings, durable=True)
     try:
         client = Api(again)
         client.token = client.login(ADMIN_USER, ADMIN_PASSWORD)

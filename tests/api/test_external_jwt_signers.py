@@ -260,11 +260,12 @@ def test_list_filter(api: Api) -> None:
     assert [d["id"] for d in result.json["data"]] == [id]
 
 
+@pytest.mark.durable
 def test_signers_survive_a_restart(api: Api, app: Any, settings: Any, signer_pem: str) -> None:
     id = api.create("/external-jwt-signers", {**JWKS, "jwksEndpoint": None, "certPem": signer_pem})
     app.ctrl.env.store.close()
 
-    reopened = open_app(settings)
+    reopened = open_app(settings, durable=True)
     try:
         signer = reopened.ctrl.env.store.get(ExternalJwtSigner, id)
         assert signer is not None

@@ -593,6 +593,7 @@ def test_anonymous_requests_get_401(anon: Api) -> None:
     assert anon.get("/identities").status_code == 401
 
 
+@pytest.mark.durable
 def test_identities_survive_a_restart(app: Any, settings: Settings) -> None:
     api = Api(app)
     api.token = api.login(ADMIN_USER, ADMIN_PASSWORD)
@@ -600,7 +601,7 @@ def test_identities_survive_a_restart(app: Any, settings: Settings) -> None:
     before = api.get(f"/identities/{identity_id}").json["data"]
     app.ctrl.env.store.close()
 
-    reopened = open_app(settings)
+    reopened = open_app(settings, durable=True)
     try:
         again = Api(reopened)
         again.token = again.login(ADMIN_USER, ADMIN_PASSWORD)

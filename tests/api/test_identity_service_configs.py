@@ -195,11 +195,12 @@ def test_deleting_the_identity_takes_its_overrides(api: Api, ids: dict[str, str]
     assert api.delete(f"/configs/{ids['i1']}").status_code == 200
 
 
+@pytest.mark.durable
 def test_overrides_survive_a_restart(app: Any, api: Api, ids: dict[str, str], settings: Any) -> None:
     api.post(path(ids), json=[pair(ids, "echo", "i1")])
     app.ctrl.env.store.close()
 
-    again = Api(open_app(settings))
+    again = Api(open_app(settings, durable=True))
     try:
         again.token = again.login(ADMIN_USER, ADMIN_PASSWORD)
         assert pairs(again, ids) == {(ids["echo"], ids["i1"])}

@@ -245,7 +245,7 @@ def test_a_totp_code_completes_the_login(api: Api, user: User, base: str) -> Non
     current = api.get("/current-api-session", token=token, base=base).json["data"]
     assert (current["isMfaRequired"], current["isMfaComplete"]) == (True, True)
     assert current["authQueries"] == []
-    session = api.ctrl.sessions.get(current["id"])
+    session = api.ctrl.api_sessions.get(current["id"])
     assert session.mfa_completed_at == api.ctrl.env.clock.now()
 
 

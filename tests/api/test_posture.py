@@ -38,7 +38,7 @@ api = shared_admin_api("posture")
 
 @dataclasses.dataclass
 class Guarded:
-    """S8 of policy-semantics §9: one service behind a DOMAIN check on Dial and on Bind."""
+    """S8 of docs/policy.md §9: one service behind a DOMAIN check on Dial and on Bind."""
 
     user: User
     service: str
@@ -190,7 +190,7 @@ def test_the_maintenance_ticker_sweeps_posture_on_its_own_cadence(api: Api) -> N
     put(api.app, dataclasses.replace(session, mfa_completed_at=datetime(2020, 1, 1, tzinfo=UTC)))
     ctrl = api.app.ctrl
     ticker = Maintenance(
-        ctrl.sessions,
+        ctrl.api_sessions,
         ctrl.env.clock,
         api.app.limits,
         3600,

@@ -366,12 +366,13 @@ def test_requires_admin(api: Api, anon: Api) -> None:
     assert anon.delete("/posture-checks/x").status_code == 401
 
 
+@pytest.mark.durable
 def test_checks_survive_a_restart(api: Api, app: Any, settings: Any) -> None:
     id = api.create("/posture-checks", PROCESS_MULTI)
     api.patch(f"/posture-checks/{id}", json={"typeId": "PROCESS_MULTI", "semantic": "AllOf"})
     app.ctrl.env.store.close()
 
-    reopened = open_app(settings)
+    reopened = open_app(settings, durable=True)
     try:
         check = reopened.ctrl.env.store.get(PostureCheck, id)
         assert check is not None

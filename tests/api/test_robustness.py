@@ -43,6 +43,7 @@ def _assert_clean(result: Any, what: str) -> None:
         assert result.json["error"]["code"], what
 
 
+@pytest.mark.durable  # every operation: POST /database/snapshot copies a database file
 def test_garbage_bodies_and_unknown_ids_never_fail_with_500(api: Api) -> None:
     for route_api, template, verb in _operations(api):
         base = "/edge/management/v1" if route_api == "management" else "/edge/client/v1"

@@ -129,12 +129,13 @@ def test_list_filters_and_pages(api: Api) -> None:
     )
 
 
+@pytest.mark.durable
 def test_survives_a_restart(api: Api, app: Any, settings: Any) -> None:
     rid = api.create("/routers", {"name": "r", "cost": 2})
     before = api.get(f"/routers/{rid}").json["data"]
     app.ctrl.env.store.close()
 
-    again = open_app(settings)
+    again = open_app(settings, durable=True)
     try:
         client = Api(again)
         client.token = client.login(ADMIN_USER, ADMIN_PASSWORD)

@@ -1,4 +1,4 @@
-"""``/service-policies``: CRUD, role-list validation (policy-semantics §1.3), display, filters."""
+"""``/service-policies``: CRUD, role-list validation (docs/policy.md §1.3), display, filters."""
 
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def test_patch_may_change_the_type(api: Api) -> None:
     assert api.get(f"{PATH}/{sp}").json["data"]["type"] == "Bind"
 
 
-# -- role validation (policy-semantics §1.3) ----------------------------------------------------
+# -- role validation (docs/policy.md §1.3) ------------------------------------------------------
 def test_all_must_be_alone(api: Api) -> None:
     cause = field_error(api.post(PATH, json=body(identityRoles=["#all", "#other"])))
 
@@ -392,12 +392,13 @@ def test_list_filters_on_semantic_and_tags(api: Api) -> None:
     assert [p["name"] for p in tagged] == ["a"]
 
 
+@pytest.mark.durable
 def test_policies_survive_a_restart(api: Api, app: Any, settings: Any) -> None:
     ident = make_identity(app, "gina")
     sp = api.create(PATH, body(identityRoles=[f"@{ident}", "#a"], type="Bind"))
     app.ctrl.env.store.close()
 
-    again = open_app(settings)
+    again = open_app(settings, durable=True)
     try:
         client = Api(again)
         client.token = client.login(ADMIN_USER, ADMIN_PASSWORD)

@@ -1,5 +1,5 @@
 """``GET /current-api-session/service-updates``: ``lastChangeAt`` moves exactly when the caller's
-service list, or a service in it, changes (policy-semantics §3.3)."""
+service list, or a service in it, changes (docs/policy.md §3.3)."""
 
 from __future__ import annotations
 

@@ -356,12 +356,13 @@ def test_non_admin_is_unauthorized(anon: Api) -> None:
     assert anon.get("/service-role-attributes").status_code == 401
 
 
+@pytest.mark.durable
 def test_service_with_configs_survives_a_restart(app: Any, api: Api, settings: Any, intercept: str) -> None:
     id = service(api, "durable", configs=[intercept], roleAttributes=["web"], maxIdleTimeMillis=7)
     before = api.get(f"/services/{id}", params={}).json["data"]
     app.ctrl.env.store.close()
 
-    again = Api(open_app(settings))
+    again = Api(open_app(settings, durable=True))
     try:
         again.token = again.login(ADMIN_USER, ADMIN_PASSWORD)
         after = again.get(f"/services/{id}").json["data"]

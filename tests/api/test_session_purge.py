@@ -75,7 +75,7 @@ def test_purge_deletes_expired_api_sessions_with_their_sessions_and_certificates
     assert api.get("/services").status_code == 200  # the admin's session is in use
     clock.advance(minutes=11)  # the user's: idle 31 minutes
 
-    purged = api.ctrl.sessions.purge_expired(clock.now())
+    purged = api.ctrl.api_sessions.purge_expired(clock.now())
 
     assert purged == 1
     assert present(api, owned) == (False, False, False)
@@ -86,7 +86,7 @@ def test_purge_keeps_sessions_that_have_not_expired(api: Api, clock: FixedClock)
     owned = used(api, world(api))
     clock.advance(minutes=29)
 
-    purged = api.ctrl.sessions.purge_expired(clock.now())
+    purged = api.ctrl.api_sessions.purge_expired(clock.now())
 
     assert purged == 0
     assert present(api, owned) == (True, True, True)
@@ -96,17 +96,17 @@ def test_purge_keeps_sessions_that_have_not_expired(api: Api, clock: FixedClock)
 def test_purge_goes_through_more_than_one_batch(api: Api, clock: FixedClock) -> None:
     env = api.ctrl.env
     assert api.token is not None
-    mine = api.ctrl.sessions.resolve(api.token)
+    mine = api.ctrl.api_sessions.resolve(api.token)
     assert mine is not None
     admin = env.store.get(Identity, mine.identity_id)
     authenticator = env.store.get(Authenticator, mine.authenticator_id)
     assert admin is not None
     assert authenticator is not None
     for _ in range(PURGE_BATCH + 10):
-        api.ctrl.sessions.start(admin, authenticator, ip_address="192.0.2.1", config_types=[])
+        api.ctrl.api_sessions.start(admin, authenticator, ip_address="192.0.2.1", config_types=[])
     clock.advance(minutes=31)
 
-    purged = api.ctrl.sessions.purge_expired(clock.now())
+    purged = api.ctrl.api_sessions.purge_expired(clock.now())
 
     assert purged == PURGE_BATCH + 11  # the fixture's login too
     assert env.store.count(ApiSession) == 0
@@ -115,7 +115,7 @@ def test_purge_goes_through_more_than_one_batch(api: Api, clock: FixedClock) -> 
 def test_an_expired_session_is_refused_before_and_after_the_purge(api: Api, clock: FixedClock) -> None:
     w = world(api)
     clock.advance(minutes=31)
-    api.ctrl.sessions.purge_expired(clock.now())
+    api.ctrl.api_sessions.purge_expired(clock.now())
 
     result = api.get("/current-api-session", token=w.user.token, base=CLIENT)
 

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.bench
 SCENARIOS = ["bare gthread", "bare trellis", *http.SCENARIO_NAMES]
 
 
+@pytest.mark.timeout(900)  # wrk may have to be installed first (apt-get)
 def test_http_bench_runs_every_scenario_at_tier_s(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     try:
         http.ensure_wrk()

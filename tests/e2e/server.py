@@ -10,7 +10,7 @@ that yields a started server::
         yield from running(tmp_path_factory.mktemp("x") / "home")
 
 HTTP goes through ``requests`` sessions with ``trust_env = False`` (these machines set
-``REQUESTS_CA_BUNDLE``, design.md §7) that verify against ``<home>/pki/ca-bundle.pem``.
+``REQUESTS_CA_BUNDLE``, docs/architecture.md §9) that verify against ``<home>/pki/ca-bundle.pem``.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def end_process(proc: subprocess.Popen[Any], sig: signal.Signals, timeout: float
 def new_session(verify: str | bool = True, cert: CertPair | None = None) -> requests.Session:
     """A ``requests`` session that ignores the proxy/CA variables of the environment."""
     http = requests.Session()
-    http.trust_env = False  # these machines set REQUESTS_CA_BUNDLE (design.md §7)
+    http.trust_env = False  # these machines set REQUESTS_CA_BUNDLE (docs/architecture.md §9)
     http.verify = verify
     http.cert = cert
     return http

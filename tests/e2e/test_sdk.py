@@ -1,7 +1,7 @@
 """The real OpenZiti C SDK enrolls against ``trellis serve`` and logs in with its certificate.
 
 The client is the Python SDK ``openziti==0.6.0`` (C SDK 0.29.3), the only real OpenZiti client
-that installs offline (``shared/docs/sdk-compat.md``). It lives in the test-only venv
+that installs offline (docs/wire-contract.md §13). It lives in the test-only venv
 ``.venv-zsdk/`` (built once by :mod:`tests.e2e.sdk.sdk_venv`; these tests FAIL if it cannot be
 built, set ``TRELLIS_SKIP_SDK_E2E=1`` to skip them) and runs in bounded subprocesses
 (``tests/e2e/sdk/*_driver.py``) with ``ZITI_LOG=4``: the SDK blocks forever on some failures.
@@ -35,11 +35,21 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from tests.e2e.sdk.sdk_venv import DRIVERS, SKIP_ENV, SdkVenvError, clean_env, ensure_sdk_python
+from api.logs import parse_logfmt
+from tests.e2e.sdk.sdk_venv import (
+    DRIVERS,
+    LOCK_TIMEOUT,
+    SKIP_ENV,
+    SdkVenvError,
+    clean_env,
+    ensure_sdk_python,
+)
 from tests.e2e.server import CLIENT, MGMT, Server, running, tail
 
 pytestmark = [
     pytest.mark.e2e,
+    # the first test's set-up may build the SDK's venv (pip, bounded by the build lock's timeout)
+    pytest.mark.timeout(LOCK_TIMEOUT + 300),
     pytest.mark.skipif(
         os.environ.get(SKIP_ENV, "").strip().lower() in ("1", "true", "yes"),
         reason=f"{SKIP_ENV} is set: real OpenZiti SDK e2e tests skipped on purpose",
@@ -53,7 +63,7 @@ ENROLL_TIMEOUT = 45.0  # a working enrollment takes well under a second
 REENROLL_TIMEOUT = 20.0  # a kill guard: a controller-side rejection ends the SDK's enroll at once
 LOAD_TIMEOUT = 20.0  # a working load returns in well under a second
 DIAL_TIMEOUT = 30.0  # without a running edge router the SDK gives up after about 10 s
-#: JOSE algorithms the C SDK accepts for the enrollment JWT (sdk-compat §2.1).
+#: JOSE algorithms the C SDK accepts for the enrollment JWT (docs/wire-contract.md §6.1).
 JWT_ALGORITHMS = ["RS256", "ES256", "ES384", "ES512"]
 
 
@@ -123,7 +133,7 @@ def run_driver(
 
 
 def _pem(value: str) -> bytes:
-    """An identity-file value: bare PEM or ``pem:``-prefixed (sdk-compat §2.2)."""
+    """An identity-file value: bare PEM or ``pem:``-prefixed (docs/wire-contract.md §13)."""
     return value.removeprefix("pem:").encode()
 
 
@@ -157,8 +167,13 @@ def enrollment_log_lines(server: Server) -> list[tuple[str, str]]:
     """(status, line) of each ``POST /enroll`` in the server's access log, in order."""
     found: list[tuple[str, str]] = []
     for line in server.log.read_text(errors="replace").splitlines():
-        if '"POST /enroll?' in line or '"POST /edge/client/v1/enroll?' in line:
-            found.append((line.split('" ', 1)[1].split(" ", 1)[0], line))
+        if "logger=gunicorn.access" not in line:
+            continue
+        fields = parse_logfmt(line)  # the structured access line (api/logs.py)
+        if fields.get("method") == "POST" and fields.get("path", "").startswith(
+            ("/enroll?", "/edge/client/v1/enroll?")
+        ):
+            found.append((fields.get("status", ""), line))
     return found
 
 
@@ -212,7 +227,7 @@ def presented_leaf(server: Server) -> x509.Certificate:
 
 
 def jwt_problems(token: str, server: Server, identity_id: str) -> list[str]:
-    """Why the C SDK would not accept this enrollment JWT (sdk-compat §2.1), checked offline.
+    """Why the C SDK would not accept this enrollment JWT (docs/wire-contract.md §6.1), checked offline.
 
     The SDK verifies the JWT's signature with the public key of the TLS leaf certificate the
     server presents at ``iss`` (a failure makes ``enroll`` hang), checks the hostname against
@@ -284,7 +299,7 @@ class Enrollment:
     def explain(self, *runs: DriverRun) -> str:
         """The runs' output, what the offline JWT check found, and the server's log."""
         found = "\n- ".join(self.jwt_problems) if self.jwt_problems else "none"
-        checked = f"--- offline check of the enrollment JWT (sdk-compat §2.1), problems: {found}"
+        checked = f"--- offline check of the enrollment JWT (docs/wire-contract.md §6.1), problems: {found}"
         return "\n".join([*(run.report() for run in runs), checked, self.server.log_tail()])
 
 

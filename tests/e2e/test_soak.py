@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from random import Random
 
@@ -47,8 +48,9 @@ SEED = 8
 SAMPLE = 40
 
 
+@pytest.mark.timeout(SOAK_SECONDS + 300)  # the load, then the server's start, the audit and the rebuild
 def test_a_mixed_soak_answers_no_5xx_and_leaves_the_engine_equal_to_the_database(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     rng = Random(SEED)
     with Server(tmp_path / "home", env=NO_BUDGETS) as server:
@@ -70,8 +72,8 @@ def test_a_mixed_soak_answers_no_5xx_and_leaves_the_engine_equal_to_the_database
         rebuilt = rebuilt_graph(server.home / "trellis.duckdb", tmp_path / "after-soak")
 
     report = f"{tally.summary()}\n{server.log_tail()}"
-    with capsys.disabled():
-        print(f"\nsoak {SOAK_SECONDS:.0f} s, {THREADS} threads: {tally.summary()}")
+    # printed at the end of the run (tests/conftest.py)
+    record_property("summary", f"soak {SOAK_SECONDS:.0f} s, {THREADS} threads: {tally.summary()}")
     assert [w.crashed for w in workers] == [None] * THREADS, report
     assert tally.server_errors() == 0, "\n".join(tally.wrong[:30]) + f"\n{report}"
     assert tally.unanswered == [], "\n".join(tally.unanswered[:30]) + f"\n{report}"

@@ -1,4 +1,4 @@
-"""Client certificates over real mutual TLS: asked for, never judged in the handshake (tls-notes.md).
+"""Client certificates over real mutual TLS: asked for, never judged in the handshake (docs/architecture.md).
 
 As OpenZiti's controller (Go's ``tls.RequestClientCert``), the listener lets a client certificate
 of any issuer through the handshake and the application refuses an untrusted one with an HTTP

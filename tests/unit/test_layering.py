@@ -1,4 +1,4 @@
-"""The dependency rules of design.md §1, checked on the source: engine is pure, layers don't cross."""
+"""The layer rules of docs/architecture.md §1, checked on the source: engine is pure, layers don't cross."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def _imported_modules(path: Path, tree: ast.Module) -> set[str]:
 
 def test_no_resource_module_imports_another() -> None:
     """Modules that mount routes (``register(routes)``) share code through api/views.py, api/schemas,
-    api/http.py, api/resources.py ..., never by importing one another (design.md §9)."""
+    api/http.py, api/resources.py ..., never by importing one another (docs/architecture.md §3)."""
     resources: dict[str, tuple[Path, ast.Module]] = {}
     for path in sorted((ROOT / "api").rglob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))

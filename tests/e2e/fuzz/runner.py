@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+from api.logs import parse_logfmt
+
 #: The checks run (issue 8 §7).
 CHECKS = ("not_a_server_error", "status_code_conformance", "response_schema_conformance")
 #: schemathesis failure codes (``st explain``) -> the check that reports them.
@@ -249,8 +251,18 @@ def parse_failures(text: str, run: Run, operation: str) -> list[Failure]:
 
 
 # -- the server's access log ----------------------------------------------------------------------
-#: gunicorn's access line: ... "METHOD PATH HTTP/1.1" STATUS LENGTH "REFERER" "USER-AGENT"
+#: gunicorn's combined access line: ... "METHOD PATH HTTP/1.1" STATUS LENGTH "REFERER" "USER-AGENT"
 _ACCESS = re.compile(r'" (\d{3}) \S+ "[^"]*" "([^"]*)"$')
+
+
+def _access(line: str) -> tuple[str, str] | None:
+    """(status, user agent) of an access line: ``trellis serve``'s structured one (api/logs.py),
+    or gunicorn's combined one; None for any other line."""
+    if "logger=gunicorn.access" in line:
+        fields = parse_logfmt(line)
+        return fields.get("status", ""), fields.get("user_agent", "")
+    match = _ACCESS.search(line)
+    return (match.group(1), match.group(2)) if match is not None else None
 
 
 @dataclass
@@ -265,11 +277,11 @@ class ServerTally:
 def tally_access_log(lines: Iterable[str], agent: str = "schemathesis/") -> ServerTally:
     tally = ServerTally()
     for line in lines:
-        match = _ACCESS.search(line.rstrip("\n"))
-        if match is None or not match.group(2).startswith(agent):
+        found = _access(line.rstrip("\n"))
+        if found is None or not found[1].startswith(agent):
             continue
         tally.requests += 1
-        status = match.group(1)
+        status = found[0]
         tally.statuses[status[0] + "xx"] += 1
         if status.startswith("5"):
             tally.server_errors.append(line.strip()[:500])

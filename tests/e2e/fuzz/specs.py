@@ -1,5 +1,5 @@
 """OpenZiti's upstream Swagger 2.0 specs (``../shared/spec/{client,management}.yml``) as the JSON
-schemathesis is pointed at, with the fix-ups they need (sdk-compat.md §7).
+schemathesis is pointed at, with the fix-ups they need (docs/wire-contract.md §13).
 
 The YAML files are go-swagger's flattened output, copied unchanged. Two kinds of change are made,
 each below with the reason:
@@ -166,6 +166,15 @@ def _integrity_check_times_null(spec: dict[str, Json]) -> None:
     _nullable(spec, "dataIntegrityCheckDetails", ("error", "startTime", "endTime"))
 
 
+def _edge_router_serp_list(spec: dict[str, Json]) -> None:
+    # GET /edge-routers/{id}/service-edge-router-policies lists service edge router policies (as
+    # /services/{id}/service-edge-router-policies does: OpenZiti's handler maps them with
+    # MapServiceEdgeRouterPolicyToRestEntity), but the spec names the service policies' envelope.
+    answer = spec["paths"]["/edge-routers/{id}/service-edge-router-policies"]["get"]["responses"]["200"]
+    assert answer["schema"] == {"$ref": "#/definitions/listServicePoliciesEnvelope"}, answer["schema"]
+    answer["schema"] = {"$ref": "#/definitions/listServiceEdgeRouterPoliciesEnvelope"}
+
+
 Fixup = Callable[[dict[str, Json]], None]
 #: Per API, the fix-ups applied after the numbers are made integral.
 FIXUPS: dict[str, tuple[Fixup, ...]] = {
@@ -185,6 +194,7 @@ FIXUPS: dict[str, tuple[Fixup, ...]] = {
         _router_fingerprint_null,
         _signer_optional_strings_null,
         _integrity_check_times_null,
+        _edge_router_serp_list,
     ),
 }
 

@@ -11,9 +11,14 @@ from api.json_schemas import JsonSchemaChecker
 from engine.entities.identities import ApiSession, Authenticator, Enrollment, Identity
 from engine.entities.policies import EdgeRouterPolicy, ServicePolicy
 from engine.entities.routers import EdgeRouter
-from engine.errors import EnrollmentExistsError, EntityCanNotBeDeletedError, FieldError
+from engine.errors import (
+    AuthenticatorMethodMaxError,
+    EnrollmentExistsError,
+    EntityCanNotBeDeletedError,
+    FieldError,
+)
 from engine.managers._base import Env
-from engine.managers.authenticators import AuthenticatorManager, AuthenticatorMethodMaxError
+from engine.managers.authenticators import AuthenticatorManager
 from engine.managers.bootstrap import create_default_admin, ensure_builtins
 from engine.managers.enrollment import EnrollmentSettings
 from engine.managers.enrollments import EnrollmentManager

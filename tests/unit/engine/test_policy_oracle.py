@@ -1,4 +1,4 @@
-"""The policy engine against a brute-force oracle (policy-semantics §1.2, §3, §4, §9 S6).
+"""The policy engine against a brute-force oracle (docs/policy.md §1.2, §3, §4, §9 S6).
 
 A hypothesis state machine drives random sequences of entity and policy creates, attribute changes,
 role / semantic / type changes and deletes over small universes (at most 12 entities per kind, 6
@@ -54,7 +54,7 @@ FIELD[POSTURE_CHECK] = "posture_check_roles"
 
 
 def selects(roles: list[str], semantic: str, entity_id: str, attributes: set[str]) -> bool:
-    """policy-semantics §1.2, word for word."""
+    """docs/policy.md §1.2, word for word."""
     role_attributes = [r[1:] for r in roles if r.startswith("#")]
     ids = [r[1:] for r in roles if r.startswith("@")]
     if entity_id in ids:

@@ -1,4 +1,4 @@
-"""policy-semantics §9 scenarios and §10 checklist items, at the engine level; explain and neighbourhood."""
+"""docs/policy.md §9 scenarios and §10 checklist items, at the engine level; explain and neighbourhood."""
 
 from __future__ import annotations
 

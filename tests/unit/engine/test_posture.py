@@ -1,4 +1,4 @@
-"""Posture: each check type's rules, the gating rule and the posture queries (policy-semantics §6),
+"""Posture: each check type's rules, the gating rule and the posture queries (docs/policy.md §6),
 over the in-memory store with a fixed clock."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Role-list rules (policy-semantics §1.3, §7) on plain values."""
+"""Role-list rules (docs/policy.md §1.3, §7) on plain values."""
 
 from __future__ import annotations
 
