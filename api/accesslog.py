@@ -314,11 +314,17 @@ class AccessLog:
             f'"{_safe(redact_uri(environ.get("HTTP_REFERER", "-")))}" "{_safe(environ.get("HTTP_USER_AGENT", "-"))}"'
         )
         for handler in streams:
-            handler.acquire()
-            try:
-                handler.stream.write(line + handler.terminator)
-                handler.flush()
-            except Exception:
-                handler.handleError(logging.makeLogRecord({"msg": line}))
-            finally:
-                handler.release()
+            write_line(handler, line)
+
+
+def write_line(handler: logging.StreamHandler[Any], line: str) -> None:
+    """Write a formatted ``line`` straight to ``handler``'s stream, as ``Handler.emit`` would
+    (under its lock, flushed; a failure goes to ``handleError``), without making a record."""
+    handler.acquire()
+    try:
+        handler.stream.write(line + handler.terminator)
+        handler.flush()
+    except Exception:
+        handler.handleError(logging.makeLogRecord({"msg": line}))
+    finally:
+        handler.release()

@@ -50,7 +50,7 @@ from typing import IO, Any
 import orjson
 from gunicorn import glogging
 
-from api.accesslog import access_fields
+from api.accesslog import access_fields, write_line
 from api.settings import BY_ENV
 from engine.logs import RESERVED
 
@@ -411,15 +411,7 @@ class GunicornLogger(glogging.Logger):  # type: ignore[misc]
         for handler in handlers:
             formatter = handler.formatter
             assert isinstance(formatter, StructuredFormatter)
-            line = formatter.format_values(created, "info", logger.name, "request", fields)
-            handler.acquire()
-            try:
-                handler.stream.write(line + handler.terminator)
-                handler.flush()
-            except Exception:
-                handler.handleError(logging.makeLogRecord({"msg": line}))
-            finally:
-                handler.release()
+            write_line(handler, formatter.format_values(created, "info", logger.name, "request", fields))
 
     def _direct_handlers(self) -> list[logging.StreamHandler[Any]] | None:
         root = logging.getLogger()
