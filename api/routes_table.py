@@ -1,4 +1,4 @@
-"""The table of implemented operations (docs/wire-contract.md §11), generated from the routes.
+"""The table of implemented operations (docs/api.md §11), generated from the routes.
 
 ``python -m api.routes_table`` prints it; ``tests/api/test_readme.py`` checks the document holds
 exactly this table, so the document stays true.

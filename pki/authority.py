@@ -14,7 +14,7 @@ intermediate for a profile (:data:`PROFILES`), parses certificates into ``CertIn
 who issued a presented chain, and that it is fit for TLS client authentication (every profile's
 certificate lists clientAuth, so everything this CA issues passes). Enrollment JWTs are signed
 with the TLS server key because OpenZiti SDKs verify them against the server certificate they
-receive (see ``docs/wire-contract.md`` §6.1), hence :meth:`CertificateAuthority.signing_key_for_jwt`
+receive (see ``docs/api.md`` §6.1), hence :meth:`CertificateAuthority.signing_key_for_jwt`
 and :class:`pki.tokens.JwtSigner`.
 
 Time is passed in (``now``); nothing here reads the clock. Every certificate's ``notBefore`` is
@@ -289,7 +289,7 @@ class CertificateAuthority:
         return _pems(self._intermediate_cert, self._root_cert)
 
     def signing_key_for_jwt(self) -> PrivateKey:
-        """The key enrollment JWTs are signed with: the TLS server key (docs/wire-contract.md §6.1)."""
+        """The key enrollment JWTs are signed with: the TLS server key (docs/api.md §6.1)."""
         return self._server_key
 
     def jwt_kid(self) -> str:

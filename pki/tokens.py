@@ -1,7 +1,7 @@
 """The controller's JWT signer (``engine.ports.TokenSigner``): enrollment JWTs and their checks.
 
 OpenZiti SDKs verify an enrollment JWT against the public key of the TLS leaf certificate they
-receive when they first connect to the JWT's ``iss`` (docs/wire-contract.md §6.1),
+receive when they first connect to the JWT's ``iss`` (docs/api.md §6.1),
 so the signing key is the API listener's TLS key and the header is::
 
     {"alg": "RS256" | "ES256" | "ES384" | "ES512", "kid": <SHA-1 of the certificate>, "typ": "JWT"}

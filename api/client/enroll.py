@@ -1,6 +1,6 @@
 """``/enroll*`` (client API, no session): every enrollment method, the legacy and the typed routes.
 
-``POST /enroll?method=&token=`` is what SDKs call (docs/wire-contract.md §6.3): a ``text/plain``,
+``POST /enroll?method=&token=`` is what SDKs call (docs/api.md §6.3): a ``text/plain``,
 ``application/x-pem-file`` or ``application/pkcs7`` body is a PEM CSR (the legacy path; also an
 empty body for ``method=ca``); a JSON body is OpenZiti's ``genericEnroll``. Without ``method``
 the token's own method is used; a ``method`` that is not the token's is refused

@@ -1,4 +1,4 @@
-"""ZitiQL filtering, sorting and paging for list endpoints (docs/wire-contract.md §5).
+"""ZitiQL filtering, sorting and paging for list endpoints (docs/api.md §5).
 
 Typical use::
 

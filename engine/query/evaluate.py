@@ -1,4 +1,4 @@
-"""Compile ZitiQL against a symbol table and run it over in-memory objects (docs/wire-contract.md §5.2/5.3).
+"""Compile ZitiQL against a symbol table and run it over in-memory objects (docs/api.md §5.2/5.3).
 
 :func:`compile_query` type-checks the AST from :func:`engine.query.zitiparse` once and builds a
 tree of closures; :func:`execute` filters, sorts and pages a collection with it.

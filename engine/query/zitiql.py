@@ -1,4 +1,4 @@
-"""ZitiQL: a hand-written tokenizer and recursive-descent parser (docs/wire-contract.md §5.3).
+"""ZitiQL: a hand-written tokenizer and recursive-descent parser (docs/api.md §5.3).
 
 :func:`parse` turns a filter string into a :class:`ParsedQuery` made of frozen dataclasses.
 Typing and evaluation against a symbol table live in :mod:`engine.query.evaluate`.

@@ -439,7 +439,7 @@ def test_challenge_parameters_are_quoted_strings() -> None:
 
 # -- the times a token must carry -------------------------------------------------------------------
 def test_a_token_without_exp_is_refused(api: Api, cert_signer: Signer) -> None:
-    """A token that never expires is no credential (OpenZiti accepts one: docs/wire-contract.md §12.7)."""
+    """A token that never expires is no credential (OpenZiti accepts one: docs/api.md §12.7)."""
     result = ext_login(api, cert_signer.token(identity(api), exp=None))
 
     assert result.status_code == 401

@@ -1,6 +1,6 @@
 """OpenZiti's own API test scenarios for authentication, ported: each test follows one scenario
 of ``openziti/ziti`` ``tests/`` (the file named in its section) and asserts what that scenario
-asserts, unless a seed or docs/wire-contract.md §12 says otherwise (noted where they do).
+asserts, unless a seed or docs/api.md §12 says otherwise (noted where they do).
 
 Sections: authenticators (``authenticator_test.go``), password and certificate login
 (``auth_updb_test.go``, ``auth_cert_test.go``), API sessions (``api_session_test.go``), identities
@@ -742,7 +742,7 @@ def test_verifying_needs_a_code(api: Api) -> None:
 
 @pytest.mark.parametrize("code", ["", "qwgjwoigrw92", "recovery"])
 def test_verifying_with_a_bad_code_is_an_invalid_token(api: Api, code: str) -> None:
-    """OpenZiti answers 400; seed 000 says a bad code is 401 (docs/wire-contract.md §12.6)."""
+    """OpenZiti answers 400; seed 000 says a bad code is 401 (docs/api.md §12.6)."""
     user = MfaUser(api)
     user.start()
     sent = user.recovery_codes[2] if code == "recovery" else code
@@ -1782,7 +1782,7 @@ def test_cert_login_with_an_expired_certificate_the_default_policy_allows(api: A
 
 
 def test_totp_required_by_the_default_policy_binds_identities_but_not_the_default_admin(fresh: Api) -> None:
-    """The default admin owes only its own MFA (docs/wire-contract.md §12.2): the scenario above keeps
+    """The default admin owes only its own MFA (docs/api.md §12.2): the scenario above keeps
     administering after requiring TOTP and an external JWT on the default policy."""
     _, username = updb_identity(fresh)
 

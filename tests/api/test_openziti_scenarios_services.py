@@ -1,7 +1,7 @@
 """OpenZiti's own API test scenarios for services, configs, sessions, posture, terminators and the
 client's edge routers, ported (``openziti/ziti`` ``tests/*_test.go``). Each test names the Go test
 and sub-test it follows; the assertions are those the scenario makes, on status, error code,
-``cause.field`` and body. Where a seed or a deviation in docs/wire-contract.md differs, the test says so.
+``cause.field`` and body. Where a seed or a deviation in docs/api.md differs, the test says so.
 
 The app runs on a fixed clock that the tests move where OpenZiti's tests sleep, so "advanced" and
 "unchanged" are exact.

@@ -1,7 +1,7 @@
 """The documented table of operations is exactly what the app registers, and the README keeps
 the test command CI reads.
 
-The table lives in ``docs/wire-contract.md`` (§11), between the markers of
+The table lives in ``docs/api.md`` (§11), between the markers of
 :mod:`api.routes_table`; regenerate it with ``python -m api.routes_table``.
 """
 
@@ -13,7 +13,7 @@ from api.routes_table import BEGIN, END, render
 from tests.conftest import Api
 
 ROOT = Path(__file__).resolve().parents[2]
-OPERATIONS_DOC = ROOT / "docs/wire-contract.md"
+OPERATIONS_DOC = ROOT / "docs/api.md"
 README = ROOT / "README.md"
 
 

@@ -1,7 +1,7 @@
 """The real OpenZiti C SDK enrolls against ``trellis serve`` and logs in with its certificate.
 
 The client is the Python SDK ``openziti==0.6.0`` (C SDK 0.29.3), the only real OpenZiti client
-that installs offline (docs/wire-contract.md §13). It lives in the test-only venv
+that installs offline (docs/api.md §13). It lives in the test-only venv
 ``.venv-zsdk/`` (built once by :mod:`tests.e2e.sdk.sdk_venv`; these tests FAIL if it cannot be
 built, set ``TRELLIS_SKIP_SDK_E2E=1`` to skip them) and runs in bounded subprocesses
 (``tests/e2e/sdk/*_driver.py``) with ``ZITI_LOG=4``: the SDK blocks forever on some failures.
@@ -63,7 +63,7 @@ ENROLL_TIMEOUT = 45.0  # a working enrollment takes well under a second
 REENROLL_TIMEOUT = 20.0  # a kill guard: a controller-side rejection ends the SDK's enroll at once
 LOAD_TIMEOUT = 20.0  # a working load returns in well under a second
 DIAL_TIMEOUT = 30.0  # without a running edge router the SDK gives up after about 10 s
-#: JOSE algorithms the C SDK accepts for the enrollment JWT (docs/wire-contract.md §6.1).
+#: JOSE algorithms the C SDK accepts for the enrollment JWT (docs/api.md §6.1).
 JWT_ALGORITHMS = ["RS256", "ES256", "ES384", "ES512"]
 
 
@@ -133,7 +133,7 @@ def run_driver(
 
 
 def _pem(value: str) -> bytes:
-    """An identity-file value: bare PEM or ``pem:``-prefixed (docs/wire-contract.md §13)."""
+    """An identity-file value: bare PEM or ``pem:``-prefixed (docs/api.md §13)."""
     return value.removeprefix("pem:").encode()
 
 
@@ -227,7 +227,7 @@ def presented_leaf(server: Server) -> x509.Certificate:
 
 
 def jwt_problems(token: str, server: Server, identity_id: str) -> list[str]:
-    """Why the C SDK would not accept this enrollment JWT (docs/wire-contract.md §6.1), checked offline.
+    """Why the C SDK would not accept this enrollment JWT (docs/api.md §6.1), checked offline.
 
     The SDK verifies the JWT's signature with the public key of the TLS leaf certificate the
     server presents at ``iss`` (a failure makes ``enroll`` hang), checks the hostname against
@@ -299,7 +299,7 @@ class Enrollment:
     def explain(self, *runs: DriverRun) -> str:
         """The runs' output, what the offline JWT check found, and the server's log."""
         found = "\n- ".join(self.jwt_problems) if self.jwt_problems else "none"
-        checked = f"--- offline check of the enrollment JWT (docs/wire-contract.md §6.1), problems: {found}"
+        checked = f"--- offline check of the enrollment JWT (docs/api.md §6.1), problems: {found}"
         return "\n".join([*(run.report() for run in runs), checked, self.server.log_tail()])
 
 

@@ -11,10 +11,9 @@ directories):
    them beside the repository). ``shared/docs`` and ``shared/seeds`` are never cited, with or
    without ``../``.
 2. **The reference documents kept outside the repository are not cited by name.** Their facts
-   live in ``docs/``. A mention of ``policy-semantics``, ``sdk-compat``, ``tls-notes``,
-   ``edge-protocol`` or ``wire-contract``, or a ``design.md`` / ``design §`` citation, is allowed
-   only as the path of a file that exists in the repository (``docs/wire-contract.md``, or
-   ``wire-contract.md`` from a file in ``docs/``).
+   live in ``docs/`` under names of the project's own (``docs/api.md``, ``docs/policy.md``...), so
+   a mention of ``policy-semantics``, ``sdk-compat``, ``tls-notes``, ``edge-protocol`` or
+   ``wire-contract``, or a ``design.md`` / ``design §`` citation, is always one of them.
 3. **Markdown links resolve.** A relative link in a ``.md`` file names a file inside the
    repository, and its ``#anchor``, if any, names a heading of that file (GitHub's rules for
    heading anchors).
@@ -40,7 +39,7 @@ ALLOWED_OUTSIDE = (ROOT.parent / "shared" / "spec",)
 PARENT_PATH = re.compile(r"(?<![\w.])((?:\.\./)+[\w.{},*/-]*)")
 #: Folders of the outside reference material, cited with or without ``../``.
 SHARED_FOLDER = re.compile(r"\bshared/(?:docs|seeds)\b")
-#: Names only the outside reference documents have; allowed only as an existing in-repo path.
+#: Names only the outside reference documents have.
 DOC_NAME = re.compile(
     r"(?<![\w/.-])((?:[\w.-]+/)*)(policy-semantics|sdk-compat|tls-notes|edge-protocol|wire-contract)"
     r"(\.md)?(?![\w-])"
@@ -86,12 +85,6 @@ def _line(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
 
 
-def _exists_in_repo(file: Path, relative: str) -> bool:
-    """``relative`` names an existing file of the repository, from ``file``'s folder or the root."""
-    bases = (file.parent, ROOT) if file.suffix == ".md" else (ROOT, file.parent)
-    return any(_inside(base / relative) and (base / relative).is_file() for base in bases)
-
-
 def outside_paths(file: Path, text: str) -> list[str]:
     """Rule 1: paths leaving the repository (other than the allowed data files)."""
     found = []
@@ -107,18 +100,11 @@ def outside_paths(file: Path, text: str) -> list[str]:
 
 def outside_documents(file: Path, text: str) -> list[str]:
     """Rule 2: the outside reference documents cited by name."""
-    found = []
-    for match in DOC_NAME.finditer(text):
-        prefix, name, ext = match.groups()
-        if ext and _exists_in_repo(file, f"{prefix}{name}.md"):
-            continue
-        found.append(f"{_line(text, match.start())}: {match.group(0)}")
-    for match in DESIGN.finditer(text):
-        prefix, ext = match.groups()
-        if ext and _exists_in_repo(file, f"{prefix}design.md"):
-            continue
-        found.append(f"{_line(text, match.start())}: {match.group(0)}")
-    return found
+    return [
+        f"{_line(text, match.start())}: {match.group(0)}"
+        for pattern in (DOC_NAME, DESIGN)
+        for match in pattern.finditer(text)
+    ]
 
 
 def slug(heading: str) -> str:
@@ -200,12 +186,14 @@ def test_markdown_links_resolve() -> None:
         ("engine/x.py", "design.md §5", True),
         ("engine/x.py", "wire-contract §5.3", True),
         ("engine/x.py", "the specs (``../shared/spec/client.yml``)", False),
-        ("engine/x.py", "see docs/wire-contract.md §5.3 and docs/policy.md §1.2", False),
+        ("engine/x.py", "see docs/wire-contract.md §5.3", True),
+        ("engine/x.py", "see docs/api.md §5.3 and docs/policy.md §1.2", False),
         ("engine/x.py", "a design decision; the design §", True),
         ("engine/x.py", "the design of the worker", False),
-        ("docs/x.md", "[contract](wire-contract.md#5-lists)", False),
+        ("docs/x.md", "[contract](wire-contract.md#5-lists)", True),
+        ("docs/x.md", "[contract](api.md#5-lists)", False),
         ("docs/x.md", "[seeds](../../shared/seeds/000.txt)", True),
-        ("README.md", "[contract](docs/wire-contract.md)", False),
+        ("README.md", "[contract](docs/api.md)", False),
         ("README.md", "[up](../elsewhere/notes.md)", True),
     ],
 )

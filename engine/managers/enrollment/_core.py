@@ -1,6 +1,6 @@
 """What every enrollment method shares: settings, issuing tokens and their JWTs, claiming a token.
 
-An enrollment is a one-time token with an expiry, handed to a device as a JWT (docs/wire-contract.md §6.1)
+An enrollment is a one-time token with an expiry, handed to a device as a JWT (docs/api.md §6.1)
 signed with the API listener's TLS key (the :class:`~engine.ports.TokenSigner`). The JWT is signed
 once, when the token is issued (creation, refresh, re-enrollment), and stored with it.
 

@@ -14,7 +14,7 @@ The JWKS lists the public key of that signer. The challenge signs a caller's non
 the key the caller names by ``kid``, so the caller can check with the JWKS key that the host
 holds the key behind the JWTs, and answers the CA bundle (``caPool``) to trust afterwards.
 OpenZiti's spec defines both operations; its controller does not serve them (501) at the time of
-writing (docs/wire-contract.md §6.3), so the signature format is ours: the JWS signature of the nonce's
+writing (docs/api.md §6.3), so the signature format is ours: the JWS signature of the nonce's
 UTF-8 bytes (``pki.tokens``).
 """
 

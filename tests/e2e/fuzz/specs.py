@@ -1,5 +1,5 @@
 """OpenZiti's upstream Swagger 2.0 specs (``../shared/spec/{client,management}.yml``) as the JSON
-schemathesis is pointed at, with the fix-ups they need (docs/wire-contract.md §13).
+schemathesis is pointed at, with the fix-ups they need (docs/api.md §13).
 
 The YAML files are go-swagger's flattened output, copied unchanged. Two kinds of change are made,
 each below with the reason:

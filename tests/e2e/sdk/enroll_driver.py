@@ -3,7 +3,7 @@
 Usage: ``enroll_driver.py <jwt-file> <identity-out.json>``. Prints one result line:
 ``ENROLLED <ztAPI> <id keys>`` (exit 0, identity JSON written) or ``ENROLL_FAILED <error>``
 (exit 2). The C SDK logs to stderr (``ZITI_LOG``). The process ends with ``os._exit`` because
-the SDK's shutdown can hang (docs/wire-contract.md §13).
+the SDK's shutdown can hang (docs/api.md §13).
 """
 
 from __future__ import annotations

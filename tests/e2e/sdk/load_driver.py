@@ -10,7 +10,7 @@ the context fails, e.g. a 401 on cert login). For each ``host port`` it then pri
 intercept address of a service the identity may dial. ``--dial <service>`` connects a Ziti
 socket to the service and prints ``DIAL <rc> <last error>`` (without a running edge router the
 SDK creates its Dial session with the controller, then fails to reach a router). Ends with ``os._exit`` (the SDK's shutdown can hang,
-docs/wire-contract.md §13).
+docs/api.md §13).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The venv lives in ``<repo>/.venv-zsdk/`` (gitignored) and is made with the interpreter that runs
 the tests (``sys.executable -m venv``). It holds only ``openziti==0.6.0`` installed from its
 manylinux wheel (``--only-binary=:all:``): plain ``openziti`` resolves to an sdist whose build
-downloads the C SDK from GitHub, which fails offline (docs/wire-contract.md §13).
+downloads the C SDK from GitHub, which fails offline (docs/api.md §13).
 
 A marker file inside the venv records what it was built from (requirement, pip arguments,
 interpreter); a venv whose marker differs, or whose python cannot import ``openziti``, is rebuilt.

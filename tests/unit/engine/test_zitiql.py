@@ -1,4 +1,4 @@
-"""ZitiQL parsing, evaluation over in-memory items, sorting and paging (docs/wire-contract.md §5)."""
+"""ZitiQL parsing, evaluation over in-memory items, sorting and paging (docs/api.md §5)."""
 
 from __future__ import annotations
 
