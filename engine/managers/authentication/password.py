@@ -98,7 +98,8 @@ def check_password(
     note = login if login is not None else LoginAttempt("password")
     if not authenticator.password_hash:
         return False
-    max_attempts = 0 if identity.is_default_admin else rules_for(env.store, identity).updb.max_attempts
+    updb = rules_for(env.store, identity).updb
+    max_attempts = 0 if identity.is_default_admin else updb.max_attempts
     rule = Lockout(max_attempts)
     key = password_key(authenticator.id)
     ledger = env.attempts
@@ -119,7 +120,7 @@ def check_password(
     failures = ledger.fail(attempt, env.clock.now().timestamp(), rule)
     note.refuse("wrong password")
     if max_attempts > 0 and failures >= max_attempts:
-        _lock_out(env, identity.id, rules_for(env.store, identity).updb.lockout_duration_minutes, failures)
+        _lock_out(env, identity.id, updb.lockout_duration_minutes, failures)
         ledger.forget(key)
     return False
 
