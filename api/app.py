@@ -15,20 +15,19 @@ import falcon
 import orjson
 from falcon import media
 
-from api import __version__, authentication, current, errors, info
+from api import ZITI_COMPAT_VERSION, __version__, authentication, current, errors, info
 from api.client import register_all as register_client
 from api.controller import Controller
 from api.http import DEFERRED_KEY
-from api.info import ZITI_COMPAT_VERSION
 from api.json_schemas import JsonSchemaChecker
-from api.limits import RequestLimits
 from api.maintenance import Maintenance
 from api.management import register_all as register_management
 from api.middleware import RequestMiddleware
 from api.routing import Routes
+from api.server.limits import RequestLimits
+from api.server.tls import TlsTrust
 from api.settings import Settings
 from api.system import ShortIds, SystemClock
-from api.tls import TlsTrust
 from api.views import Views
 from engine.entities import all as _all_kinds  # noqa: F401  (registers every entity kind)
 from engine.managers._base import Env

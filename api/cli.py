@@ -14,7 +14,7 @@ was executed with, which deleting from ``os.environ`` does not change).
 Every refusal is one line, ``trellis: <why>``, on stderr and exit status 2, before anything is
 changed: a setting not of its form (:mod:`api.settings` checks each the command reads), a home the
 command cannot use or one another server holds (:mod:`api.home`), an address ``serve`` cannot
-listen on (:func:`api.serve.check_bind`), a snapshot ``restore`` cannot use. ``--help`` (also
+listen on (:func:`api.server.serve.check_bind`), a snapshot ``restore`` cannot use. ``--help`` (also
 per command) lists the settings with their defaults and forms; ``--version`` the version.
 """
 
@@ -164,12 +164,16 @@ def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
     secure_home(settings)
     lock = home.hold(settings.home)  # held until this process (and its worker) exits
     home.wait_for_database(settings.db_path)
-    from api import serve as serving  # gunicorn and the app's modules: once the home is fine
+    from api.server import serve as serving  # gunicorn and the app's modules: once the home is fine
 
     serving.check_bind(settings)
     print(f"serving https://{settings.bind} (home {settings.home})", file=out, flush=True)
     try:
         serving.serve(settings)
+    except serving.StartFailed as ex:
+        if ex.args[0] == serving.WORKER_BOOT_ERROR:  # unexpected: the traceback is in the log
+            print("trellis: the server's worker failed to start (the log above says why)", file=sys.stderr)
+        raise SystemExit(1) from None
     finally:
         os.close(lock)
 
@@ -214,8 +218,7 @@ class VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=str(kwargs["help"]))
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        from api import __version__
-        from api.info import ZITI_COMPAT_VERSION
+        from api import ZITI_COMPAT_VERSION, __version__
 
         print(f"trellis {__version__} (OpenZiti controller API {ZITI_COMPAT_VERSION})")
         parser.exit()
@@ -253,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         serve_without_password()
     settings = Settings.from_env(command=args.command)
-    if args.command != "serve":  # serve configures gunicorn's logging and ours (api.serve)
+    if args.command != "serve":  # serve configures gunicorn's logging and ours (api.server.serve)
         from api.logs import configure_from_env
 
         configure_from_env()

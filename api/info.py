@@ -14,8 +14,6 @@ from api.middleware import NONE
 from api.routing import Route, Routes
 from engine.errors import NotFoundError
 
-#: The OpenZiti controller release whose API Trellis implements; clients gate features on it.
-ZITI_COMPAT_VERSION = "v1.6.0"
 BUILD_DATE = datetime(2026, 11, 22, tzinfo=UTC)
 #: Every capability value OpenZiti knows (``/enumerated-capabilities``); we advertise none.
 KNOWN_CAPABILITIES = ["OIDC_AUTH", "OIDC_AUTH_WITH_CSR", "HA_CONTROLLER"]

@@ -50,7 +50,7 @@ from typing import IO, Any
 import orjson
 from gunicorn import glogging
 
-from api.accesslog import access_fields, write_line
+from api.server.accesslog import access_fields, write_line
 from api.settings import BY_ENV
 from engine.logs import RESERVED
 
@@ -367,10 +367,10 @@ class GunicornLogger(glogging.Logger):  # type: ignore[misc]
     """gunicorn's logger class for ``trellis serve``: its error and access loggers hand their
     records to the root logger's handler (:func:`configure`, run here from the environment in
     the master and so inherited by the worker), and an access line is a structured record
-    (``api.accesslog.access_fields``) rather than Apache's combined format. The access log is
+    (``api.server.accesslog.access_fields``) rather than Apache's combined format. The access log is
     on when gunicorn's ``accesslog`` is set (``-``): its lines go to standard error with the rest."""
 
-    #: ``api.accesslog.AccessLog`` hands the access line to :meth:`access` as it is.
+    #: ``api.server.accesslog.AccessLog`` hands the access line to :meth:`access` as it is.
     structured = True
 
     def __init__(self, cfg: Any) -> None:
@@ -393,7 +393,7 @@ class GunicornLogger(glogging.Logger):  # type: ignore[misc]
             log.setLevel(logging.NOTSET)
 
     def access(self, resp: Any, req: Any, environ: Mapping[str, Any], request_time: timedelta) -> None:
-        """One request's access line (INFO): the fields of ``api.accesslog.access_fields``.
+        """One request's access line (INFO): the fields of ``api.server.accesslog.access_fields``.
 
         A record costs more than the line (making it, finding its caller: a third of a small
         request's logging): when the line would go only to :func:`configure`'s handlers, it is

@@ -16,11 +16,11 @@ from typing import Any
 import falcon
 import orjson
 
-from api.accesslog import REQUEST_ID_KEY
 from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
-from api.limits import RequestLimits
 from api.logs import bind_request_id, unbind_request_id
-from api.peer import parse_networks
+from api.server.accesslog import REQUEST_ID_KEY
+from api.server.limits import RequestLimits
+from api.server.peer import parse_networks
 from api.wire import ts
 from engine.errors import UnauthorizedError
 from engine.logs import event

@@ -450,7 +450,7 @@ class Settings:
     change_log_retain: int = DEFAULTS["TRELLIS_CHANGE_LOG_RETAIN"]
     threads: int = DEFAULTS["TRELLIS_THREADS"]
     cert_proxies: tuple[str, ...] = DEFAULTS["TRELLIS_CERT_PROXIES"]
-    #: The serving worker's time limits, in seconds (see api.worker).
+    #: The serving worker's time limits, in seconds (see api.server.worker).
     handshake_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_HANDSHAKE_SECONDS"]
     header_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_HEADER_SECONDS"]
     body_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_BODY_SECONDS"]

@@ -15,7 +15,7 @@ each one measures
   request (``Connection: close``).
 
 Options (``--variants``, comma-separated; default all): ``trellis`` (the asyncio worker,
-:mod:`api.worker`), ``gthread-8`` (before: 8 threads), ``gthread-64``, ``gthread-512``,
+:mod:`api.server.worker`), ``gthread-8`` (before: 8 threads), ``gthread-64``, ``gthread-512``,
 ``gthread-8-timeouts`` (8 threads, every client socket read/handshake limited to 2 s; a test-only
 worker defined here), ``gevent`` (gunicorn's gevent worker; needs ``gevent`` importable).
 
@@ -352,7 +352,7 @@ def running(
 
 def serve_variant(variant: str) -> None:
     """The server side of :func:`running` (``python -m bench.serving --serve VARIANT``)."""
-    from api.serve import TrellisServer
+    from api.server.serve import TrellisServer
     from api.settings import Settings
 
     overrides = VARIANTS[variant]

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from api.peer import PEER_CHAIN_KEY
+from api.server.peer import PEER_CHAIN_KEY
 from tests.unit.pki.conftest import ECDSA_WITH_SHA256, NETSCAPE_CERT_TYPE, SSL_CLIENT, der_tlv
 
 Key = ec.EllipticCurvePrivateKey

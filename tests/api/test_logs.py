@@ -18,7 +18,6 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from gunicorn.config import Config
 
-from api.accesslog import REQUEST_ID_KEY, AccessLog
 from api.logs import (
     GunicornLogger,
     LogSettings,
@@ -31,6 +30,7 @@ from api.logs import (
     parse_logfmt,
     unbind_request_id,
 )
+from api.server.accesslog import REQUEST_ID_KEY, AccessLog
 from api.settings import SettingError, Settings
 from engine.logs import Outage, event
 from engine.managers.bootstrap import create_default_admin

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from api.limits import RateLimiter, is_authentication
+from api.server.limits import RateLimiter, is_authentication
 from api.settings import Settings
 from engine.entities.identities import ApiSession
 from tests.api.certs import unique

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from api.limits import RateLimiter
-from api.serve import TrellisServer
+from api.server.limits import RateLimiter
+from api.server.serve import TrellisServer
 from api.settings import Settings
 from engine.entities.identities import ApiSession, ApiSessionCertificate, Authenticator, Identity
 from engine.entities.sessions import Session

@@ -1,4 +1,4 @@
-"""The listener's ``SSLContext`` (``api.tls``): a client certificate of any issuer passes the
+"""The listener's ``SSLContext`` (``api.server.tls``): a client certificate of any issuer passes the
 handshake, which still hands over exactly the chain the client sent (leaf first).
 
 Handshakes run in memory (``ssl.MemoryBIO``) between the context and a client presenting a
@@ -15,8 +15,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from api.tls import ServerContext, accept_any_client_certificate, build_context
-from api.worker import peer_cert_chain
+from api.server.tls import ServerContext, accept_any_client_certificate, build_context
+from api.server.worker import peer_cert_chain
 from pki import PkiPaths
 from tests.api.certs import ThirdPartyCa, key_pem
 
@@ -54,7 +54,7 @@ def client_context(pair: tuple[str, str], version: ssl.TLSVersion) -> ssl.SSLCon
 
 def handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext) -> tuple[bytes, ...]:
     """A handshake plus one byte of application data; the chain the serving worker reads from the
-    server's side (:func:`api.worker.peer_cert_chain`: DER, leaf first). Raises ``ssl.SSLError``
+    server's side (:func:`api.server.worker.peer_cert_chain`: DER, leaf first). Raises ``ssl.SSLError``
     when either side refuses."""
     to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
     from_server, from_client = ssl.MemoryBIO(), ssl.MemoryBIO()

@@ -274,6 +274,27 @@ def test_restore_refuses_a_missing_or_broken_snapshot(tmp_path: Path, home: Path
     assert (home / "trellis.duckdb").read_bytes() == before
 
 
+def test_a_corrupt_database_stops_serve_with_one_line_and_no_retries(tmp_path: Path, home: Path) -> None:
+    """A database the worker cannot open is not a crash to retry: one ``trellis:`` line naming
+    the home and DuckDB's reason, exit status 1, no traceback, no second worker."""
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    database = copy / "trellis.duckdb"
+    with database.open("r+b") as f:
+        f.seek(4096)
+        f.write(os.urandom(65536))
+
+    done = trellis("serve", env=serve_env(copy))
+
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    ours = [line for line in done.stderr.splitlines() if line.startswith("trellis: ")]
+    assert len(ours) == 1, done.stderr
+    assert ours[0].startswith(f"trellis: cannot start on {copy}: "), done.stderr
+    assert "orrupt" in ours[0] or "checksum" in ours[0], ours
+    assert done.stderr.count("Booting worker") == 1, done.stderr
+
+
 # -- with a server running -----------------------------------------------------------------------
 
 

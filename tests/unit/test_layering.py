@@ -179,3 +179,21 @@ def test_resources_and_wire_schemas_reach_storage_and_pki_only_through_ports() -
         if layers:
             offenders[str(path.relative_to(ROOT))] = layers
     assert offenders == {}
+
+
+def test_the_http_server_knows_no_edge_api() -> None:
+    """``api/server`` is the HTTP server ``trellis serve`` runs: it reaches the app only by
+    building it (``api.app``), never a resource module or a wire schema."""
+    resources = set()
+    for path in sorted((ROOT / "api").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        if _defines_register(tree) or "schemas" in path.relative_to(ROOT).parts:
+            resources.add(_module_name(path))
+    assert "api.client.services" in resources
+    offenders = {}
+    for path in sorted((ROOT / "api" / "server").glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        reached = sorted(m for m in _runtime_imports(path, tree) if m in resources)
+        if reached:
+            offenders[_module_name(path)] = reached
+    assert offenders == {}

@@ -63,9 +63,9 @@ from urllib.parse import unquote_to_bytes
 import orjson
 from gunicorn.workers.base import Worker
 
-from api.accesslog import AccessLog, redact_uri
 from api.errors import envelope
 from api.http import DEFERRED_KEY
+from api.server.accesslog import AccessLog, redact_uri
 from engine import errors as e
 from engine.ports import Durable
 
@@ -505,7 +505,7 @@ def peer_cert_chain(transport: asyncio.BaseTransport) -> tuple[bytes, ...]:
     """The certificate chain the client sent, in DER, leaf first, as sent; () without one.
 
     Nothing here is verified: the listener's context may let any chain through the handshake
-    (``api.tls``; the client proved it holds the leaf's key), and whoever uses the chain checks
+    (``api.server.tls``; the client proved it holds the leaf's key), and whoever uses the chain checks
     its signatures (OpenZiti's ``PeerCertificates``).
     """
     sslobj = transport.get_extra_info("ssl_object")
@@ -557,7 +557,7 @@ class _AppResult:
 
 
 class TrellisWorker(Worker):  # type: ignore[misc]
-    """gunicorn worker class ``api.worker.TrellisWorker`` (see the module docstring)."""
+    """gunicorn worker class ``api.server.worker.TrellisWorker`` (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -1,28 +1,31 @@
-"""``trellis serve``: gunicorn, one worker (:class:`api.worker.TrellisWorker`), TLS with optional
+"""``trellis serve``: gunicorn, one worker (:class:`api.server.worker.TrellisWorker`), TLS with optional
 client certificates.
 
 One worker because one process may open the DuckDB file read-write (docs/architecture.md §5); the app
 (and so the database) is loaded in the worker after the fork. The worker's event loop does the
 network (TLS handshakes, reading requests, with time limits) and ``settings.threads`` threads run
-the app, so clients that stall hold no thread (see api/worker.py and ``python -m bench serving``).
+the app, so clients that stall hold no thread (see api/server/worker.py and ``python -m bench serving``).
 """
 
 from __future__ import annotations
 
 import errno
 import gc
+import os
 import socket
 import ssl
 from collections.abc import Callable
 from typing import Any
 
+import duckdb
 from gunicorn.app.base import BaseApplication
+from gunicorn.errors import AppImportError
 
-from api.info import ZITI_COMPAT_VERSION
+from api import ZITI_COMPAT_VERSION
 from api.logs import gunicorn_options
+from api.server.tls import build_context
+from api.server.worker import Limits
 from api.settings import SettingError, Settings, split_address
-from api.tls import build_context
-from api.worker import Limits
 from pki.authority import PkiPaths
 
 
@@ -66,7 +69,7 @@ def check_bind(settings: Settings) -> None:
 
 def tls_context(paths: PkiPaths) -> ssl.SSLContext:
     """The fallback context (when the app has no live one): client certificates of any issuer
-    let through, as in the app's (``api.tls``); should that not be possible, our own CA chain
+    let through, as in the app's (``api.server.tls``); should that not be possible, our own CA chain
     is the only one trusted in the handshake."""
     return build_context(paths, [paths.ca_bundle.read_text()])
 
@@ -108,7 +111,7 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         options = {
             "bind": self.settings.bind,
             "workers": 1,
-            "worker_class": "api.worker.TrellisWorker",
+            "worker_class": "api.server.worker.TrellisWorker",
             "threads": self.settings.threads,
             # Connections cost a file and some memory, no thread: room for many stalled ones.
             "worker_connections": 4096,
@@ -147,6 +150,13 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         try:
             self._app = create_app(self.settings)
             gc.freeze()
+        except (duckdb.Error, OSError) as ex:
+            # The data underneath cannot be used (a corrupt or unreadable database file, a
+            # journal that cannot be replayed, a PKI file gone): one line, no traceback, and the
+            # exit status gunicorn gives "the app failed to load", which stops it at once (the
+            # CLI's exit status 1). gunicorn prints this error's text, itself, on stderr.
+            reason = " ".join(str(ex).split()) or type(ex).__name__
+            raise AppImportError(f"trellis: cannot start on {self.settings.home}: {reason}") from None
         finally:
             if collecting:
                 gc.enable()
@@ -154,5 +164,23 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         return self._app
 
 
+#: gunicorn's exit status for a worker that failed to boot (an unexpected error, with its
+#: traceback in the log) and for an app that failed to load (the data underneath, one line).
+WORKER_BOOT_ERROR = 3
+APP_LOAD_ERROR = 4
+
+
+class StartFailed(Exception):
+    """The server stopped because its worker could not start; what it said is on stderr."""
+
+
 def serve(settings: Settings) -> None:
-    TrellisServer(settings).run()
+    """Serve until stopped; :class:`StartFailed` when the worker could not start."""
+    master = os.getpid()
+    try:
+        TrellisServer(settings).run()
+    except SystemExit as ex:
+        # The worker is a fork of this process: its own exit passes through here too, unchanged.
+        if os.getpid() == master and ex.code in (WORKER_BOOT_ERROR, APP_LOAD_ERROR):
+            raise StartFailed(ex.code) from None
+        raise
