@@ -1,6 +1,6 @@
 """An insertion-ordered map whose successive versions share most of their entries.
 
-The published state (:mod:`storage.memory`) is never changed in place: each batch makes a new
+The published state (:mod:`storage.state`) is never changed in place: each batch makes a new
 version of every table it touches. Copying a table's dicts for that cost O(rows) per batch (at
 tier L, ~1 ms a batch once 20k sessions were open: a tenth of a session's creation). A
 :class:`Layered` map is a shared *base* dict plus the changes made since (values of base keys

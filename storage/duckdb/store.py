@@ -47,7 +47,7 @@ from storage.duckdb.migrations import (
 )
 from storage.duckdb.writer import Database, LocalDatabase, ProcessDatabase, Statement, connect, execute
 from storage.files import restrict_umask, tighten
-from storage.memory import MemoryStore
+from storage.group_commit import GroupCommitStore
 
 _CONFIG = {
     "autoinstall_known_extensions": "false",
@@ -238,8 +238,8 @@ def continuing(records: Sequence[Record], done: int) -> tuple[list[Record], tupl
     return out, None
 
 
-class DuckDBStore(MemoryStore):
-    """A group-commit ``Store`` on a DuckDB file (see :mod:`storage.memory` for the write path).
+class DuckDBStore(GroupCommitStore):
+    """A group-commit ``Store`` on a DuckDB file (see :mod:`storage.group_commit` for the write path).
 
     A batch is one DuckDB transaction: the entity tables take each key's last change and the
     ``change_log`` table every change, numbered. The log is kept to the newest

@@ -309,7 +309,7 @@ def test_a_deferred_write_that_is_refused_reports_its_error(store: DuckDBStore) 
 
 def test_after_a_costly_publish_the_committer_gathers_writes_before_the_next_batch(tmp_path: Path) -> None:
     """As PostgreSQL's commit_delay: only once publishing is costly, never longer than the cap."""
-    from storage.memory import GATHER_AFTER_SECONDS, GATHER_MAX_SECONDS
+    from storage.group_commit import GATHER_AFTER_SECONDS, GATHER_MAX_SECONDS
 
     store = DuckDBStore(tmp_path / "t.duckdb", journal=True)
     costly = threading.Event()
