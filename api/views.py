@@ -22,9 +22,12 @@ import falcon
 from api.controller import Controller
 from api.http import Loaded, list_response
 from api.middleware import ADMIN
+from api.schemas.auth_policies import AUTH_POLICY_SYMBOLS, render_auth_policy
 from api.schemas.authenticators import authenticator_symbols, render_authenticator
+from api.schemas.cas import CA_SYMBOLS, render_ca
 from api.schemas.configs import CONFIG_TYPE_SYMBOLS, config_symbols, render_config, render_config_type
 from api.schemas.enrollments import enrollment_symbols, render_enrollment
+from api.schemas.external_jwt_signers import EXTERNAL_JWT_SIGNER_SYMBOLS, render_external_jwt_signer
 from api.schemas.identities import identity_form, identity_symbols, render_identity
 from api.schemas.policies import (
     EDGE_ROUTER_POLICY_SYMBOLS,
@@ -38,14 +41,6 @@ from api.schemas.posture import render_policy_posture, render_posture_queries
 from api.schemas.posture_checks import POSTURE_CHECK_SYMBOLS, render_posture_check
 from api.schemas.routers import EDGE_ROUTER_SYMBOLS, ROUTER_SYMBOLS, render_edge_router, render_router
 from api.schemas.services import SERVICE_SYMBOLS, render_service, service_form, service_permissions
-from api.schemas.trust import (
-    AUTH_POLICY_SYMBOLS,
-    CA_SYMBOLS,
-    EXTERNAL_JWT_SIGNER_SYMBOLS,
-    render_auth_policy,
-    render_ca,
-    render_external_jwt_signer,
-)
 from api.wire import Forms
 from engine.entities import Entity
 from engine.entities.identities import Authenticator, Enrollment, Identity

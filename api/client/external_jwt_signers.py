@@ -14,7 +14,10 @@ from api.controller import Controller
 from api.http import list_response
 from api.middleware import NONE
 from api.routing import Routes
-from api.schemas.trust import client_external_jwt_signer_symbols, render_client_external_jwt_signer
+from api.schemas.external_jwt_signers import (
+    client_external_jwt_signer_symbols,
+    render_client_external_jwt_signer,
+)
 
 
 class ClientExternalJwtSigners:

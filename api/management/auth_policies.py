@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from api.resources import mount, view_family
 from api.routing import Routes
-from api.schemas.trust import (
-    AuthPolicyCreate,
-    AuthPolicyPatch,
-    AuthPolicyUpdate,
-    auth_policy_fields,
-)
+from api.schemas.auth_policies import AuthPolicyCreate, AuthPolicyPatch, AuthPolicyUpdate, auth_policy_fields
 
 
 def register(routes: Routes) -> None:

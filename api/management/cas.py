@@ -15,7 +15,7 @@ import falcon
 from api.http import empty, read_body
 from api.resources import Family, FamilyCollection, FamilyItem, Mode, model_fields, view_family
 from api.routing import Routes
-from api.schemas.trust import CaCreate, CaPatch, CaUpdate, external_id_claim
+from api.schemas.cas import CaCreate, CaPatch, CaUpdate, external_id_claim
 from api.wire import WireModel
 from engine.entities.trust import Ca
 from engine.managers.cas import CaManager

@@ -13,7 +13,7 @@ from typing import Any
 
 from api.resources import Mode, model_fields, mount, view_family
 from api.routing import Routes
-from api.schemas.trust import (
+from api.schemas.external_jwt_signers import (
     SIGNER_NULLABLE,
     ExternalJwtSignerCreate,
     ExternalJwtSignerPatch,
