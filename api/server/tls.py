@@ -33,45 +33,17 @@ decision, and enrollment refuses expired ones.
 
 from __future__ import annotations
 
-import _ssl
-import ctypes
 import logging
 import ssl
-import sys
 import threading
 
 from engine.entities.trust import Ca
 from engine.managers.registry import Managers
 from engine.ports import Change, iter_changes
 from pki import PkiPaths
+from pki.tls import X509_V_FLAG_NO_CHECK_TIME, ServerContext, accept_any_client_certificate
 
 log = logging.getLogger(__name__)
-
-#: OpenSSL's ``X509_V_FLAG_NO_CHECK_TIME``; Python 3.11's ``VerifyFlags`` has no name for it.
-X509_V_FLAG_NO_CHECK_TIME = 0x200000
-#: OpenSSL's ``SSL_VERIFY_PEER`` and ``SSL_VERIFY_FAIL_IF_NO_PEER_CERT``.
-SSL_VERIFY_PEER = 0x01
-SSL_VERIFY_FAIL_IF_NO_PEER_CERT = 0x02
-#: CPython versions whose ``PySSLContext`` (Modules/_ssl.c) starts with ``SSL_CTX *ctx`` right
-#: after ``PyObject_HEAD``; on any other the callback is not installed.
-KNOWN_LAYOUTS = frozenset({(3, 10), (3, 11), (3, 12), (3, 13)})
-
-#: ``int (*)(X509_STORE_CTX *, void *)``, the type of ``SSL_CTX_set_cert_verify_callback``'s callback.
-CertVerifyCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-
-
-def _accept_any_chain(store_ctx: int | None, arg: int | None) -> int:
-    """The certificate-verify callback: every chain is accepted (1); the application judges it."""
-    return 1
-
-
-class ServerContext(ssl.SSLContext):
-    """The listener's ``SSLContext``; keeps alive the C callback installed on its ``SSL_CTX``."""
-
-    #: Whether a client certificate of any issuer is let through the handshake.
-    accepts_any_client_cert: bool = False
-    #: The ``ctypes`` callback object OpenSSL calls (must live as long as the ``SSL_CTX``).
-    _verify_callback: object = None
 
 
 def trusted_ca_pems(managers: Managers) -> list[str]:
@@ -104,56 +76,6 @@ def build_context(paths: PkiPaths, ca_pems: list[str]) -> ServerContext:
             problem,
         )
     return ctx
-
-
-def accept_any_client_certificate(ctx: ServerContext) -> str | None:
-    """Let any client certificate chain through ``ctx``'s handshakes; None when done, else why not
-    (``ctx`` is then unchanged). ``ctx`` must be a new server context asking for optional client
-    certificates (``CERT_OPTIONAL``) that no connection uses yet."""
-    if sys.implementation.name != "cpython" or sys.version_info[:2] not in KNOWN_LAYOUTS:
-        return f"unknown SSLContext layout in {sys.implementation.name} {sys.version_info[:2]}"
-    if not isinstance(ctx, _ssl._SSLContext) or ctx.verify_mode != ssl.CERT_OPTIONAL:
-        return "not a server context asking for optional client certificates"
-    if _ssl._SSLContext.__basicsize__ < object.__basicsize__ + ctypes.sizeof(ctypes.c_void_p):
-        return "unexpected SSLContext size"
-    try:
-        # dlsym on the extension module's handle also searches the libraries it is linked with:
-        # these are the OpenSSL functions the ssl module itself calls.
-        lib = ctypes.CDLL(getattr(_ssl, "__file__", None))
-        version_num = lib.OpenSSL_version_num
-        get_verify_mode = lib.SSL_CTX_get_verify_mode
-        get_options = lib.SSL_CTX_get_options
-        set_cert_verify_callback = lib.SSL_CTX_set_cert_verify_callback
-    except (OSError, AttributeError) as ex:
-        return f"OpenSSL functions not found: {ex}"
-    version_num.argtypes, version_num.restype = [], ctypes.c_ulong
-    if version_num() != ssl.OPENSSL_VERSION_NUMBER:
-        return f"the OpenSSL found is {version_num():#x}, the ssl module's {ssl.OPENSSL_VERSION_NUMBER:#x}"
-    get_verify_mode.argtypes, get_verify_mode.restype = [ctypes.c_void_p], ctypes.c_int
-    # ``uint64_t`` from OpenSSL 3.0, ``unsigned long`` before.
-    options_type = ctypes.c_uint64 if ssl.OPENSSL_VERSION_INFO >= (3, 0) else ctypes.c_ulong
-    get_options.argtypes, get_options.restype = [ctypes.c_void_p], options_type
-    set_cert_verify_callback.argtypes = [ctypes.c_void_p, CertVerifyCallback, ctypes.c_void_p]
-    set_cert_verify_callback.restype = None
-    ssl_ctx = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
-    if not ssl_ctx:
-        return "no SSL_CTX pointer"
-    # The pointer must follow what the public API sets on this very context.
-    try:
-        observed = [get_verify_mode(ssl_ctx)]
-        ctx.verify_mode = ssl.CERT_REQUIRED
-        observed.append(get_verify_mode(ssl_ctx))
-    finally:
-        ctx.verify_mode = ssl.CERT_OPTIONAL
-    observed.append(get_verify_mode(ssl_ctx))
-    expected = [SSL_VERIFY_PEER, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, SSL_VERIFY_PEER]
-    if observed != expected or get_options(ssl_ctx) != int(ctx.options):
-        return "the SSL_CTX pointer does not check out"
-    callback = CertVerifyCallback(_accept_any_chain)
-    ctx._verify_callback = callback  # before OpenSSL can call it
-    set_cert_verify_callback(ssl_ctx, callback, None)
-    ctx.accepts_any_client_cert = True
-    return None
 
 
 class TlsTrust:

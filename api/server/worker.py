@@ -35,7 +35,6 @@ Measurements and the options compared: ``bench/serving.py`` (``python -m bench s
 
 from __future__ import annotations
 
-import _ssl
 import asyncio
 import asyncio.sslproto as asyncio_sslproto
 import concurrent.futures
@@ -68,6 +67,7 @@ from api.http import DEFERRED_KEY
 from api.server.accesslog import AccessLog, redact_uri
 from engine import errors as e
 from engine.ports import Durable
+from pki.tls import peer_cert_chain
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
@@ -81,9 +81,6 @@ _READ_HIGH_WATER = 256 * 1024
 #: connection, from its first byte: 300 KiB of memory per stalled TLS connection. Two TLS records.
 _TLS_READ_BUFFER = 32 * 1024
 _CHUNK_LINE_BYTES = 4096
-#: Certificates of a client's chain handed to the app (TLS lets a client send ~100 KiB of them);
-#: more than a client chain needs, as a proxy's ``X-Client-CertPem`` may carry 8.
-_MAX_PEER_CHAIN = 10
 #: How long a request run on the event loop waits for its deferred writes (then 503).
 DURABLE_WAIT = 60.0
 
@@ -499,31 +496,6 @@ class Peer:
     server: tuple[str, str]
     scheme: str
     cert_chain: tuple[bytes, ...]
-
-
-def peer_cert_chain(transport: asyncio.BaseTransport) -> tuple[bytes, ...]:
-    """The certificate chain the client sent, in DER, leaf first, as sent; () without one.
-
-    Nothing here is verified: the listener's context may let any chain through the handshake
-    (``api.server.tls``; the client proved it holds the leaf's key), and whoever uses the chain checks
-    its signatures (OpenZiti's ``PeerCertificates``).
-    """
-    sslobj = transport.get_extra_info("ssl_object")
-    if sslobj is None:
-        return ()
-    leaf = sslobj.getpeercert(binary_form=True)
-    if not leaf:
-        return ()
-    inner = getattr(sslobj, "_sslobj", None)  # CPython 3.11: private; public from 3.13
-    get_chain = getattr(inner, "get_unverified_chain", None)
-    sent: tuple[bytes, ...] = ()
-    if get_chain is not None:
-        with suppress(Exception):
-            chain = get_chain() or ()
-            sent = tuple(cert.public_bytes(_ssl.ENCODING_DER) for cert in chain[:_MAX_PEER_CHAIN])
-    # CPython puts the leaf first on the server side (OpenSSL's peer chain lacks it there); should
-    # the chain come without it (another version, a resumed session), the leaf is added.
-    return sent if sent[:1] == (leaf,) else (leaf, *sent[: _MAX_PEER_CHAIN - 1])
 
 
 # -- access log stand-ins (gunicorn's Logger.access reads these attributes) ------------------------

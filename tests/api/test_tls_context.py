@@ -15,9 +15,9 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from api.server.tls import ServerContext, accept_any_client_certificate, build_context
-from api.server.worker import peer_cert_chain
+from api.server.tls import build_context
 from pki import PkiPaths
+from pki.tls import ServerContext, accept_any_client_certificate, peer_cert_chain
 from tests.api.certs import ThirdPartyCa, key_pem
 
 VERSIONS = [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3]
@@ -54,7 +54,7 @@ def client_context(pair: tuple[str, str], version: ssl.TLSVersion) -> ssl.SSLCon
 
 def handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext) -> tuple[bytes, ...]:
     """A handshake plus one byte of application data; the chain the serving worker reads from the
-    server's side (:func:`api.server.worker.peer_cert_chain`: DER, leaf first). Raises ``ssl.SSLError``
+    server's side (:func:`pki.tls.peer_cert_chain`: DER, leaf first). Raises ``ssl.SSLError``
     when either side refuses."""
     to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
     from_server, from_client = ssl.MemoryBIO(), ssl.MemoryBIO()
