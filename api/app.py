@@ -7,8 +7,11 @@ process share nothing.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import ssl
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import falcon
@@ -17,6 +20,7 @@ from falcon import media
 
 from api import ZITI_COMPAT_VERSION, __version__, authentication, current, errors, info
 from api.client import register_all as register_client
+from api.control import ControlServer
 from api.controller import Controller
 from api.http import DEFERRED_KEY
 from api.json_schemas import JsonSchemaChecker
@@ -128,6 +132,36 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
     limits: RequestLimits
     #: The expired-session purge ticker (stopped until ``maintenance.start()``: ``trellis serve``).
     maintenance: Maintenance
+    #: The control listener, once :meth:`serve_alongside` runs it.
+    control: ControlServer | None = None
+
+    async def serve_alongside(
+        self, loop: asyncio.AbstractEventLoop, executor: concurrent.futures.Executor
+    ) -> Callable[[], Awaitable[None]]:
+        """Serve, on the server's event loop, what runs beside the HTTP API: the control listener
+        edge routers connect to (``TRELLIS_CTRL_BIND``, ``api.control``), its engine calls on
+        ``executor``. The answer stops it. An address that cannot be bound is logged and the API
+        served all the same."""
+        settings = self.ctrl.settings
+        server = ControlServer(
+            self.ctrl,
+            PkiPaths.in_directory(settings.pki_dir),
+            loop=loop,
+            executor=executor,
+            address=settings.ctrl_bind,
+        )
+        try:
+            await server.start()
+        except Exception as ex:  # OSError mostly: the address is taken or not this machine's
+            log.error(
+                "the control listener cannot listen on %s (%s): edge routers cannot connect",
+                settings.ctrl_bind,
+                getattr(ex, "strerror", None) or ex,
+            )
+            return _nothing
+        self.control = server
+        log.info("edge routers connect to %s", settings.ctrl_bind)
+        return server.stop
 
     def tls_context(self) -> ssl.SSLContext:
         """The TLS context for a new connection: trusts our CA and the verified third-party CAs now."""
@@ -160,6 +194,10 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
                 return super().__call__(env, start_response)
         with store.pinned(), store.deferring(deferred):
             return super().__call__(env, start_response)
+
+
+async def _nothing() -> None:
+    """What stops nothing."""
 
 
 def create_app(

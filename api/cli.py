@@ -21,6 +21,7 @@ per command) lists the settings with their defaults and forms; ``--version`` the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import textwrap
@@ -117,6 +118,10 @@ def init(settings: Settings, *, out: TextIO = sys.stdout) -> bool:
             else:
                 print(f"created admin 'admin' with the password from {source}", file=out)
             created = True
+        if settings.router:
+            from api import embedded_router
+
+            created = embedded_router.ensure(ctrl, settings, out=out) or created
     finally:
         ctrl.env.store.close()
     return created
@@ -158,6 +163,47 @@ def restore(settings: Settings, snapshot: Path, *, out: TextIO = sys.stdout) -> 
         print(f"the replaced database is kept as {aside}", file=out)
 
 
+def router_enroll(settings: Settings, jwt_file: Path, *, out: TextIO = sys.stdout) -> None:
+    """Enroll a standalone router into ``TRELLIS_ROUTER_HOME`` with the JWT in ``jwt_file``."""
+    from router import identity
+    from router.enroll import EnrollError, enroll, free_port
+
+    directory = settings.router_home
+    if identity.is_enrolled(directory):
+        raise SettingError(f"TRELLIS_ROUTER_HOME {directory} already holds an enrolled router")
+    try:
+        token = jwt_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as ex:
+        raise SettingError(
+            f"router enroll: cannot read {jwt_file}: {getattr(ex, 'strerror', None) or ex}"
+        ) from None
+    bind = settings.router_edge_bind or f"127.0.0.1:{free_port()}"
+    host = bind.rpartition(":")[0].strip("[]")
+    advertise = settings.router_advertise or ("localhost" if host in ("0.0.0.0", "::") else host)
+    try:
+        record = enroll(token, directory, ctrl=settings.router_ctrl, edge=bind, advertise=advertise)
+    except EnrollError as ex:
+        raise SettingError(f"router enroll: {ex}") from None
+    print(
+        f"enrolled edge router {record.name} ({record.id}) in {directory}; SDKs reach it at {record.edge_url}",
+        file=out,
+    )
+
+
+def router_run(settings: Settings) -> None:
+    """Run the router enrolled in ``TRELLIS_ROUTER_HOME`` until stopped."""
+    from router import identity
+    from router.main import run_router
+
+    try:
+        record = identity.load(settings.router_home)
+    except identity.IdentityError as ex:
+        raise SettingError(f"TRELLIS_ROUTER_HOME: {ex}") from None
+    if settings.router_ctrl:
+        record = dataclasses.replace(record, ctrl=settings.router_ctrl)
+    run_router(settings.router_home, record)
+
+
 def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
     """Check the home, take its server lock, check the address, then serve until stopped."""
     home.check(settings.home, "serve")
@@ -167,7 +213,10 @@ def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
     from api.server import serve as serving  # gunicorn and the app's modules: once the home is fine
 
     serving.check_bind(settings)
+    from api import embedded_router
+
     print(f"serving https://{settings.bind} (home {settings.home})", file=out, flush=True)
+    router = embedded_router.spawn(settings)
     try:
         serving.serve(settings)
     except serving.StartFailed as ex:
@@ -175,6 +224,7 @@ def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
             print("trellis: the server's worker failed to start (the log above says why)", file=sys.stderr)
         raise SystemExit(1) from None
     finally:
+        embedded_router.stop(router)
         os.close(lock)
 
 
@@ -201,6 +251,13 @@ COMMAND_HELP = {
         "serve the client and management APIs over HTTPS (after init)",
         "Serve the edge client and management APIs over HTTPS on TRELLIS_BIND, in the "
         "foreground, until Ctrl-C. Needs a home made by `trellis init`; one server per home.",
+    ),
+    "router": (
+        "enroll or run an edge router (trellis router enroll JWT_FILE | trellis router run)",
+        "An edge router: OpenZiti SDKs connect to it and it relays their traffic; it connects to "
+        "the controller's control listener. `enroll JWT_FILE` enrolls it with the JWT of an edge "
+        "router made in the management API into TRELLIS_ROUTER_HOME; `run` runs it there until "
+        "Ctrl-C.",
     ),
     "restore": (
         "replace the database with a snapshot (server stopped)",
@@ -249,13 +306,29 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if command == "restore":
             one.add_argument("snapshot", type=Path, help="a snapshot file (trellis.duckdb-YYYYMMDD-HHMMSS)")
+        if command == "router":
+            actions = one.add_subparsers(title="actions", dest="action", required=True, metavar="<action>")
+            enroll = actions.add_parser(
+                "enroll",
+                help="enroll with an edge router's one-time JWT",
+                epilog=_settings_epilog("router-enroll"),
+                formatter_class=raw,
+            )
+            enroll.add_argument("jwt", type=Path, help="a file holding the enrollment JWT")
+            actions.add_parser(
+                "run",
+                help="run the enrolled router",
+                epilog=_settings_epilog("router-run"),
+                formatter_class=raw,
+            )
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         serve_without_password()
-    settings = Settings.from_env(command=args.command)
+    command = f"router-{args.action}" if args.command == "router" else args.command
+    settings = Settings.from_env(command=command)
     if args.command != "serve":  # serve configures gunicorn's logging and ours (api.server.serve)
         from api.logs import configure_from_env
 
@@ -267,6 +340,10 @@ def run(args: argparse.Namespace) -> int:
         serve(settings)
     elif args.command == "restore":
         restore(settings, args.snapshot)
+    elif command == "router-enroll":
+        router_enroll(settings, args.jwt)
+    elif command == "router-run":
+        router_run(settings)
     return 0
 
 

@@ -187,6 +187,21 @@ def address(text: str) -> str:
     return text
 
 
+def optional_host(text: str) -> str:
+    """A host name or IP address (no port), or "" for none."""
+    if not text:
+        return ""
+    host = text.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    if not is_host_name(host):
+        raise Invalid()
+    return host
+
+
 ADDRESS_FORM = "host:port with a port from 1 to 65535 (an IPv6 address in brackets: [::1]:1280)"
 
 
@@ -255,6 +270,10 @@ ORIGINS_FORM = "comma-separated origins (scheme://host[:port]) or *"
 
 #: The commands that read settings (``trellis <command>``), and those that open the database.
 ALL = ("init", "serve", "restore")
+#: ``trellis router enroll`` and ``trellis router run``.
+ROUTER = ("router-enroll", "router-run")
+#: Every command that reads settings.
+COMMANDS = ALL + ROUTER
 STORE = ("init", "serve")
 
 SETTINGS: tuple[Setting, ...] = (
@@ -264,6 +283,11 @@ SETTINGS: tuple[Setting, ...] = (
         ALL, Path, shown_default="`./.trellis`",
     ),
     Setting("TRELLIS_BIND", "bind", "127.0.0.1:1280", ADDRESS_FORM, "the HTTPS listen address", parser=address),
+    Setting(
+        "TRELLIS_CTRL_BIND", "ctrl_bind", "127.0.0.1:6262", ADDRESS_FORM,
+        "the control listener's address: edge routers connect here (mutual TLS, channel v2)",
+        ("init", "serve"), parser=address,
+    ),
     Setting(
         "TRELLIS_ADVERTISE", "advertise", "", ADDRESS_FORM,
         "the `host:port` clients use to reach the API (enrollment JWT `iss`, `apiBaseUrls`); unset: the "
@@ -399,6 +423,35 @@ SETTINGS: tuple[Setting, ...] = (
         detail="An MFA check's timeout lapses with time",
     ),
     Setting(
+        "TRELLIS_ROUTER", "router", "on", "on or off",
+        "`on`: `init` creates and enrolls an edge router in `TRELLIS_HOME/router` and `serve` runs it "
+        "beside the controller; `off`: neither",
+        ("init", "serve"), parser=switch,
+        detail="The embedded router is named `trellis-router` (`#public`, tunneler enabled); the first "
+        "`init` also creates the policies `all-identities-public-routers` and `all-services-all-routers`",
+    ),
+    Setting(
+        "TRELLIS_ROUTER_HOME", "router_home", ".trellis-router", "a directory path",
+        "a standalone router's directory: its key, certificates and `router.json`",
+        ROUTER, Path, shown_default="`./.trellis-router`",
+    ),
+    Setting(
+        "TRELLIS_ROUTER_EDGE_BIND", "router_edge_bind", "", ADDRESS_FORM,
+        "where a router being enrolled will listen for SDKs; kept in its `router.json`",
+        ("init", "router-enroll"), parser=optional_address, shown_default="127.0.0.1 and a free port",
+    ),
+    Setting(
+        "TRELLIS_ROUTER_ADVERTISE", "router_advertise", "", "a host name or IP address",
+        "the host SDKs are told to reach a router being enrolled at (`tls://host:port`)",
+        ("init", "router-enroll"), parser=optional_host, shown_default="the edge bind host",
+    ),
+    Setting(
+        "TRELLIS_ROUTER_CTRL", "router_ctrl", "", ADDRESS_FORM,
+        "the controller's control address: `enroll` keeps it in `router.json`, `run` uses it instead of "
+        "the kept one when set",
+        ROUTER, parser=optional_address, shown_default="the JWT's host, port 6262",
+    ),
+    Setting(
         "TRELLIS_JWKS_ALLOW_LOOPBACK", "jwks_allow_loopback", "off", "on or off",
         "`on`: external JWT signers' `jwksEndpoint` may be on a loopback address (an identity "
         "provider on the controller's own host); `off`: refused when set (400) and when fetched",
@@ -437,6 +490,8 @@ class Settings:
 
     home: Path = DEFAULTS["TRELLIS_HOME"]
     bind: str = DEFAULTS["TRELLIS_BIND"]
+    #: Where edge routers connect (api.control).
+    ctrl_bind: str = DEFAULTS["TRELLIS_CTRL_BIND"]
     advertise: str = DEFAULTS["TRELLIS_ADVERTISE"]
     sans: tuple[str, ...] = DEFAULTS["TRELLIS_SAN"]
     session_timeout: timedelta = DEFAULTS["TRELLIS_SESSION_TIMEOUT_MINUTES"]
@@ -471,6 +526,12 @@ class Settings:
     posture_interval: float = DEFAULTS["TRELLIS_POSTURE_INTERVAL_SECONDS"]
     cors_origins: tuple[str, ...] = DEFAULTS["TRELLIS_CORS_ORIGINS"]
     jwks_allow_loopback: bool = DEFAULTS["TRELLIS_JWKS_ALLOW_LOOPBACK"]
+    #: The embedded edge router, and a router's enrollment (see router.identity).
+    router: bool = DEFAULTS["TRELLIS_ROUTER"]
+    router_home: Path = DEFAULTS["TRELLIS_ROUTER_HOME"]
+    router_edge_bind: str = DEFAULTS["TRELLIS_ROUTER_EDGE_BIND"]
+    router_advertise: str = DEFAULTS["TRELLIS_ROUTER_ADVERTISE"]
+    router_ctrl: str = DEFAULTS["TRELLIS_ROUTER_CTRL"]
     #: The log's lowest level and line format (see api.logs).
     log_level: str = DEFAULTS["TRELLIS_LOG_LEVEL"]
     log_format: str = DEFAULTS["TRELLIS_LOG_FORMAT"]
@@ -483,6 +544,11 @@ class Settings:
     @property
     def pki_dir(self) -> Path:
         return self.home / "pki"
+
+    @property
+    def embedded_router_dir(self) -> Path:
+        """The embedded edge router's directory (``TRELLIS_ROUTER``)."""
+        return self.home / "router"
 
     @property
     def advertised_address(self) -> str:

@@ -39,7 +39,7 @@ from api.schemas.policies import (
 )
 from api.schemas.posture import render_policy_posture, render_posture_queries
 from api.schemas.posture_checks import POSTURE_CHECK_SYMBOLS, render_posture_check
-from api.schemas.routers import EDGE_ROUTER_SYMBOLS, ROUTER_SYMBOLS, render_edge_router, render_router
+from api.schemas.routers import ROUTER_SYMBOLS, edge_router_symbols, render_edge_router, render_router
 from api.schemas.services import SERVICE_SYMBOLS, render_service, service_form, service_permissions
 from api.wire import Forms
 from engine.entities import Entity
@@ -284,7 +284,7 @@ class Views:
         )
         self.edge_routers: View[EdgeRouter] = View(
             EdgeRouter,
-            EDGE_ROUTER_SYMBOLS,
+            edge_router_symbols(m.fleet),
             lambda e: render_edge_router(ctrl, e),
             (
                 SubList("identities", Identity, lambda id, req: access.identities_of_edge_router(id)),

@@ -141,11 +141,12 @@ class PolicyAdvice:
     def __init__(self, managers: Managers) -> None:
         self.access = managers.access
         self.edge_routers = managers.edge_routers
+        self.fleet = managers.fleet
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, id: str, service_id: str) -> None:
         identity, service, advice = self.access.advice(id, service_id)
         common = [
-            {**(ref(router) or {}), "isOnline": False}
+            {**(ref(router) or {}), "isOnline": self.fleet.is_online(router.id)}
             for router in self.edge_routers.get_many(advice.common_router_ids)
         ]
         data: dict[str, Any] = {

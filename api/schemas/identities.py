@@ -204,10 +204,6 @@ def identity_form(identity: Identity) -> dict[str, Any]:
             "disabledUntil": ts(identity.disabled_until),
             "envInfo": identity.env_info,
             "externalId": identity.external_id,
-            # No edge router reports connections to Trellis yet: "offline", as OpenZiti says of
-            # an identity without an edge router connection (a required field of identityDetail).
-            "edgeRouterConnectionStatus": "offline",
-            "hasEdgeRouterConnection": False,
             "isAdmin": identity.is_admin,
             "isDefaultAdmin": identity.is_default_admin,
             "isMfaEnabled": identity.is_mfa_enabled,
@@ -229,8 +225,8 @@ def render_identity(
     ctrl: Controller, identity: Identity, form: Callable[[Identity], dict[str, Any]] = identity_form
 ) -> dict[str, Any]:
     """``identityDetail``: the identity's own part from ``form`` (a :class:`~api.wire.Forms`
-    keeps it), then what other entities and the time say (authenticators, enrollments, the auth
-    policy's name, a live API session, disabled now)."""
+    keeps it), then what other entities, the time and the edge routers say (authenticators,
+    enrollments, the auth policy's name, a live API session, disabled now, an SDK connected)."""
     managers = ctrl.managers
     authenticators: dict[str, Any] = {}
     for auth in managers.authenticators.for_identity(identity.id):
@@ -250,6 +246,10 @@ def render_identity(
     out["hasApiSession"] = any(
         not sessions.is_expired(s) for s in sessions.find_by("identity_id", identity.id)
     )
+    # an SDK of the identity has a channel open on an online edge router (the routers report them)
+    connected = managers.fleet.has_edge_connection(identity.id)
+    out["hasEdgeRouterConnection"] = connected
+    out["edgeRouterConnectionStatus"] = "online" if connected else "offline"
     return out
 
 

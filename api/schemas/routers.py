@@ -10,12 +10,13 @@ from pydantic_core import PydanticCustomError
 from api.controller import Controller
 from api.wire import Tags, WireModel, base, ts
 from engine.entities.routers import EdgeRouter, Router, RouterBase
+from engine.managers.fleet import EMPTY_VERSION, SYNC_UNKNOWN, Fleet
 from engine.query import Symbol, SymbolTable, SymbolType
+
+__all__ = ["SYNC_UNKNOWN"]
 
 EDGE_ROUTER_ENROLLMENT = "erott"
 TRANSIT_ROUTER_ENROLLMENT = "trott"
-#: A router no controller channel has reported on yet (OpenZiti's ``RouterSyncUnknown``).
-SYNC_UNKNOWN = "SYNC_UNKNOWN"
 COST_MAX = 65535
 
 
@@ -86,6 +87,28 @@ def _enrollment(router: RouterBase) -> dict[str, Any]:
     }
 
 
+def edge_router_state(fleet: Fleet, router: EdgeRouter) -> dict[str, Any]:
+    """What the router's control connection says of it: ``isOnline``, ``syncStatus``, and, while
+    it is online, the ``hostname``, ``supportedProtocols`` and ``versionInfo`` of its hello (else
+    the hostname and protocols last reported, and no version)."""
+    presence = fleet.presence(router.id)
+    if presence is None:
+        return {
+            "hostname": router.hostname,
+            "isOnline": False,
+            "supportedProtocols": dict(router.supported_protocols),
+            "syncStatus": fleet.sync_status(router.id),
+            "versionInfo": EMPTY_VERSION.as_wire(),
+        }
+    return {
+        "hostname": presence.hostname,
+        "isOnline": True,
+        "supportedProtocols": dict(presence.protocols),
+        "syncStatus": presence.sync_status,
+        "versionInfo": presence.version.as_wire(),
+    }
+
+
 def render_edge_router(ctrl: Controller, router: EdgeRouter) -> dict[str, Any]:
     out = base(router, "edge-router-policies")
     out.update(
@@ -97,20 +120,16 @@ def render_edge_router(ctrl: Controller, router: EdgeRouter) -> dict[str, Any]:
             "ctrlChanListeners": router.ctrl_chan_listeners,
             "disabled": router.disabled,
             "fingerprint": router.fingerprint or "",  # OpenZiti: stringz.OrEmpty
-            "hostname": router.hostname,
-            "isOnline": False,
             "isTunnelerEnabled": router.is_tunneler_enabled,
             "isVerified": router.is_verified,
             "name": router.name,
             "noTraversal": router.no_traversal,
             "roleAttributes": router.role_attributes,
-            "supportedProtocols": router.supported_protocols,
-            "syncStatus": SYNC_UNKNOWN,
             "unverifiedCertPem": router.unverified_cert_pem,
             "unverifiedFingerprint": router.unverified_fingerprint,
-            "versionInfo": {"arch": "", "buildDate": "", "os": "", "revision": "", "version": ""},
         }
     )
+    out.update(edge_router_state(ctrl.managers.fleet, router))
     out.update(_enrollment(router))
     return out
 
@@ -137,23 +156,25 @@ def render_router(ctrl: Controller, router: Router) -> dict[str, Any]:
     return out
 
 
-EDGE_ROUTER_SYMBOLS = SymbolTable(
-    {
-        "id": Symbol(SymbolType.STRING, lambda r: r.id),
-        "name": Symbol(SymbolType.STRING, lambda r: r.name),
-        "roleAttributes": Symbol(SymbolType.STRING, lambda r: r.role_attributes, is_set=True),
-        "isOnline": Symbol(SymbolType.BOOL, lambda r: False),
-        "isVerified": Symbol(SymbolType.BOOL, lambda r: r.is_verified),
-        "isTunnelerEnabled": Symbol(SymbolType.BOOL, lambda r: r.is_tunneler_enabled),
-        "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
-        "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
-        "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),
-        "fingerprint": Symbol(SymbolType.STRING, lambda r: r.fingerprint),
-        "createdAt": Symbol(SymbolType.DATETIME, lambda r: r.created_at),
-        "updatedAt": Symbol(SymbolType.DATETIME, lambda r: r.updated_at),
-    },
-    tags_getter=lambda r: r.tags,
-)
+def edge_router_symbols(fleet: Fleet) -> SymbolTable:
+    """The filterable fields of edge routers; ``isOnline`` asks the fleet."""
+    return SymbolTable(
+        {
+            "id": Symbol(SymbolType.STRING, lambda r: r.id),
+            "name": Symbol(SymbolType.STRING, lambda r: r.name),
+            "roleAttributes": Symbol(SymbolType.STRING, lambda r: r.role_attributes, is_set=True),
+            "isOnline": Symbol(SymbolType.BOOL, lambda r: fleet.is_online(r.id)),
+            "isVerified": Symbol(SymbolType.BOOL, lambda r: r.is_verified),
+            "isTunnelerEnabled": Symbol(SymbolType.BOOL, lambda r: r.is_tunneler_enabled),
+            "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
+            "noTraversal": Symbol(SymbolType.BOOL, lambda r: r.no_traversal),
+            "disabled": Symbol(SymbolType.BOOL, lambda r: r.disabled),
+            "fingerprint": Symbol(SymbolType.STRING, lambda r: r.fingerprint),
+            "createdAt": Symbol(SymbolType.DATETIME, lambda r: r.created_at),
+            "updatedAt": Symbol(SymbolType.DATETIME, lambda r: r.updated_at),
+        },
+        tags_getter=lambda r: r.tags,
+    )
 
 
 ROUTER_SYMBOLS = SymbolTable(

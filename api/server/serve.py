@@ -50,21 +50,31 @@ BIND_ERRORS = {
 
 
 def check_bind(settings: Settings) -> None:
-    """``TRELLIS_BIND`` names an address of this machine that is free: a socket is bound there as
-    gunicorn will bind it (IPv4 unless the host is an IPv6 address, ``SO_REUSEADDR``) and closed.
-    Otherwise a one-line :class:`SettingError` at once, instead of gunicorn's five tries a
-    second apart and its traceback."""
-    host, port = split_address(settings.bind)
+    """``TRELLIS_BIND`` and ``TRELLIS_CTRL_BIND`` name addresses of this machine that are free: a
+    socket is bound there as the server will bind it (IPv4 unless the host is an IPv6 address,
+    ``SO_REUSEADDR``) and closed. Otherwise a one-line :class:`SettingError` at once, instead of
+    gunicorn's five tries a second apart and its traceback."""
+    if settings.ctrl_bind == settings.bind:
+        raise SettingError(
+            f"TRELLIS_CTRL_BIND {settings.ctrl_bind} is TRELLIS_BIND's address: give each its own"
+        )
+    for name, value in (("TRELLIS_BIND", settings.bind), ("TRELLIS_CTRL_BIND", settings.ctrl_bind)):
+        check_address(name, value)
+
+
+def check_address(name: str, value: str) -> None:
+    """The address ``value`` of the setting ``name`` can be listened on (:class:`SettingError`)."""
+    host, port = split_address(value)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
     except socket.gaierror as ex:
-        raise SettingError(f"TRELLIS_BIND {settings.bind}: cannot resolve {host!r}: {ex.strerror}") from None
+        raise SettingError(f"{name} {value}: cannot resolve {host!r}: {ex.strerror}") from None
     except OSError as ex:
         reason = BIND_ERRORS.get(ex.errno or 0, ex.strerror or str(ex))
-        raise SettingError(f"TRELLIS_BIND {settings.bind} cannot be listened on: {reason}") from None
+        raise SettingError(f"{name} {value} cannot be listened on: {reason}") from None
 
 
 def tls_context(paths: PkiPaths) -> ssl.SSLContext:

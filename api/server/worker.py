@@ -30,6 +30,10 @@ it: unverified). The worker honours gunicorn's ``max_requests``, ``graceful_time
 (graceful), SIGINT/SIGQUIT (quick) and the access log. Responses are buffered whole (the API's
 bodies are small JSON documents).
 
+The app may serve more on the same loop: its ``serve_alongside(loop, pool)``, if it has one, is
+awaited once accepting starts (the control listener edge routers connect to, ``api.control``), and
+the stop it answers is awaited first thing at shutdown.
+
 Measurements and the options compared: ``bench/serving.py`` (``python -m bench serving``).
 """
 
@@ -50,7 +54,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -550,6 +554,8 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         #: The app's ``runs_on_loop(method, path, query)``, if it has one (see the module docstring).
         self._on_loop: Callable[[str, str, str], bool] | None = None
         self._settler: _Settler | None = None
+        #: Stops what the app's ``serve_alongside(loop, executor)`` started, if it has one.
+        self._stop_alongside: Callable[[], Awaitable[None]] | None = None
 
     # -- process set-up (after the fork) --
 
@@ -637,6 +643,13 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             server = (str(name[0]), str(name[1])) if isinstance(name, tuple) else (str(name), "")
             self._listeners.append((listener, server))
         self._set_accepting(True)
+        # what the app serves beside HTTP on this loop (the control listener routers connect to)
+        alongside = getattr(self.wsgi, "serve_alongside", None)
+        if callable(alongside):
+            try:
+                self._stop_alongside = await alongside(loop, self.pool)
+            except Exception:
+                self.log.exception("the app's serve_alongside() failed; serving HTTP only")
         while self.alive:
             self.notify()
             if self.ppid != os.getppid():
@@ -652,6 +665,11 @@ class TrellisWorker(Worker):  # type: ignore[misc]
     async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
         """Stop accepting; quick: drop every connection; graceful: let requests in progress finish."""
         self._set_accepting(False)
+        if self._stop_alongside is not None:
+            try:
+                await self._stop_alongside()
+            except Exception:
+                self.log.exception("stopping what the app serves beside HTTP failed")
         graceful = float(self.cfg.graceful_timeout)
         budget = min(5.0, graceful / 2) if self._quick else max(graceful - 1.0, 0.5)
         deadline = loop.time() + budget

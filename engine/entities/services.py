@@ -53,7 +53,8 @@ class Terminator(Entity):
     """Where a service's traffic leaves the overlay: a router, a binding and an address on it."""
 
     ENTITY = "terminators"
-    INDEXED = ("service_id", "router_id")
+    #: ``host_id``: the terminators a Bind session hosts end with it (``engine.managers.edge_control``).
+    INDEXED = ("service_id", "router_id", "host_id")
 
     service_id: str
     router_id: str

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import threading
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from engine.entities.identities import ApiSession, ApiSessionCertificate, Authenticator, Identity
@@ -93,11 +94,28 @@ class ApiSessionManager(EntityManager[ApiSession]):
         if self.is_expired(session, now):
             self._remove_quietly(session.id)
             return None
+        self._seen(session, now)
+        return session
+
+    def touch(self, session_ids: Iterable[str]) -> dict[str, ApiSession]:
+        """Activity seen elsewhere (an edge router reports SDK channels open with these sessions):
+        the live sessions among ``session_ids``, their activity refreshed as by :meth:`resolve`;
+        ended and expired ones are left out (an expired one is left to the purge)."""
+        now = self.env.clock.now()
+        live: dict[str, ApiSession] = {}
+        for session_id in session_ids:
+            session = self.env.store.get(ApiSession, session_id)
+            if session is None or self.is_expired(session, now):
+                continue
+            self._seen(session, now)
+            live[session_id] = session
+        return live
+
+    def _seen(self, session: ApiSession, now: datetime) -> None:
         with self._activity_lock:
             self._activity[session.id] = now
         if now - session.last_activity_at >= ACTIVITY_FLUSH:
             self._flush(session.id, now)
-        return session
 
     def active(self) -> list[ApiSession]:
         now = self.env.clock.now()

@@ -21,12 +21,14 @@ from engine.managers.cas import CaManager
 from engine.managers.config_types import ConfigTypeManager, ensure_builtin_config_types
 from engine.managers.configs import ConfigManager
 from engine.managers.database import DatabaseManager
+from engine.managers.edge_control import EdgeControlManager
 from engine.managers.edge_router_policies import EdgeRouterPolicyManager
 from engine.managers.edge_routers import EdgeRouterManager
 from engine.managers.enrollment import EnrollManager, EnrollmentSettings
 from engine.managers.enrollment.trust import EnrollmentTrust
 from engine.managers.enrollments import EnrollmentManager
 from engine.managers.external_jwt_signers import ExternalJwtSignerManager
+from engine.managers.fleet import Fleet
 from engine.managers.identities import IdentityManager
 from engine.managers.identity_traces import IdentityTraceManager
 from engine.managers.integrity import IntegrityManager
@@ -57,12 +59,16 @@ class Managers:
     config_types: ConfigTypeManager
     configs: ConfigManager
     database: DatabaseManager
+    #: The routers' control connections: who a router is, Dial/Bind checks, what routers are told.
+    edge_control: EdgeControlManager
     edge_router_policies: EdgeRouterPolicyManager
     edge_routers: EdgeRouterManager
     enroll: EnrollManager
     enrollments: EnrollmentManager
     enrollment_trust: EnrollmentTrust
     external_jwt_signers: ExternalJwtSignerManager
+    #: The edge routers connected now (not persisted).
+    fleet: Fleet
     identities: IdentityManager
     identity_traces: IdentityTraceManager
     integrity: IntegrityManager
@@ -97,10 +103,14 @@ def build_managers(
     posture = PostureManager(env, access)
     env.listeners.append(posture.on_commit)
     posture.add_listener(lambda identity_id: service_updates.mark([identity_id]))
-    dial_bind = SessionManager(env, access, posture)
+    fleet = Fleet(env.clock)
+    dial_bind = SessionManager(env, access, posture, fleet)
     env.listeners.append(dial_bind.on_commit)
     posture.add_listener(dial_bind.enforce_posture)
     database = DatabaseManager(env)
+    terminators = TerminatorManager(env, access)
+    edge_control = EdgeControlManager(env, access, posture, sessions, terminators, fleet)
+    env.listeners.append(edge_control.on_commit)  # after the sessions a batch ends are ended
     return Managers(
         env=env,
         enrollment_settings=enrollment,
@@ -114,12 +124,14 @@ def build_managers(
         config_types=ConfigTypeManager(env),
         configs=ConfigManager(env),
         database=database,
+        edge_control=edge_control,
         edge_router_policies=EdgeRouterPolicyManager(env),
         edge_routers=EdgeRouterManager(env, enrollment),
         enroll=EnrollManager(env, enrollment),
         enrollments=EnrollmentManager(env, enrollment),
         enrollment_trust=EnrollmentTrust(env, enrollment),
         external_jwt_signers=ExternalJwtSignerManager(env),
+        fleet=fleet,
         identities=IdentityManager(env),
         identity_traces=IdentityTraceManager(env),
         integrity=IntegrityManager(env, access, database, service_updates),
@@ -132,5 +144,5 @@ def build_managers(
         service_updates=service_updates,
         services=ServiceManager(env),
         sessions=dial_bind,
-        terminators=TerminatorManager(env, access),
+        terminators=terminators,
     )

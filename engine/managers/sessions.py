@@ -10,6 +10,9 @@ docs/policy.md §5.2):
 4. some edge router is linked to the identity (edge router policy) and to the service (service
    edge router policy), online or not, else :class:`NoEdgeRoutersAvailableError`.
 
+A session names only the routers among those that are online now (the fleet,
+:mod:`engine.managers.fleet`), as OpenZiti lists a session's edge routers: SDKs connect to each.
+
 A session is then kept per (API session, type, service): asking again returns the same session,
 as OpenZiti's legacy sessions are deduplicated. The session records the service policies that
 granted it (those of its type whose posture passed).
@@ -22,8 +25,8 @@ posture cache).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from engine.entities.identities import ApiSession, Identity
 from engine.entities.policies import ServicePolicy
@@ -39,6 +42,7 @@ from engine.errors import (
 )
 from engine.managers._base import EntityManager, Env
 from engine.managers.access import AccessManager
+from engine.managers.fleet import Fleet, Presence
 from engine.managers.posture import PostureManager
 from engine.ports import Change, Delete, Put, UnitOfWork
 
@@ -48,22 +52,26 @@ MAX_SESSION_ROUTERS = 25
 
 @dataclass(frozen=True)
 class SessionView:
-    """A session with what its wire form names: service, API session, routers and policies."""
+    """A session with what its wire form names: service, API session, its online routers (with
+    what each reported when it connected) and policies."""
 
     session: Session
     service: Service | None
     api_session: ApiSession | None
     edge_routers: list[EdgeRouter]
     service_policies: list[ServicePolicy]
+    #: The fleet's record of each router of ``edge_routers``, by router id.
+    presences: Mapping[str, Presence] = field(default_factory=dict)
 
 
 class SessionManager(EntityManager[Session]):
     kind = Session
 
-    def __init__(self, env: Env, access: AccessManager, posture: PostureManager) -> None:
+    def __init__(self, env: Env, access: AccessManager, posture: PostureManager, fleet: Fleet) -> None:
         super().__init__(env)
         self.access = access
         self.posture = posture
+        self.fleet = fleet
 
     # -- create ----------------------------------------------------------------------------------
     def open(
@@ -123,19 +131,37 @@ class SessionManager(EntityManager[Session]):
         when the caller has them already."""
         store = self.env.store
         policies = (store.get(ServicePolicy, i) for i in session.service_policy_ids)
+        common = (
+            edge_routers
+            if edge_routers is not None
+            else self.access.common_edge_routers(session.identity_id, session.service_id)
+        )
+        presences = self._online(common)
         return SessionView(
             session=session,
             service=store.get(Service, session.service_id),
             api_session=store.get(ApiSession, session.api_session_id),
-            edge_routers=(
-                self.edge_routers(session) if edge_routers is None else edge_routers[:MAX_SESSION_ROUTERS]
-            ),
+            edge_routers=[r for r in common if r.id in presences],
             service_policies=[p for p in policies if p is not None],
+            presences=presences,
         )
 
     def edge_routers(self, session: Session) -> list[EdgeRouter]:
-        """The routers a session may use: linked to identity and service, at most 25."""
-        return self.access.common_edge_routers(session.identity_id, session.service_id)[:MAX_SESSION_ROUTERS]
+        """The routers a session names: linked to identity and service and online, at most 25."""
+        common = self.access.common_edge_routers(session.identity_id, session.service_id)
+        presences = self._online(common)
+        return [r for r in common if r.id in presences]
+
+    def _online(self, routers: list[EdgeRouter]) -> dict[str, Presence]:
+        """The fleet's record of the first :data:`MAX_SESSION_ROUTERS` online ``routers``."""
+        found: dict[str, Presence] = {}
+        for router in routers:
+            presence = self.fleet.presence(router.id)
+            if presence is not None:
+                found[router.id] = presence
+                if len(found) == MAX_SESSION_ROUTERS:
+                    break
+        return found
 
     def of_api_session(self, api_session_id: str) -> list[Session]:
         return self.env.store.find_by(Session, "api_session_id", api_session_id)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.entities.routers import EdgeRouter
+from engine.managers.fleet import VersionInfo
 from tests.api.certs import unique
 from tests.api.policy_helpers import put
 from tests.conftest import CLIENT, Api
@@ -91,22 +92,35 @@ def service_edge_router_policy(api: Api, service_roles: list[str], router_roles:
     )
 
 
-def edge_router(api: Api, *attributes: str, verified: bool = True, name: str | None = None) -> str:
-    """An edge router that enrolled: verified, with a hostname and a TLS listener."""
+def edge_router(
+    api: Api, *attributes: str, verified: bool = True, name: str | None = None, online: bool | None = None
+) -> str:
+    """An edge router that enrolled: verified, with a hostname and a TLS listener; ``online``
+    (by default when verified): the fleet records it connected and synchronised, as the control
+    listener does after a router's hello (tests/api/test_control_plane.py runs a real one)."""
     router_id = api.create(
         "/edge-routers", {"name": name or unique("er"), "roleAttributes": list(attributes), "cost": 7}
     )
     router = api.app.ctrl.env.store.get(EdgeRouter, router_id)
     host = f"{router.name}.example.test"
+    protocols = {"tls": f"tls://{host}:3022"}
     put(
         api.app,
-        dataclasses.replace(
-            router,
-            is_verified=verified,
-            hostname=host,
-            supported_protocols={"tls": f"tls://{host}:3022"},
-        ),
+        dataclasses.replace(router, is_verified=verified, hostname=host, supported_protocols=protocols),
     )
+    if verified if online is None else online:
+        fleet = api.app.ctrl.managers.fleet
+        presence = fleet.connect(
+            router_id,
+            name=router.name,
+            fingerprint="",
+            hostname=host,
+            protocols=protocols,
+            link_listener="",
+            version=VersionInfo("v1.0.0", "abc", "2024-01-01", "linux", "amd64"),
+            tunneler=False,
+        )
+        fleet.mark_synced(router_id, presence.connection)
     return router_id
 
 

@@ -53,7 +53,7 @@ def test_current_identity_routers_carry_entity_and_router_fields(api: Api) -> No
     assert item["_links"]["self"]["href"] == f"./edge-routers/{router}"
     assert {"createdAt", "updatedAt", "tags"} <= set(item)
     assert item["supportedProtocols"] == {"tls": f"tls://{host}:3022"}
-    assert (item["isOnline"], item["syncStatus"], item["cost"]) == (False, "SYNC_UNKNOWN", 7)
+    assert (item["isOnline"], item["syncStatus"], item["cost"]) == (True, "SYNC_DONE", 7)
     assert (item["noTraversal"], item["disabled"]) == (False, False)
     assert "urls" not in item
 

@@ -56,8 +56,8 @@ def test_a_dial_session_names_the_shared_routers_and_the_granting_policy(api: Ap
     host = router["hostname"]
     assert router["supportedProtocols"] == {"tls": f"tls://{host}:3022"}
     assert router["urls"] == router["supportedProtocols"]
-    assert router["isOnline"] is False
-    assert router["syncStatus"] == "SYNC_UNKNOWN"
+    assert router["isOnline"] is True
+    assert router["syncStatus"] == "SYNC_DONE"
     assert router["cost"] == 7
     assert router["noTraversal"] is False
     assert router["disabled"] is False
@@ -210,21 +210,35 @@ def test_no_shared_edge_router(api: Api, links: str) -> None:
     )
 
 
-def test_an_unverified_router_still_counts_and_is_listed(api: Api) -> None:
+def test_an_unverified_router_still_counts_but_is_not_listed(api: Api) -> None:
+    """OpenZiti counts every router the policies give for a session to be made, and names only
+    the online ones (an unverified router never is)."""
     role = unique("r")
     person = user(api, role)
     svc = service(api, role)
     service_policy(api, "Dial", [f"#{role}"], [f"#{role}"])
-    router = edge_router(api, role, verified=False)
+    edge_router(api, role, verified=False)
     edge_router_policy(api, [f"#{role}"], [f"#{role}"])
     service_edge_router_policy(api, [f"#{role}"], [f"#{role}"])
 
     result = dial(api, person.token, svc)
 
     assert result.status_code == 201, result.text
-    assert [r["name"] for r in result.json["data"]["edgeRouters"]] == [
-        api.get(f"/edge-routers/{router}").json["data"]["name"]
-    ]
+    assert result.json["data"]["edgeRouters"] == []
+
+
+def test_a_session_names_only_the_online_routers(api: Api) -> None:
+    w = world(api)
+    role = api.get(f"/services/{w.service}").json["data"]["roleAttributes"][0]
+    offline = edge_router(api, role, online=False)
+    offline_name = api.get(f"/edge-routers/{offline}").json["data"]["name"]
+
+    result = dial(api, w.user.token, w.service)
+
+    assert result.status_code == 201, result.text
+    names = [r["name"] for r in result.json["data"]["edgeRouters"]]
+    assert names == [api.get(f"/edge-routers/{w.router}").json["data"]["name"]]
+    assert offline_name not in names
 
 
 def test_a_session_names_at_most_25_routers(api: Api) -> None:

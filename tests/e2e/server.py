@@ -80,8 +80,8 @@ class Server:
     """``trellis init`` + ``trellis serve`` on 127.0.0.1:<free port>.
 
     The environment is ours less the variables matching an ``unset`` pattern (fnmatch, e.g.
-    ``"TRELLIS_*"``), plus ``TRELLIS_HOME``, ``TRELLIS_BIND`` and ``TRELLIS_ADMIN_PASSWORD``
-    (``password``), then ``env`` (a value of None removes the variable). ``init`` and ``start``
+    ``"TRELLIS_*"``), plus ``TRELLIS_HOME``, ``TRELLIS_BIND``, ``TRELLIS_CTRL_BIND``,
+    ``TRELLIS_ROUTER=off`` and ``TRELLIS_ADMIN_PASSWORD`` (``password``), then ``env`` (a value of None removes the variable). ``init`` and ``start``
     take more variables for that one run. The log of ``serve`` goes to ``log`` (default: beside
     ``home``, so that the home holds only what trellis writes there). With ``own_group``, ``serve``
     runs in a session (and so a process group) of its own, which :meth:`kill` ends at once.
@@ -102,6 +102,7 @@ class Server:
         self.own_group = own_group
         self.password = password
         self.port = free_port()
+        self.ctrl_port = free_port()
         self.log = log if log is not None else home.parent / "serve.log"
         self.umask = umask  # for the processes started here; -1: ours
         patterns = tuple(unset)
@@ -110,7 +111,13 @@ class Server:
         }
         self.env = _merged(
             inherited,
-            {"TRELLIS_HOME": str(home), "TRELLIS_BIND": f"{HOST}:{self.port}"},
+            {
+                "TRELLIS_HOME": str(home),
+                "TRELLIS_BIND": f"{HOST}:{self.port}",
+                "TRELLIS_CTRL_BIND": f"{HOST}:{self.ctrl_port}",
+                # The embedded router is for the data-plane tests, which turn it on.
+                "TRELLIS_ROUTER": "off",
+            },
             {"TRELLIS_ADMIN_PASSWORD": password},
             env or {},
         )

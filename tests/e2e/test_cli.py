@@ -71,7 +71,12 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def serve_env(home: Path, **more: str) -> dict[str, str]:
-    return {"TRELLIS_HOME": str(home), "TRELLIS_BIND": f"{HOST}:{free_port()}", **more}
+    return {
+        "TRELLIS_HOME": str(home),
+        "TRELLIS_BIND": f"{HOST}:{free_port()}",
+        "TRELLIS_CTRL_BIND": f"{HOST}:{free_port()}",
+        **more,
+    }
 
 
 # -- help and version ------------------------------------------------------------------------------

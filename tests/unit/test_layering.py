@@ -15,6 +15,11 @@ ALLOWED = {
     "engine": {"engine", "networkx"},
     "storage": {"engine", "storage", "duckdb", "orjson"},
     "pki": {"engine", "pki", "cryptography", "jwt", "pyotp"},
+    # the wire format both the controller and the router speak
+    "channel": {"channel", "pki"},
+    # a program of its own: nothing of the controller (engine, storage, api), only the wire
+    # format and certificate helpers
+    "router": {"router", "channel", "pki", "cryptography", "jwt", "nacl"},
 }
 
 
@@ -87,7 +92,7 @@ def test_no_resource_module_imports_another() -> None:
 
 
 # -- import cycles and the api layer's own rules ------------------------------------------------
-PACKAGES = ("api", "engine", "storage", "pki", "bench")
+PACKAGES = ("api", "engine", "storage", "pki", "bench", "channel", "router")
 
 
 def _runtime_imports(path: Path, tree: ast.Module, modules: set[str] | None = None) -> set[str]:

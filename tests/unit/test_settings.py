@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from api.settings import (
-    ALL,
+    COMMANDS,
     BY_ENV,
     SETTINGS,
     SettingError,
@@ -31,7 +31,7 @@ def test_every_variable_is_declared_once_and_fills_a_field_of_its_own() -> None:
     assert len(set(fields)) == len(fields)
     assert set(fields) <= known
     assert all(name.startswith("TRELLIS_") for name in names)
-    assert all(set(s.commands) <= set(ALL) and s.commands for s in SETTINGS)
+    assert all(set(s.commands) <= set(COMMANDS) and s.commands for s in SETTINGS)
 
 
 def test_the_defaults_are_the_declared_ones() -> None:

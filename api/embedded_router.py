@@ -1,0 +1,125 @@
+"""The edge router that ``make run`` brings up beside the controller (``TRELLIS_ROUTER=on``).
+
+``trellis init`` creates the edge router ``trellis-router`` (role ``#public``, tunneler enabled)
+and enrolls it in-process, as ``trellis router enroll`` would over HTTPS, into
+``TRELLIS_HOME/router``; on the first creation it also adds the two policies OpenZiti's
+quickstart makes, so that every identity may use every service through the public routers:
+``all-identities-public-routers`` (edge-router policy ``#all`` -> ``#public``) and
+``all-services-all-routers`` (service-edge-router policy ``#all`` -> ``#all``).
+
+``trellis serve`` then runs it as its own process (``trellis router run``): relaying bytes never
+competes with API requests for the worker's interpreter. The router stops when ``serve`` stops.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from typing import TextIO
+
+from api.controller import Controller
+from api.settings import Settings
+from engine.entities.routers import EdgeRouter
+from router import identity
+from router.enroll import free_port
+
+NAME = "trellis-router"
+ROLE = "public"
+ERP_NAME = "all-identities-public-routers"
+SERP_NAME = "all-services-all-routers"
+
+
+def edge_address(settings: Settings) -> tuple[str, str]:
+    """(bind, advertised host) of the embedded router's edge listener."""
+    bind = settings.router_edge_bind or f"127.0.0.1:{free_port()}"
+    host = bind.rpartition(":")[0].strip("[]")
+    advertise = settings.router_advertise or ("localhost" if host in ("0.0.0.0", "::") else host)
+    return bind, advertise
+
+
+def ctrl_address(settings: Settings) -> str:
+    """Where the embedded router reaches the control listener (loopback for a wildcard bind)."""
+    host, _, port = settings.ctrl_bind.rpartition(":")
+    if host.strip("[]") in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
+
+
+def ensure(ctrl: Controller, settings: Settings, *, out: TextIO) -> bool:
+    """Create and enroll the embedded router unless its directory is enrolled; True if made."""
+    directory = settings.embedded_router_dir
+    if identity.is_enrolled(directory):
+        return False
+    managers = ctrl.managers
+    existing = managers.edge_routers.env.store.find_unique(EdgeRouter, "name", NAME)
+    if existing is None:
+        router = managers.edge_routers.create(
+            {"name": NAME, "role_attributes": [ROLE], "is_tunneler_enabled": True}
+        )
+        _default_policies(ctrl)
+    else:  # enrolled before, its directory lost: a new enrollment retires the old certificate
+        router = managers.edge_routers.re_enroll(existing.id)
+    token = router.enrollment_token
+    assert token is not None
+    bind, advertise = edge_address(settings)
+    key = identity.new_key()
+    certs = managers.enroll.router(
+        "erott",
+        token,
+        identity.csr_pem(key, router.id, identity.server_names(bind, advertise)),
+        identity.csr_pem(key, router.id),
+    )
+    record = identity.RouterRecord(
+        id=router.id,
+        name=NAME,
+        controller=f"https://{settings.advertised_address}",
+        ctrl=ctrl_address(settings),
+        edge=bind,
+        advertise=advertise,
+    )
+    identity.write(directory, record, key, certs.cert, certs.server_cert, certs.ca)
+    print(f"created edge router '{NAME}' in {directory}, listening for SDKs on {record.edge_url}", file=out)
+    return True
+
+
+def _default_policies(ctrl: Controller) -> None:
+    from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy
+
+    store = ctrl.managers.edge_router_policies.env.store
+    if store.find_unique(EdgeRouterPolicy, "name", ERP_NAME) is None:
+        ctrl.managers.edge_router_policies.create(
+            {"name": ERP_NAME, "identity_roles": ["#all"], "edge_router_roles": [f"#{ROLE}"]}
+        )
+    if store.find_unique(ServiceEdgeRouterPolicy, "name", SERP_NAME) is None:
+        ctrl.managers.service_edge_router_policies.create(
+            {"name": SERP_NAME, "service_roles": ["#all"], "edge_router_roles": ["#all"]}
+        )
+
+
+def spawn(settings: Settings) -> subprocess.Popen[bytes] | None:
+    """Start the embedded router (``trellis router run``) if it is on and enrolled."""
+    if not settings.router or not identity.is_enrolled(settings.embedded_router_dir):
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRELLIS_ADMIN_PASSWORD")}
+    env["TRELLIS_ROUTER_HOME"] = str(settings.embedded_router_dir)
+    env["TRELLIS_ROUTER_CTRL"] = ctrl_address(settings)  # the listener of this run, wherever it moved
+    return subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "router", "run"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=False,
+    )
+
+
+def stop(process: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+    """Stop the embedded router: SIGTERM, then SIGKILL after ``timeout`` seconds."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -1,0 +1,147 @@
+"""The control connection between an edge router and the controller: message types and bodies.
+
+The router dials the controller's control listener over mutual TLS with the client certificate
+it got at enrollment; the controller knows the router by that certificate's SHA-1 fingerprint
+(the edge router's current ``fingerprint``, so a re-enrolled or extended router's old
+certificate is refused at once). Framing is channel v2 (:mod:`channel.frames`); bodies are JSON
+objects. Content type numbers are OpenZiti's where the meaning is the same (its edge control
+protocol), and header ``ERROR_CODE`` (1014) carries OpenZiti's edge error codes.
+
+Router -> controller:
+
+- ``HELLO`` (0): header 4 = version (``version|revision|buildDate|os|arch``); body
+  ``{"hostname", "protocols": {"tls": "tls://host:port"}, "linkListener": "tls://host:port" | "",
+  "tunneler": bool, "terminators": [ids the router holds]}``. Answered by ``RESULT`` success with
+  body ``{"routerId", "routerName", "heartbeatSeconds", "unknownTerminators": [...]}`` (the
+  router ends the binds of terminators the controller no longer has; the controller removes this
+  router's ``edge`` terminators the router did not list), or ``RESULT`` failure with a reason,
+  then close. The hello body may be up to 256 KiB; a second connection of the same router
+  replaces the first (the controller closes the older one).
+- ``CREATE_CIRCUIT`` (20205), a request: ``{"sessionToken", "apiSessionId", "fingerprints",
+  "terminatorInstanceId", "hasPublicKey"}``: may this channel's API session Dial with this
+  session here? Answer ``CREATE_CIRCUIT_REPLY`` ``{"sessionId", "serviceId", "serviceName",
+  "callerId", "terminator": {"id", "routerId", "binding", "address", "instanceId"}, "path":
+  [router ids from this router to the terminator's]}`` or ``ERROR``.
+- ``CREATE_TERMINATOR`` (20207), a request: ``{"sessionToken", "apiSessionId", "fingerprints",
+  "instanceId", "cost", "precedence", "hasPublicKey", "address"}``: a Bind. Answer
+  ``CREATE_TERMINATOR_REPLY`` ``{"terminatorId", "sessionId", "serviceId"}`` or ``ERROR``. The
+  terminator is ``edge``, address ``hosted:<sessionToken>`` as OpenZiti's (``address`` is not
+  used); cost 0 and precedence ``default`` take the hosting identity's cost and precedence for
+  the service. Each request makes a new terminator: the router removes it when the bind ends.
+- ``REMOVE_TERMINATORS`` (20211), a request: ``{"terminatorIds": [...]}``: binds that ended.
+  Answer ``RESULT``.
+- ``API_SESSION_HEARTBEAT`` (20203): ``{"apiSessionIds": [...]}``, every minute, the API
+  sessions with an open SDK channel on the router (their activity, as an SDK's REST calls). It is
+  the whole set: the controller takes it as the router's SDK channels (identities'
+  ``hasEdgeRouterConnection``) and answers the ids it no longer knows with ``API_SESSION_REMOVED``.
+- ``API_SESSION_CHANNELS`` (21001, Trellis): ``{"opened": [...], "closed": [...]}``, sent when it
+  happens, no answer: API sessions whose first SDK channel on the router just opened, and whose
+  last just closed (so ``hasEdgeRouterConnection`` follows without waiting for the heartbeat).
+  Opened ids the controller does not know are answered with ``API_SESSION_REMOVED``.
+- ``HEARTBEAT`` (5) with header 5 = a uint64 time; answered by ``HEARTBEAT`` with header 6 = the
+  same value (and ``REPLY_FOR`` the heartbeat's sequence, so either side may await it). Both sides
+  send one every :data:`HEARTBEAT_SECONDS`; either closes a channel silent for
+  :data:`SILENT_SECONDS`.
+
+Request bodies that are not the JSON object their type needs are answered ``ERROR`` with code 1
+(``ERROR_INTERNAL``); a message of a type the controller does not handle, that is not itself an
+answer, too. Refusals with codes 2-5 carry exactly :data:`channel.edge.INVALID_SESSION_TEXT` as
+their body (what the C SDK keys on to fetch a new session and retry); the detail is in the
+controller's log.
+
+Controller -> router:
+
+- ``API_SESSION_ADDED`` (20200): ``{"fullState": bool, "isLast": bool, "apiSessions": [{"id",
+  "tokenHash", "identityId", "identityName", "fingerprints"}]}``: fully authenticated API
+  sessions (MFA complete). Only the SHA-256 of a token travels; the router hashes the token an
+  SDK's hello carries. A full state comes after the hello in chunks (``isLast`` on the last, also
+  when there are none); later messages (``fullState`` false, ``isLast`` true) add or replace
+  sessions: one that completes MFA, or whose certificates or identity name change. Every push
+  made while a full state is being sent follows its last chunk.
+- ``API_SESSION_REMOVED`` (20202): ``{"ids": [...]}``: the router closes every SDK channel opened
+  with them.
+- ``SESSION_REMOVED`` (20102): ``{"ids": [...], "tokens": [...]}``: the router ends every
+  connection and bind opened with those Dial/Bind sessions (``tokens[i]`` is the token of
+  ``ids[i]``). The controller has already deleted the terminators those sessions hosted.
+- ``ROUTER_LINKS`` (21000, Trellis): ``{"routers": [{"id", "name", "linkListener"}]}``: the other
+  online routers and where they take links (several routers); sent after the full state and
+  whenever a router comes online or goes offline (``linkListener`` "" when it takes none).
+- ``ERROR`` (20002): the answer to a refused request: body the reason, header 1014 the code.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from channel.edge import ERROR_CODE
+from channel.frames import HEARTBEAT, HELLO, RESULT, Message
+
+__all__ = ["HEARTBEAT", "HELLO", "RESULT"]
+
+ERROR = 20002
+SESSION_REMOVED = 20102
+API_SESSION_ADDED = 20200
+API_SESSION_UPDATED = 20201
+API_SESSION_REMOVED = 20202
+API_SESSION_HEARTBEAT = 20203
+CREATE_CIRCUIT = 20205
+CREATE_CIRCUIT_REPLY = 20206
+CREATE_TERMINATOR = 20207
+CREATE_TERMINATOR_REPLY = 20208
+REMOVE_TERMINATORS = 20211
+REMOVE_TERMINATORS_REPLY = 20212
+ROUTER_LINKS = 21000
+API_SESSION_CHANNELS = 21001
+
+#: Seconds between heartbeats, and of silence after which a control channel is closed.
+HEARTBEAT_SECONDS = 10.0
+SILENT_SECONDS = 30.0
+#: Seconds between API-session activity reports.
+ACTIVITY_SECONDS = 60.0
+#: API sessions per ``API_SESSION_ADDED`` of a full state.
+SYNC_CHUNK = 100
+#: How long a router waits for an answer from the controller.
+REQUEST_SECONDS = 10.0
+
+
+class BadBody(ValueError):
+    """A control message whose body is not the JSON object its type needs."""
+
+
+def message(content_type: int, body: dict[str, Any]) -> Message:
+    """A control message with a JSON body."""
+    return Message(content_type, json.dumps(body, separators=(",", ":")).encode())
+
+
+def body_of(msg: Message) -> dict[str, Any]:
+    """The JSON object a control message carries (:class:`BadBody` when it is not one)."""
+    try:
+        value = json.loads(msg.body or b"{}")
+    except ValueError as ex:
+        raise BadBody(f"content type {msg.content_type}: body is not JSON") from ex
+    if not isinstance(value, dict):
+        raise BadBody(f"content type {msg.content_type}: body is not a JSON object")
+    return value
+
+
+def strings(body: dict[str, Any], key: str) -> list[str]:
+    """``body[key]`` as a list of strings (missing: empty; anything else: :class:`BadBody`)."""
+    value = body.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BadBody(f"{key} must be a list of strings")
+    return value
+
+
+def text(body: dict[str, Any], key: str, default: str = "") -> str:
+    value = body.get(key, default)
+    if not isinstance(value, str):
+        raise BadBody(f"{key} must be a string")
+    return value
+
+
+def error(request: Message, code: int, reason: str) -> Message:
+    """The ``ERROR`` answering ``request``: ``reason`` in the body, ``code`` in header 1014."""
+    reply = Message(ERROR, reason.encode())
+    reply.set_u32(ERROR_CODE, code)
+    return reply.reply_to(request)

@@ -1,0 +1,551 @@
+"""The router's control connection: :class:`ControlClient`, the controller as the edge side asks it.
+
+The router dials the controller's control address over mutual TLS (its enrolled client
+certificate; the controller's certificate checked against the CA bundle of the enrollment and
+against the host name), says hello (its version, host name, the edge listener's advertised
+address, the terminators its binds hold) and then keeps the connection until it breaks, when it
+dials again after a growing, jittered pause (0.5 s doubling up to 30 s; back to 0.5 s once a
+hello is accepted). Messages and bodies are those of :mod:`channel.control`.
+
+Over the connection:
+
+- the router asks (:class:`~router.ports.ControllerPort`): create a circuit for a Connect, a
+  terminator for a Bind, remove terminators. An ``ERROR`` answer becomes
+  :class:`~router.ports.Refused`; no connection or no answer in time,
+  :class:`~router.ports.Unavailable`.
+- the controller pushes the API sessions SDK hellos are checked against (a full state after
+  every hello, then single changes) into :class:`~router.ports.ApiSessions`, and tells of ended
+  sessions and API sessions, which the edge side (:class:`~router.ports.EdgePort`) acts on.
+- both send heartbeats; a connection silent for too long is closed. The router reports the API
+  sessions with an open SDK channel: the whole set once connected and every minute (their
+  activity), and an API session's first channel opening or last closing as it happens.
+
+After a reconnect nothing is lost that matters: the API sessions held stay usable until the new
+full state replaces them (and the channels of sessions gone are then closed), and the hello's
+terminator list lets the controller drop what the router no longer holds while its answer names
+the terminators it does not know (the router ends those binds, and the SDKs bind again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from channel import control
+from channel.connection import Channel, ChannelClosed
+from channel.control import (
+    ACTIVITY_SECONDS,
+    API_SESSION_ADDED,
+    API_SESSION_CHANNELS,
+    API_SESSION_HEARTBEAT,
+    API_SESSION_REMOVED,
+    API_SESSION_UPDATED,
+    CREATE_CIRCUIT,
+    CREATE_CIRCUIT_REPLY,
+    CREATE_TERMINATOR,
+    CREATE_TERMINATOR_REPLY,
+    ERROR,
+    HEARTBEAT_SECONDS,
+    REMOVE_TERMINATORS,
+    REMOVE_TERMINATORS_REPLY,
+    REQUEST_SECONDS,
+    ROUTER_LINKS,
+    SESSION_REMOVED,
+    SILENT_SECONDS,
+    BadBody,
+    body_of,
+    strings,
+    text,
+)
+from channel.edge import ERROR_CODE, ERROR_INTERNAL
+from channel.frames import (
+    HEARTBEAT,
+    HEARTBEAT_REQUEST,
+    HEARTBEAT_RESPONSE,
+    HELLO,
+    HELLO_VERSION,
+    RESULT,
+    RESULT_SUCCESS,
+    Message,
+)
+from router.ports import (
+    ApiSession,
+    ApiSessions,
+    Circuit,
+    EdgePort,
+    Refused,
+    Terminator,
+    Unavailable,
+    version_text,
+)
+
+log = logging.getLogger(__name__)
+
+#: Reconnect pauses: the first, and the most they grow to (doubling).
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 30.0
+
+
+def client_context(cert_file: str | Path, key_file: str | Path, ca_file: str | Path) -> ssl.SSLContext:
+    """The router's TLS client context for the control connection: its enrolled certificate and
+    key, the controller's certificate verified against ``ca_file`` and the host name."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and check_hostname
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_verify_locations(cafile=str(ca_file))
+    ctx.load_cert_chain(str(cert_file), str(key_file))
+    return ctx
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port``, ``tls:host:port`` or ``tls://host:port`` -> (host, port)."""
+    rest = address.strip()
+    for prefix in ("tls://", "tls:"):
+        if rest.startswith(prefix):
+            rest = rest[len(prefix) :]
+            break
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"not a host:port address: {address!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class RouterLink:
+    """Another online router and where it takes links (``ROUTER_LINKS``)."""
+
+    id: str
+    name: str
+    link_listener: str
+
+
+class _ControlChannel(Channel):
+    """A channel that notes when it last heard anything (for the silence check)."""
+
+    last_received = 0.0
+
+    def data_received(self, data: bytes) -> None:
+        self.last_received = time.monotonic()
+        super().data_received(data)
+
+
+class _Pushes:
+    """The control channel's handler: what the controller sends unasked."""
+
+    def __init__(self, client: ControlClient) -> None:
+        self.client = client
+
+    def on_message(self, channel: Channel, message: Message) -> None:
+        self.client._on_push(channel, message)
+
+    def on_close(self, channel: Channel, error: BaseException | None) -> None:
+        log.info("control: connection closed%s", f": {error}" if error is not None else "")
+
+
+class ControlClient:
+    """The router's side of the control connection (implements :class:`~router.ports.ControllerPort`).
+
+    ``address`` is the controller's control address (``host:port``); ``ssl_context`` a client
+    context (:func:`client_context`); ``protocols`` the edge listener's advertised addresses
+    (``{"tls": "tls://host:port"}``); ``version`` the router's version (:func:`router.ports.
+    version_text` completes it). ``edge`` (settable later, the edge listener needs this client
+    first) is told of ended sessions and API sessions. :meth:`run` keeps the connection up until
+    :meth:`stop`."""
+
+    def __init__(
+        self,
+        *,
+        address: str,
+        ssl_context: ssl.SSLContext,
+        hostname: str,
+        protocols: Mapping[str, str],
+        version: str,
+        api_sessions: ApiSessions,
+        edge: EdgePort | None = None,
+        link_listener: str = "",
+        tunneler: bool = False,
+        server_hostname: str | None = None,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
+        silent_seconds: float = SILENT_SECONDS,
+        activity_seconds: float = ACTIVITY_SECONDS,
+        request_seconds: float = REQUEST_SECONDS,
+        backoff_first: float = BACKOFF_FIRST,
+        backoff_max: float = BACKOFF_MAX,
+    ) -> None:
+        self.address = address
+        self.host, self.port = parse_address(address)
+        self.ssl_context = ssl_context
+        self.server_hostname = server_hostname or self.host
+        self.hostname = hostname
+        self.protocols = dict(protocols)
+        self.version = version_text(version)
+        self.api_sessions = api_sessions
+        self.edge = edge
+        self.link_listener = link_listener
+        self.tunneler = tunneler
+        self.heartbeat_seconds = heartbeat_seconds
+        self.silent_seconds = silent_seconds
+        self.activity_seconds = activity_seconds
+        self.request_seconds = request_seconds
+        self.backoff_first = backoff_first
+        self.backoff_max = backoff_max
+        #: What the controller said of this router in its last hello answer.
+        self.router_id = ""
+        self.router_name = ""
+        #: The other routers, as the controller last listed them.
+        self.router_links: list[RouterLink] = []
+        #: Set while a hello is accepted and the connection is up.
+        self.connected = asyncio.Event()
+        #: Hellos accepted so far (1 after the first connection, 2 after a reconnect, ...).
+        self.sessions = 0
+        self._channel: _ControlChannel | None = None
+        self._stopping = asyncio.Event()
+
+    # -- life ----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Keep the control connection up (reconnecting with back-off) until :meth:`stop`."""
+        delay = self.backoff_first
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        session: asyncio.Future[bool] | None = None
+        try:
+            while not self._stopping.is_set():
+                session = asyncio.ensure_future(self._session())
+                await asyncio.wait({session, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not session.done():
+                    session.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await session
+                    break
+                accepted = False
+                try:
+                    accepted = session.result()
+                except Exception:
+                    log.exception("control: the connection failed")
+                if self._stopping.is_set():
+                    break
+                if accepted:
+                    delay = self.backoff_first
+                pause = random.uniform(delay / 2, delay)
+                log.info("control: connecting again in %.1f s", pause)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(stopping), pause)
+                if not accepted:
+                    delay = min(delay * 2, self.backoff_max)
+        finally:
+            stopping.cancel()
+            if session is not None and not session.done():  # run() itself was cancelled
+                session.cancel()
+
+    def stop(self) -> None:
+        """End :meth:`run` and close the connection."""
+        self._stopping.set()
+        if self._channel is not None:
+            self._channel.close()
+
+    # -- ControllerPort ------------------------------------------------------------------------
+    async def create_circuit(
+        self,
+        *,
+        session_token: str,
+        api_session_id: str,
+        fingerprints: list[str],
+        terminator_instance_id: str,
+        has_public_key: bool,
+    ) -> Circuit:
+        body = await self._request(
+            control.message(
+                CREATE_CIRCUIT,
+                {
+                    "sessionToken": session_token,
+                    "apiSessionId": api_session_id,
+                    "fingerprints": fingerprints,
+                    "terminatorInstanceId": terminator_instance_id,
+                    "hasPublicKey": has_public_key,
+                },
+            ),
+            CREATE_CIRCUIT_REPLY,
+        )
+        try:
+            terminator = body.get("terminator")
+            if not isinstance(terminator, dict):
+                raise BadBody("terminator must be an object")
+            return Circuit(
+                session_id=text(body, "sessionId"),
+                service_id=text(body, "serviceId"),
+                service_name=text(body, "serviceName"),
+                caller_id=text(body, "callerId"),
+                terminator_id=text(terminator, "id"),
+                router_id=text(terminator, "routerId"),
+                binding=text(terminator, "binding"),
+                address=text(terminator, "address"),
+                instance_id=text(terminator, "instanceId"),
+                path=tuple(strings(body, "path")),
+            )
+        except BadBody as ex:
+            raise Unavailable(f"the controller's circuit answer is not understood: {ex}") from None
+
+    async def create_terminator(
+        self,
+        *,
+        session_token: str,
+        api_session_id: str,
+        fingerprints: list[str],
+        instance_id: str,
+        cost: int,
+        precedence: str,
+        has_public_key: bool,
+        address: str,
+    ) -> Terminator:
+        body = await self._request(
+            control.message(
+                CREATE_TERMINATOR,
+                {
+                    "sessionToken": session_token,
+                    "apiSessionId": api_session_id,
+                    "fingerprints": fingerprints,
+                    "instanceId": instance_id,
+                    "cost": cost,
+                    "precedence": precedence,
+                    "hasPublicKey": has_public_key,
+                    "address": address,
+                },
+            ),
+            CREATE_TERMINATOR_REPLY,
+        )
+        try:
+            terminator_id = text(body, "terminatorId")
+            if not terminator_id:
+                raise BadBody("terminatorId is empty")
+            return Terminator(
+                terminator_id=terminator_id,
+                session_id=text(body, "sessionId"),
+                service_id=text(body, "serviceId"),
+            )
+        except BadBody as ex:
+            raise Unavailable(f"the controller's terminator answer is not understood: {ex}") from None
+
+    async def remove_terminators(self, terminator_ids: list[str]) -> None:
+        if terminator_ids:
+            await self._request(
+                control.message(REMOVE_TERMINATORS, {"terminatorIds": list(terminator_ids)}),
+                REMOVE_TERMINATORS_REPLY,
+            )
+
+    def api_session_channels(self, opened: list[str], closed: list[str]) -> None:
+        channel = self._channel
+        if (opened or closed) and channel is not None and channel.is_open:
+            channel.send(control.message(API_SESSION_CHANNELS, {"opened": opened, "closed": closed}))
+
+    async def _request(self, message: Message, answer_type: int) -> dict[str, Any]:
+        channel = self._channel
+        if channel is None or not channel.is_open:
+            raise Unavailable("no control connection")
+        try:
+            reply = await channel.request(message, self.request_seconds)
+        except TimeoutError:
+            raise Unavailable("the controller did not answer in time") from None
+        except ChannelClosed:
+            raise Unavailable("the control connection closed") from None
+        reason = reply.body.decode("utf-8", "replace")
+        if reply.content_type == ERROR:
+            raise Refused(reply.u32(ERROR_CODE) or ERROR_INTERNAL, reason)
+        if reply.content_type == RESULT:  # a plain yes or no
+            if not reply.flag(RESULT_SUCCESS):
+                raise Refused(reply.u32(ERROR_CODE) or ERROR_INTERNAL, reason)
+            return {}
+        if reply.content_type != answer_type:
+            raise Unavailable(f"the controller answered with content type {reply.content_type}")
+        try:
+            return body_of(reply)
+        except BadBody as ex:
+            raise Unavailable(str(ex)) from None
+
+    # -- one connection ------------------------------------------------------------------------
+    async def _session(self) -> bool:
+        """Connect, say hello, serve until the connection ends; whether the hello was accepted."""
+        loop = asyncio.get_running_loop()
+        pushes = _Pushes(self)
+        try:
+            _, channel = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _ControlChannel(pushes, name="control"),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl_context,
+                    server_hostname=self.server_hostname,
+                    ssl_handshake_timeout=self.request_seconds,
+                ),
+                self.request_seconds * 2,
+            )
+        except (OSError, TimeoutError) as ex:
+            log.warning("control: cannot connect to %s: %s", self.address, ex or type(ex).__name__)
+            return False
+        channel.last_received = time.monotonic()
+        self.api_sessions.begin_full_state()
+        loops: list[asyncio.Task[None]] = []
+        try:
+            if not await self._hello(channel):
+                return False
+            self._channel = channel
+            self.sessions += 1
+            self.connected.set()
+            loops = [
+                asyncio.ensure_future(self._heartbeats(channel)),
+                asyncio.ensure_future(self._activity(channel)),
+            ]
+            assert channel.closed is not None
+            await channel.closed.wait()
+            return True
+        finally:
+            for task in loops:
+                task.cancel()
+            self._channel = None
+            self.connected.clear()
+            self.api_sessions.unsynced()
+            channel.close()
+
+    async def _hello(self, channel: _ControlChannel) -> bool:
+        edge = self.edge
+        hello = control.message(
+            HELLO,
+            {
+                "hostname": self.hostname,
+                "protocols": self.protocols,
+                "linkListener": self.link_listener,
+                "tunneler": self.tunneler,
+                "terminators": edge.terminator_ids() if edge is not None else [],
+            },
+        )
+        hello.set_text(HELLO_VERSION, self.version)
+        try:
+            reply = await channel.request(hello, self.request_seconds)
+        except TimeoutError:
+            log.warning("control: the controller did not answer the hello in time")
+            return False
+        except ChannelClosed:
+            log.warning("control: the controller closed the connection before answering the hello")
+            return False
+        if reply.content_type != RESULT or not reply.flag(RESULT_SUCCESS):
+            log.warning(
+                "control: the controller refused the hello: %s",
+                reply.body.decode("utf-8", "replace") or "no reason",
+            )
+            return False
+        try:
+            body = body_of(reply)
+            self.router_id = text(body, "routerId")
+            self.router_name = text(body, "routerName")
+            unknown = strings(body, "unknownTerminators")
+            every = body.get("heartbeatSeconds")
+        except BadBody as ex:
+            log.warning("control: the hello answer is not understood: %s", ex)
+            return False
+        if isinstance(every, int | float) and not isinstance(every, bool) and every > 0:
+            self.heartbeat_seconds = float(every)
+        log.info("control: connected to %s as router %s (%s)", self.address, self.router_name, self.router_id)
+        if unknown and edge is not None:
+            log.info("control: the controller does not know terminators %s: ending their binds", unknown)
+            edge.drop_terminators(unknown)
+        return True
+
+    async def _heartbeats(self, channel: _ControlChannel) -> None:
+        tick = min(1.0, self.heartbeat_seconds, self.silent_seconds / 2)
+        last_sent = time.monotonic()
+        while channel.is_open:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            if now - channel.last_received > self.silent_seconds:
+                log.warning("control: nothing heard for %.0f s: closing", self.silent_seconds)
+                channel.abort(TimeoutError("control connection silent"))
+                return
+            if now - last_sent >= self.heartbeat_seconds:
+                beat = Message(HEARTBEAT)
+                beat.set_u64(HEARTBEAT_REQUEST, time.time_ns())
+                channel.send(beat)
+                last_sent = now
+
+    async def _activity(self, channel: _ControlChannel) -> None:
+        """The whole set of API sessions with SDK channels here: at once (a new connection), then
+        every :attr:`activity_seconds`."""
+        while channel.is_open:
+            ids = self.edge.api_session_ids() if self.edge is not None else []
+            channel.send(control.message(API_SESSION_HEARTBEAT, {"apiSessionIds": ids}))
+            await asyncio.sleep(self.activity_seconds)
+
+    # -- pushes --------------------------------------------------------------------------------
+    def _on_push(self, channel: Channel, message: Message) -> None:
+        kind = message.content_type
+        try:
+            if kind == HEARTBEAT:
+                self._on_heartbeat(channel, message)
+            elif kind in (API_SESSION_ADDED, API_SESSION_UPDATED):
+                self._on_api_sessions(control.body_of(message))
+            elif kind == API_SESSION_REMOVED:
+                ids = strings(body_of(message), "ids")
+                self.api_sessions.remove(ids)
+                if self.edge is not None:
+                    self.edge.close_api_sessions(ids)
+            elif kind == SESSION_REMOVED:
+                body = body_of(message)
+                ids, tokens = strings(body, "ids"), strings(body, "tokens")
+                if self.edge is not None:
+                    self.edge.end_sessions(ids, tokens)
+            elif kind == ROUTER_LINKS:
+                self._on_router_links(body_of(message))
+            else:
+                log.debug("control: ignoring %r", message)
+        except BadBody as ex:
+            log.warning("control: ignoring a message of content type %d: %s", kind, ex)
+
+    def _on_heartbeat(self, channel: Channel, message: Message) -> None:
+        value = message.headers.get(HEARTBEAT_REQUEST)
+        if value is None:
+            return  # the answer to ours: hearing it is what counts
+        answer = Message(HEARTBEAT)
+        answer.headers[HEARTBEAT_RESPONSE] = value
+        channel.send(answer.reply_to(message))
+
+    def _on_api_sessions(self, body: dict[str, Any]) -> None:
+        wire = body.get("apiSessions", [])
+        if not isinstance(wire, list):
+            raise BadBody("apiSessions must be a list")
+        sessions = []
+        for value in wire:
+            try:
+                sessions.append(ApiSession.from_wire(value))
+            except ValueError as ex:
+                log.warning("control: skipping an API session: %s", ex)
+        if body.get("fullState") is True:
+            gone = self.api_sessions.add_full_state(sessions, body.get("isLast") is True)
+            if body.get("isLast") is True:
+                log.info("control: %d API sessions in sync", len(self.api_sessions))
+            if gone and self.edge is not None:
+                self.edge.close_api_sessions([s.id for s in gone])
+        else:
+            for session in sessions:
+                self.api_sessions.put(session)
+
+    def _on_router_links(self, body: dict[str, Any]) -> None:
+        routers = body.get("routers", [])
+        if not isinstance(routers, list):
+            raise BadBody("routers must be a list")
+        links = []
+        for value in routers:
+            if isinstance(value, dict) and isinstance(value.get("id"), str):
+                links.append(
+                    RouterLink(
+                        id=value["id"],
+                        name=str(value.get("name") or ""),
+                        link_listener=str(value.get("linkListener") or ""),
+                    )
+                )
+        self.router_links = links

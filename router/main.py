@@ -1,0 +1,101 @@
+"""``trellis router run``: the router process, from an enrolled directory to serving SDKs.
+
+It builds the edge listener (:mod:`router.edge`) and the control client (:mod:`router.control`)
+from the directory's certificates and ``router.json``, listens on the recorded edge address,
+keeps the control connection up, and stops cleanly on SIGTERM or SIGINT (open SDK channels are
+closed; the controller removes their terminators). One asyncio loop, no threads: the process does
+nothing but relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import platform
+import signal
+import socket
+from pathlib import Path
+
+from router import identity
+from router.control import ControlClient, client_context, parse_address
+from router.edge import EdgeListener
+from router.ports import ApiSessions
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.1.0"
+
+
+def version_info() -> str:
+    """``version|revision|buildDate|os|arch``, as OpenZiti's routers send it."""
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine() or "unknown")
+    return f"v{VERSION}|trellis|2026-11-27|{platform.system().lower() or 'unknown'}|{arch}"
+
+
+def _server_hostname(host: str) -> str:
+    """The name to check the controller's certificate against: its host, or ``localhost`` for a
+    loopback address (the controller's certificate always names ``localhost``)."""
+    try:
+        if ipaddress.ip_address(host.strip("[]")).is_loopback:
+            return "localhost"
+    except ValueError:
+        pass
+    return host
+
+
+async def serve(directory: Path, record: identity.RouterRecord, stop: asyncio.Event) -> None:
+    """Run until ``stop`` is set."""
+    sessions = ApiSessions()
+    ctrl_host, _ = parse_address(record.ctrl)
+    client = ControlClient(
+        address=record.ctrl,
+        ssl_context=client_context(
+            directory / identity.CERT, directory / identity.KEY, directory / identity.CA
+        ),
+        hostname=record.advertise or socket.gethostname(),
+        protocols={"tls": record.edge_url},
+        version=version_info(),
+        api_sessions=sessions,
+        tunneler=True,
+        server_hostname=_server_hostname(ctrl_host),
+    )
+    listener = EdgeListener(
+        ssl_context=identity.edge_context(directory),
+        controller=client,
+        api_sessions=sessions,
+        router_id=record.id,
+        version=version_info(),
+    )
+    client.edge = listener
+    host, _, port = record.edge.rpartition(":")
+    await listener.start(host.strip("[]"), int(port))
+    log.info(
+        "router %s (%s): SDKs connect to %s; controller %s",
+        record.name,
+        record.id,
+        record.edge_url,
+        record.ctrl,
+    )
+    control = asyncio.create_task(client.run(), name="control")
+    try:
+        await stop.wait()
+    finally:
+        client.stop()
+        await listener.stop()
+        control.cancel()
+        await asyncio.gather(control, return_exceptions=True)
+        log.info("router %s stopped", record.name)
+
+
+def run_router(directory: Path, record: identity.RouterRecord) -> None:
+    """Serve until SIGTERM or SIGINT."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(directory, record, stop)
+
+    asyncio.run(main())
