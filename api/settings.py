@@ -441,6 +441,11 @@ SETTINGS: tuple[Setting, ...] = (
         ("init", "router-enroll"), parser=optional_address, shown_default="127.0.0.1 and a free port",
     ),
     Setting(
+        "TRELLIS_ROUTER_LINK_BIND", "router_link_bind", "", ADDRESS_FORM,
+        "where a router being enrolled will listen for links from other routers; kept in its `router.json`",
+        ("init", "router-enroll"), parser=optional_address, shown_default="127.0.0.1 and a free port",
+    ),
+    Setting(
         "TRELLIS_ROUTER_ADVERTISE", "router_advertise", "", "a host name or IP address",
         "the host SDKs are told to reach a router being enrolled at (`tls://host:port`)",
         ("init", "router-enroll"), parser=optional_host, shown_default="the edge bind host",
@@ -530,6 +535,7 @@ class Settings:
     router: bool = DEFAULTS["TRELLIS_ROUTER"]
     router_home: Path = DEFAULTS["TRELLIS_ROUTER_HOME"]
     router_edge_bind: str = DEFAULTS["TRELLIS_ROUTER_EDGE_BIND"]
+    router_link_bind: str = DEFAULTS["TRELLIS_ROUTER_LINK_BIND"]
     router_advertise: str = DEFAULTS["TRELLIS_ROUTER_ADVERTISE"]
     router_ctrl: str = DEFAULTS["TRELLIS_ROUTER_CTRL"]
     #: The log's lowest level and line format (see api.logs).
