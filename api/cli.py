@@ -185,7 +185,7 @@ def router_enroll(settings: Settings, jwt_file: Path, *, out: TextIO = sys.stdou
     except EnrollError as ex:
         raise SettingError(f"router enroll: {ex}") from None
     print(
-        f"enrolled edge router {record.name} ({record.id}) in {directory}; SDKs reach it at {record.edge_url}",
+        f"enrolled edge router {record.id} in {directory}; SDKs reach it at {record.edge_url}",
         file=out,
     )
 
