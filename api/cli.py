@@ -166,7 +166,7 @@ def restore(settings: Settings, snapshot: Path, *, out: TextIO = sys.stdout) -> 
 def router_enroll(settings: Settings, jwt_file: Path, *, out: TextIO = sys.stdout) -> None:
     """Enroll a standalone router into ``TRELLIS_ROUTER_HOME`` with the JWT in ``jwt_file``."""
     from router import identity
-    from router.enroll import EnrollError, enroll, free_port
+    from router.enroll import EnrollError, enroll, free_port, link_bind
 
     directory = settings.router_home
     if identity.is_enrolled(directory):
@@ -180,8 +180,11 @@ def router_enroll(settings: Settings, jwt_file: Path, *, out: TextIO = sys.stdou
     bind = settings.router_edge_bind or f"127.0.0.1:{free_port()}"
     host = bind.rpartition(":")[0].strip("[]")
     advertise = settings.router_advertise or ("localhost" if host in ("0.0.0.0", "::") else host)
+    link = link_bind(settings.router_link_bind, bind)
     try:
-        record = enroll(token, directory, ctrl=settings.router_ctrl, edge=bind, advertise=advertise)
+        record = enroll(
+            token, directory, ctrl=settings.router_ctrl, edge=bind, advertise=advertise, link=link
+        )
     except EnrollError as ex:
         raise SettingError(f"router enroll: {ex}") from None
     print(

@@ -23,7 +23,7 @@ from api.controller import Controller
 from api.settings import Settings
 from engine.entities.routers import EdgeRouter
 from router import identity
-from router.enroll import free_port
+from router.enroll import free_port, link_bind
 
 NAME = "trellis-router"
 ROLE = "public"
@@ -78,6 +78,7 @@ def ensure(ctrl: Controller, settings: Settings, *, out: TextIO) -> bool:
         ctrl=ctrl_address(settings),
         edge=bind,
         advertise=advertise,
+        link=link_bind(settings.router_link_bind, bind),
     )
     identity.write(directory, record, key, certs.cert, certs.server_cert, certs.ca)
     print(f"created edge router '{NAME}' in {directory}, listening for SDKs on {record.edge_url}", file=out)

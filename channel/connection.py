@@ -8,7 +8,9 @@ to that request, and every other message to its :class:`Handler`, on the event l
 Back-pressure: a relay writes what it read from one channel into another with
 :meth:`Channel.relay`. While the receiving channel's transport holds more than its high-water mark
 (a slow reader), the sending channel stops reading from its socket, so a slow reader holds back
-its writer instead of filling memory; reading resumes once the receiver has drained.
+its writer instead of filling memory; reading resumes once the receiver has drained. A sink that
+is no channel (a TCP connection a router opens itself) does the same with
+:meth:`Channel.hold_reading` / :meth:`Channel.release_reading`.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class Channel(asyncio.Protocol):
         self._first_timer: asyncio.TimerHandle | None = None
         self._on_connected = on_connected
         self._is_closed = False
-        self._paused_by: set[Channel] = set()  # channels whose full buffers hold our reading
+        self._paused_by: set[object] = set()  # sinks (channels or others) whose full buffers hold our reading
         self._holding: set[Channel] = set()  # channels whose reading we hold
         self._writable = True
         self._reading_paused = False
@@ -157,6 +159,14 @@ class Channel(asyncio.Protocol):
             self._holding.add(source)
             source._hold(self)
 
+    def hold_reading(self, holder: object) -> None:
+        """Read no more from the socket until ``holder`` lets go (:meth:`release_reading`), nor while
+        any other holder holds: back-pressure from a sink that is no channel."""
+        self._hold(holder)
+
+    def release_reading(self, holder: object) -> None:
+        self._release(holder)
+
     async def request(self, message: Message, timeout: float) -> Message:
         """Send ``message``; its reply (``REPLY_FOR`` = its seq). :class:`TimeoutError` after
         ``timeout`` seconds, :class:`ChannelClosed` if the channel ends first."""
@@ -204,13 +214,13 @@ class Channel(asyncio.Protocol):
         log.info("channel %s: no first message within %.1f s: closing", self.name, self._first_timeout)
         self.abort(TimeoutError("no first message in time"))
 
-    def _hold(self, sink: Channel) -> None:
+    def _hold(self, sink: object) -> None:
         self._paused_by.add(sink)
         if not self._reading_paused and self.transport is not None and not self._is_closed:
             self._reading_paused = True
             self.transport.pause_reading()
 
-    def _release(self, sink: Channel) -> None:
+    def _release(self, sink: object) -> None:
         self._paused_by.discard(sink)
         if not self._paused_by and self._reading_paused:
             self._reading_paused = False
@@ -233,7 +243,8 @@ class Channel(asyncio.Protocol):
         for source in held:
             source._release(self)
         for sink in list(self._paused_by):
-            sink._holding.discard(self)
+            if isinstance(sink, Channel):
+                sink._holding.discard(self)
         self._paused_by.clear()
         if self.closed is not None:
             self.closed.set()

@@ -13,8 +13,9 @@ Router -> controller:
   ``{"hostname", "protocols": {"tls": "tls://host:port"}, "linkListener": "tls://host:port" | "",
   "tunneler": bool, "terminators": [ids the router holds]}``. Answered by ``RESULT`` success with
   body ``{"routerId", "routerName", "heartbeatSeconds", "unknownTerminators": [...]}`` (the
-  router ends the binds of terminators the controller no longer has; the controller removes this
-  router's ``edge`` terminators the router did not list), or ``RESULT`` failure with a reason,
+  router ends the binds of terminators the controller no longer has, and asks again for those it
+  hosts itself; the controller removes this router's ``edge`` and ``tunnel`` terminators the
+  router did not list), or ``RESULT`` failure with a reason,
   then close. The hello body may be up to 256 KiB; a second connection of the same router
   replaces the first (the controller closes the older one).
 - ``CREATE_CIRCUIT`` (20205), a request: ``{"sessionToken", "apiSessionId", "fingerprints",
@@ -28,8 +29,18 @@ Router -> controller:
   terminator is ``edge``, address ``hosted:<sessionToken>`` as OpenZiti's (``address`` is not
   used); cost 0 and precedence ``default`` take the hosting identity's cost and precedence for
   the service. Each request makes a new terminator: the router removes it when the bind ends.
-- ``REMOVE_TERMINATORS`` (20211), a request: ``{"terminatorIds": [...]}``: binds that ended.
-  Answer ``RESULT``.
+- ``REMOVE_TERMINATORS`` (20211), a request: ``{"terminatorIds": [...]}``: binds that ended, or
+  services the router no longer hosts. Answer ``RESULT``.
+- ``CREATE_TUNNEL_TERMINATOR`` (20406, OpenZiti's number), a request of a tunneler router:
+  ``{"serviceId", "cost", "precedence", "instanceId"}`` (the last three optional; a
+  ``HOSTED_SERVICES`` entry says what to ask): the terminator for a service the router hosts
+  itself (``host.v1``). Answer ``CREATE_TUNNEL_TERMINATOR_REPLY`` (20407) ``{"terminatorId",
+  "serviceId"}``, or ``ERROR``: code 7 (``ERROR_TUNNELING_NOT_ENABLED``) when the router is not
+  tunneler-enabled, 6 when its router identity may not Bind the service or the service has no
+  ``host.v1`` config, 9/10 for a bad precedence/cost. The terminator is ``tunnel``, address
+  ``tunnel:<serviceId>``, its host the router's identity; there is one per router and service
+  (asking again answers the same one, updated to the cost and precedence asked for). A Dial that
+  reaches it gets ``binding`` ``tunnel`` in its circuit: the router opens the connection itself.
 - ``API_SESSION_HEARTBEAT`` (20203): ``{"apiSessionIds": [...]}``, every minute, the API
   sessions with an open SDK channel on the router (their activity, as an SDK's REST calls). It is
   the whole set: the controller takes it as the router's SDK channels (identities'
@@ -65,7 +76,17 @@ Controller -> router:
   ``ids[i]``). The controller has already deleted the terminators those sessions hosted.
 - ``ROUTER_LINKS`` (21000, Trellis): ``{"routers": [{"id", "name", "linkListener"}]}``: the other
   online routers and where they take links (several routers); sent after the full state and
-  whenever a router comes online or goes offline (``linkListener`` "" when it takes none).
+  whenever a router comes online or goes offline (``linkListener`` "" when it takes none). The
+  routers link to one another as :mod:`channel.link` says.
+- ``HOSTED_SERVICES`` (21002, Trellis), to a router whose hello said ``tunneler``:
+  ``{"services": [{"id", "name", "encryptionRequired", "host", "cost", "precedence",
+  "instanceId"}]}``, sorted by id: every service the router's identity may Bind that has a
+  ``host.v1`` config (``host``: that config's data, the identity's service-config override
+  first); ``cost``/``precedence``/``instanceId`` are what its terminator should carry (the
+  identity's per-service hosting entries, else ``host.listenOptions``, else the identity's
+  defaults). Sent after the hello (empty for a router that is not tunneler-enabled) and whenever
+  the list changes; always the whole list. The router creates and removes its ``tunnel``
+  terminators to match.
 - ``ERROR`` (20002): the answer to a refused request: body the reason, header 1014 the code.
 """
 
@@ -91,8 +112,11 @@ CREATE_TERMINATOR = 20207
 CREATE_TERMINATOR_REPLY = 20208
 REMOVE_TERMINATORS = 20211
 REMOVE_TERMINATORS_REPLY = 20212
+CREATE_TUNNEL_TERMINATOR = 20406
+CREATE_TUNNEL_TERMINATOR_REPLY = 20407
 ROUTER_LINKS = 21000
 API_SESSION_CHANNELS = 21001
+HOSTED_SERVICES = 21002
 
 #: Seconds between heartbeats, and of silence after which a control channel is closed.
 HEARTBEAT_SECONDS = 10.0

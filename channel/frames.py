@@ -182,38 +182,76 @@ class Decoder:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> Iterator[Message]:
-        """Take ``data``; yield every message it completes, in order."""
+        """Take ``data``; yield every message it completes, in order.
+
+        Only what does not make a whole message yet is copied into the decoder's buffer (the end
+        of a message begun earlier, the start of one that ``data`` does not finish); whole
+        messages are read from ``data`` where they lie. What a caller that stops early has not
+        taken stays pending for the next call."""
         buffer = self._buffer
-        buffer += data
-        at = 0
+        view = memoryview(data)
+        size = len(view)
+        at = 0  # bytes of data taken: into the buffer, or into messages handed out
         try:
-            while len(buffer) - at >= HEAD.size:
-                magic, content_type, seq, headers_len, body_len = HEAD.unpack_from(buffer, at)
-                if magic != MAGIC:
-                    raise FrameError("not a channel v2 frame (bad magic)")
-                body_limit = self._max_body
-                if not self._seen_first and self._first_body_limit is not None:
-                    body_limit = self._first_body_limit
-                if headers_len > self._max_headers:
-                    raise FrameError(f"headers of {headers_len} bytes exceed {self._max_headers}")
-                if body_len > body_limit:
-                    raise FrameError(f"a body of {body_len} bytes exceeds {body_limit}")
-                end = at + HEAD.size + headers_len + body_len
+            while buffer:
+                # Left from an earlier call: a message begun (take from data only the bytes it
+                # lacks), or whole ones a caller that stopped early did not take.
+                if len(buffer) < HEAD.size:
+                    more = min(HEAD.size - len(buffer), size - at)
+                    buffer += view[at : at + more]
+                    at += more
+                    if len(buffer) < HEAD.size:
+                        return
+                content_type, seq, headers_len, end = self._head(buffer, 0)
                 if len(buffer) < end:
+                    more = min(end - len(buffer), size - at)
+                    buffer += view[at : at + more]
+                    at += more
+                    if len(buffer) < end:
+                        return
+                message = self._message(buffer, content_type, seq, headers_len, end)
+                del buffer[:end]
+                yield message
+            while size - at >= HEAD.size:
+                content_type, seq, headers_len, end = self._head(view, at)
+                if end > size:
                     break
-                start = at + HEAD.size
-                view = memoryview(buffer)
-                try:
-                    headers = decode_headers(view[start : start + headers_len])
-                    body = bytes(view[start + headers_len : end])
-                finally:
-                    view.release()
+                message = self._message(view[at:end], content_type, seq, headers_len, end - at)
                 at = end
-                self._seen_first = True
-                yield Message(content_type, body, headers, seq)
+                yield message
         finally:
-            if at:
-                del buffer[:at]
+            if at < size:
+                buffer += view[at:]
+            view.release()
+
+    def _head(self, block: bytes | bytearray | memoryview, at: int) -> tuple[int, int, int, int]:
+        """(content type, seq, headers length, end offset) of the frame whose head is at ``at``,
+        checked against the limits."""
+        magic, content_type, seq, headers_len, body_len = HEAD.unpack_from(block, at)
+        if magic != MAGIC:
+            raise FrameError("not a channel v2 frame (bad magic)")
+        body_limit = self._max_body
+        if not self._seen_first and self._first_body_limit is not None:
+            body_limit = self._first_body_limit
+        if headers_len > self._max_headers:
+            raise FrameError(f"headers of {headers_len} bytes exceed {self._max_headers}")
+        if body_len > body_limit:
+            raise FrameError(f"a body of {body_len} bytes exceeds {body_limit}")
+        return content_type, seq, headers_len, at + HEAD.size + headers_len + body_len
+
+    def _message(
+        self, frame: bytearray | memoryview, content_type: int, seq: int, headers_len: int, end: int
+    ) -> Message:
+        """The message of the whole frame at the start of ``frame`` (``end`` bytes long)."""
+        view = memoryview(frame)
+        try:
+            # A copy (headers are small): a FrameError's traceback must hold no view of the buffer.
+            headers = decode_headers(bytes(view[HEAD.size : HEAD.size + headers_len]))
+            body = bytes(view[HEAD.size + headers_len : end])
+        finally:
+            view.release()
+        self._seen_first = True
+        return Message(content_type, body, headers, seq)
 
 
 def result(request: Message, success: bool = True, text: str = "") -> Message:

@@ -10,7 +10,8 @@ hello is accepted). Messages and bodies are those of :mod:`channel.control`.
 Over the connection:
 
 - the router asks (:class:`~router.ports.ControllerPort`): create a circuit for a Connect, a
-  terminator for a Bind, remove terminators. An ``ERROR`` answer becomes
+  terminator for a Bind, remove terminators; and, for the services it hosts itself
+  (:mod:`router.hosting`), their tunnel terminators. An ``ERROR`` answer becomes
   :class:`~router.ports.Refused`; no connection or no answer in time,
   :class:`~router.ports.Unavailable`.
 - the controller pushes the API sessions SDK hellos are checked against (a full state after
@@ -34,7 +35,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,11 @@ from channel.control import (
     CREATE_CIRCUIT_REPLY,
     CREATE_TERMINATOR,
     CREATE_TERMINATOR_REPLY,
+    CREATE_TUNNEL_TERMINATOR,
+    CREATE_TUNNEL_TERMINATOR_REPLY,
     ERROR,
     HEARTBEAT_SECONDS,
+    HOSTED_SERVICES,
     REMOVE_TERMINATORS,
     REMOVE_TERMINATORS_REPLY,
     REQUEST_SECONDS,
@@ -81,6 +85,7 @@ from router.ports import (
     ApiSessions,
     Circuit,
     EdgePort,
+    HostedService,
     Refused,
     Terminator,
     Unavailable,
@@ -203,6 +208,12 @@ class ControlClient:
         self.router_name = ""
         #: The other routers, as the controller last listed them.
         self.router_links: list[RouterLink] = []
+        #: Told of every new list (the router's links, :mod:`router.links`; settable later).
+        self.on_router_links: Callable[[list[RouterLink]], None] | None = None
+        #: The services the controller last said this router hosts (``HOSTED_SERVICES``), and who
+        #: is told of every new list (``router.hosting.Hosting``; settable later).
+        self.hosted_services: list[HostedService] = []
+        self.on_hosted_services: Callable[[list[HostedService]], None] | None = None
         #: Set while a hello is accepted and the connection is up.
         self.connected = asyncio.Event()
         #: Hellos accepted so far (1 after the first connection, 2 after a reconnect, ...).
@@ -339,6 +350,25 @@ class ControlClient:
                 control.message(REMOVE_TERMINATORS, {"terminatorIds": list(terminator_ids)}),
                 REMOVE_TERMINATORS_REPLY,
             )
+
+    async def create_tunnel_terminator(
+        self, *, service_id: str, cost: int, precedence: str, instance_id: str
+    ) -> str:
+        """The terminator of a service this router hosts (``CREATE_TUNNEL_TERMINATOR``): its id."""
+        body = await self._request(
+            control.message(
+                CREATE_TUNNEL_TERMINATOR,
+                {"serviceId": service_id, "cost": cost, "precedence": precedence, "instanceId": instance_id},
+            ),
+            CREATE_TUNNEL_TERMINATOR_REPLY,
+        )
+        try:
+            terminator_id = text(body, "terminatorId")
+        except BadBody as ex:
+            raise Unavailable(f"the controller's terminator answer is not understood: {ex}") from None
+        if not terminator_id:
+            raise Unavailable("the controller's terminator answer names no terminator")
+        return terminator_id
 
     def api_session_channels(self, opened: list[str], closed: list[str]) -> None:
         channel = self._channel
@@ -501,6 +531,8 @@ class ControlClient:
                     self.edge.end_sessions(ids, tokens)
             elif kind == ROUTER_LINKS:
                 self._on_router_links(body_of(message))
+            elif kind == HOSTED_SERVICES:
+                self._on_hosted_services(body_of(message))
             else:
                 log.debug("control: ignoring %r", message)
         except BadBody as ex:
@@ -534,6 +566,23 @@ class ControlClient:
             for session in sessions:
                 self.api_sessions.put(session)
 
+    def _on_hosted_services(self, body: dict[str, Any]) -> None:
+        wire = body.get("services", [])
+        if not isinstance(wire, list):
+            raise BadBody("services must be a list")
+        services = []
+        for value in wire:
+            try:
+                services.append(HostedService.from_wire(value))
+            except ValueError as ex:
+                log.warning("control: skipping a hosted service: %s", ex)
+        self.hosted_services = services
+        if self.on_hosted_services is not None:
+            try:
+                self.on_hosted_services(list(services))
+            except Exception:
+                log.exception("control: taking the list of hosted services failed")
+
     def _on_router_links(self, body: dict[str, Any]) -> None:
         routers = body.get("routers", [])
         if not isinstance(routers, list):
@@ -549,3 +598,8 @@ class ControlClient:
                     )
                 )
         self.router_links = links
+        if self.on_router_links is not None:
+            try:
+                self.on_router_links(list(links))
+            except Exception:
+                log.exception("control: taking the list of routers failed")

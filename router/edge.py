@@ -15,9 +15,9 @@ every connection is known by (channel, conn id).
   (:meth:`~router.ports.ControllerPort.create_circuit`). The dialer's connection is then joined
   to a *far end* (:class:`End`): for a terminator bound on this router, a new connection on the
   binder's channel (Dial -> DialSuccess -> StateConnected to both sides). Router-hosted servers
-  (``host.v1``) and terminators on other routers (links) are further kinds of :class:`End`, not
-  written yet: :meth:`EdgeListener._open_far_end` is where they plug in, and a Connect that
-  needs one is refused with a reason meanwhile.
+  (``host.v1``: a TCP or UDP connection the router opens itself, :mod:`router.hosting`) and
+  terminators on other routers (links) are further kinds of :class:`End`:
+  :meth:`EdgeListener._open_far_end` is where they plug in.
 - Data is passed on message by message, with the connection id of the receiving side and its
   own sequence counter, body and flags untouched (end-to-end encrypted streams depend on it);
   a slow reader holds back the channel that writes to it (:meth:`channel.connection.Channel.
@@ -43,7 +43,7 @@ import logging
 import ssl
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Coroutine, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from channel.connection import Channel, ChannelClosed
 from channel.edge import (
@@ -170,6 +170,35 @@ class End(ABC):
     @abstractmethod
     def end(self, reason: str) -> None:
         """The other end is gone: close this one with ``reason`` and forget it (no call back)."""
+
+
+class HostedServices(Protocol):
+    """The services this router hosts itself, as the listener uses them (``router.hosting``)."""
+
+    def hosts(self, terminator_id: str) -> bool:
+        """Whether the terminator is one of this router's hosted services'."""
+        ...
+
+    async def open(self, circuit: Circuit, dialer: End, request: Message) -> tuple[End, bytes | None]:
+        """The connection to the service's server, made for ``dialer`` (still connecting), and the
+        public key to show it; :class:`~router.ports.Refused` when it cannot be made."""
+        ...
+
+    def terminator_ids(self) -> list[str]: ...
+
+    def drop_terminators(self, terminator_ids: Iterable[str]) -> None: ...
+
+
+class RouterLinks(Protocol):
+    """The links to other routers, as the listener uses them (``router.links``)."""
+
+    async def open_circuit(
+        self, circuit: Circuit, dialer: SdkConnection, request: Message
+    ) -> tuple[End, bytes | None]:
+        """A circuit over the link to the router of ``circuit``'s terminator for ``dialer`` (still
+        connecting when it returns): the far end, and the public key to show the dialer;
+        :class:`~router.ports.Refused` when it cannot be made."""
+        ...
 
 
 class SdkConnection(End):
@@ -520,6 +549,10 @@ class EdgeListener:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: API sessions whose first channel opened or last closed since the controller was told.
         self._touched: set[str] = set()
+        #: The links to other routers (:mod:`router.links`; set once made), None: no links.
+        self.links: RouterLinks | None = None
+        #: The services this router hosts itself (:mod:`router.hosting`; set once made), None: none.
+        self.hosting: HostedServices | None = None
 
     # -- life ----------------------------------------------------------------------------------
     async def start(self, host: str, port: int) -> None:
@@ -576,13 +609,17 @@ class EdgeListener:
                 sdk.channel.close()
 
     def terminator_ids(self) -> list[str]:
-        return list(self._terminators)
+        hosted = self.hosting.terminator_ids() if self.hosting is not None else []
+        return [*self._terminators, *hosted]
 
     def drop_terminators(self, terminator_ids: Iterable[str]) -> None:
+        terminator_ids = list(terminator_ids)
         for terminator_id in terminator_ids:
             bind = self._terminators.get(terminator_id)
             if bind is not None:
                 self._end_bind(bind, "terminator unknown to the controller")
+        if self.hosting is not None:  # the services hosted here ask for new ones
+            self.hosting.drop_terminators(terminator_ids)
 
     def api_session_ids(self) -> list[str]:
         return list(self._by_api_session)
@@ -833,21 +870,45 @@ class EdgeListener:
     async def _open_link_end(
         self, circuit: Circuit, dialer: SdkConnection, request: Message
     ) -> tuple[End, bytes | None]:
-        """A terminator on another router: a circuit over a link (not written yet)."""
-        raise _Refusal(
-            f"service {circuit.service_name} is hosted on router {circuit.router_id}: "
-            "routers do not link to one another yet",
-            ERROR_INVALID_TERMINATOR,
-        )
+        """A terminator on another router: a circuit over the link to it (:mod:`router.links`)."""
+        if self.links is None:
+            raise _Refusal(
+                f"service {circuit.service_name} is hosted on router {circuit.router_id}: "
+                "this router makes no links",
+                ERROR_INVALID_TERMINATOR,
+            )
+        try:
+            return await self.links.open_circuit(circuit, dialer, request)
+        except Refused as ex:
+            raise _Refusal(ex.reason, ex.code) from None
+
+    async def open_link_circuit(
+        self, circuit: Circuit, far: End, request: Message
+    ) -> tuple[End, bytes | None]:
+        """For :mod:`router.links`: the end on this router of a circuit another router opens over a
+        link to ``circuit``'s terminator here (an SDK's bind, or one the router hosts), joined to
+        ``far``, the link's end, and the public key to show the dialer. ``far`` stands in for the
+        dialer: the dials read its ``state``, ``close_reason`` and ``peer`` and join it as an
+        :class:`End`. ``request`` carries the dialer's PublicKey and AppData headers.
+        :class:`~router.ports.Refused` when it cannot be made."""
+        try:
+            return await self._open_far_end(circuit, cast(SdkConnection, far), request)
+        except _Refusal as refusal:
+            raise Refused(refusal.code, refusal.reason) from None
 
     async def _open_hosted_end(
         self, circuit: Circuit, dialer: SdkConnection, request: Message
     ) -> tuple[End, bytes | None]:
-        """A server this router dials itself (``host.v1``; not written yet)."""
-        raise _Refusal(
-            f"terminator binding {circuit.binding!r} is not served by this router yet",
-            ERROR_INVALID_TERMINATOR,
-        )
+        """A server this router dials itself: a service it hosts (``host.v1``, :mod:`router.hosting`)."""
+        if self.hosting is None or not self.hosting.hosts(circuit.terminator_id):
+            raise _Refusal(
+                f"terminator {circuit.terminator_id} ({circuit.binding}) is not hosted by this router",
+                ERROR_INVALID_TERMINATOR,
+            )
+        try:
+            return await self.hosting.open(circuit, dialer, request)
+        except Refused as ex:
+            raise _Refusal(ex.reason, ex.code) from None
 
     async def _dial_bind(
         self, bind: Bind, circuit: Circuit, dialer: SdkConnection, request: Message

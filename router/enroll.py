@@ -116,11 +116,14 @@ def fetch_ca_bundle(claims: dict[str, Any], token: str) -> str:
     return bundle
 
 
-def enroll(token: str, directory: Path, *, ctrl: str, edge: str, advertise: str) -> RouterRecord:
+def enroll(
+    token: str, directory: Path, *, ctrl: str, edge: str, advertise: str, link: str = ""
+) -> RouterRecord:
     """Enroll with ``token`` (the JWT text) and write the router's directory; its record.
 
     ``ctrl`` is the controller's control address (``host:port``; empty: the JWT's host, port
-    6262), ``edge`` the edge listener's bind address and ``advertise`` the host SDKs are told."""
+    6262), ``edge`` the edge listener's bind address, ``advertise`` the host SDKs are told and
+    ``link`` where the router takes links from other routers (empty: none)."""
     claims = read_claims(token)
     bundle = fetch_ca_bundle(claims, token)
     parts = urlsplit(claims["iss"])
@@ -160,6 +163,7 @@ def enroll(token: str, directory: Path, *, ctrl: str, edge: str, advertise: str)
         ctrl=ctrl or f"{host}:6262",
         edge=edge,
         advertise=advertise,
+        link=link,
     )
     write(directory, record, key, data["cert"], data["serverCert"], data["ca"] or bundle)
     return record
@@ -170,3 +174,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host.strip("[]"), 0))
         return int(s.getsockname()[1])
+
+
+def link_bind(chosen: str, edge: str) -> str:
+    """Where a router being enrolled takes links from other routers: ``chosen`` (the
+    ``TRELLIS_ROUTER_LINK_BIND`` setting) when set, else 127.0.0.1 and a free port other than the
+    edge listener's (``edge``)."""
+    if chosen:
+        return chosen
+    while True:
+        port = free_port()
+        if str(port) != edge.rpartition(":")[2]:
+            return f"127.0.0.1:{port}"

@@ -7,15 +7,18 @@ The directory (mode 0700) holds::
     server.pem   the server certificate chain its edge listener presents to SDKs
     ca.pem       the controller's CA bundle: what the router trusts
     router.json  {"id", "name", "controller": "https://host:port", "ctrl": "host:port",
-                  "edge": "host:port", "advertise": "host"}
+                  "edge": "host:port", "advertise": "host", "link": "host:port"}
 
 ``edge`` is where the edge listener binds and ``advertise`` the host SDKs are told
-(``tls://advertise:port``); both are chosen at enrollment and kept, so a router keeps its address
-across restarts. Nothing here talks to the network: :mod:`router.enroll` fills the directory.
+(``tls://advertise:port``), ``link`` where the router takes links from other routers ("" in a
+record written before links: none); all are chosen at enrollment and kept, so a router keeps its
+addresses across restarts. Nothing here talks to the network: :mod:`router.enroll` fills the
+directory.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -49,11 +52,24 @@ class RouterRecord:
     ctrl: str
     edge: str
     advertise: str
+    link: str = ""
 
     @property
     def edge_url(self) -> str:
         """What SDKs are told: ``tls://advertise:port``."""
         return f"tls://{self.advertise}:{self.edge.rpartition(':')[2]}"
+
+    @property
+    def link_url(self) -> str:
+        """What other routers are told to dial for links: ``tls://host:port`` (the bind host, or
+        the advertised one for a wildcard bind); "" when the router takes no links."""
+        if not self.link:
+            return ""
+        host, _, port = self.link.rpartition(":")
+        host = host.strip("[]")
+        if host in ("", "0.0.0.0", "::"):
+            host = self.advertise
+        return f"tls://[{host}]:{port}" if ":" in host else f"tls://{host}:{port}"
 
 
 def new_key() -> rsa.RSAPrivateKey:
@@ -136,7 +152,10 @@ def load(directory: Path) -> RouterRecord:
         raise IdentityError(f"{directory / KEY} is readable by others (mode {mode:o}): chmod 600 it")
     try:
         raw = json.loads((directory / CONFIG).read_text())
-        return RouterRecord(**{k: str(raw[k]) for k in RouterRecord.__dataclass_fields__})
+        fields = RouterRecord.__dataclass_fields__
+        return RouterRecord(
+            **{k: str(raw[k]) for k, f in fields.items() if k in raw or f.default is dataclasses.MISSING}
+        )
     except (ValueError, KeyError, TypeError) as ex:
         raise IdentityError(f"{directory / CONFIG} is not a router record ({ex})") from None
 

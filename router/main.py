@@ -20,6 +20,8 @@ from pathlib import Path
 from router import identity
 from router.control import ControlClient, client_context, parse_address
 from router.edge import EdgeListener
+from router.hosting import Hosting
+from router.links import Links
 from router.ports import ApiSessions
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ async def serve(directory: Path, record: identity.RouterRecord, stop: asyncio.Ev
         api_sessions=sessions,
         tunneler=True,
         server_hostname=_server_hostname(ctrl_host),
+        link_listener=record.link_url,
     )
     listener = EdgeListener(
         ssl_context=identity.edge_context(directory),
@@ -68,13 +71,30 @@ async def serve(directory: Path, record: identity.RouterRecord, stop: asyncio.Ev
         version=version_info(),
     )
     client.edge = listener
+    hosting = Hosting(client)  # the services the controller says this router hosts (host.v1)
+    listener.hosting = hosting
+    client.on_hosted_services = hosting.update
     host, _, port = record.edge.rpartition(":")
     await listener.start(host.strip("[]"), int(port))
+    server_context, link_client_context = identity.link_contexts(directory)
+    links = Links(
+        router_id=record.id,
+        edge=listener,
+        server_context=server_context,
+        client_context=link_client_context,
+        listener_url=record.link_url,
+    )
+    if record.link:  # a record from before links takes none: the router still dials those that do
+        link_host, _, link_port = record.link.rpartition(":")
+        await links.start(link_host.strip("[]"), int(link_port))
+    listener.links = links
+    client.on_router_links = links.update
     log.info(
-        "router %s (%s): SDKs connect to %s; controller %s",
+        "router %s (%s): SDKs connect to %s; links to %s; controller %s",
         record.name,
         record.id,
         record.edge_url,
+        record.link_url or "(none)",
         record.ctrl,
     )
     control = asyncio.create_task(client.run(), name="control")
@@ -83,6 +103,8 @@ async def serve(directory: Path, record: identity.RouterRecord, stop: asyncio.Ev
     finally:
         client.stop()
         await listener.stop()
+        await hosting.stop()
+        await links.stop()
         control.cancel()
         await asyncio.gather(control, return_exceptions=True)
         log.info("router %s stopped", record.name)

@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import platform
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,6 +56,46 @@ class Terminator:
     terminator_id: str
     session_id: str
     service_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostedService:
+    """A service this router hosts itself (one entry of the controller's ``HOSTED_SERVICES``): its
+    ``host.v1`` data, and the cost, precedence and instance id its terminator carries."""
+
+    id: str
+    name: str
+    encryption_required: bool
+    host: Mapping[str, Any]
+    cost: int = 0
+    precedence: str = "default"
+    instance_id: str = ""
+
+    @property
+    def terminator_options(self) -> tuple[int, str, str]:
+        return self.cost, self.precedence, self.instance_id
+
+    @classmethod
+    def from_wire(cls, value: Any) -> HostedService:
+        if not isinstance(value, dict):
+            raise ValueError("a hosted service must be an object")
+        service_id, name, host = value.get("id"), value.get("name", ""), value.get("host")
+        if not isinstance(service_id, str) or not service_id or not isinstance(name, str):
+            raise ValueError("a hosted service needs an id and a name")
+        if not isinstance(host, dict):
+            raise ValueError(f"hosted service {service_id}: host must be an object")
+        cost, precedence, instance_id = value.get("cost", 0), value.get("precedence"), value.get("instanceId")
+        if not isinstance(cost, int) or isinstance(cost, bool) or not 0 <= cost <= 65535:
+            raise ValueError(f"hosted service {service_id}: cost must be an integer in 0-65535")
+        return cls(
+            id=service_id,
+            name=name,
+            encryption_required=value.get("encryptionRequired") is True,
+            host=host,
+            cost=cost,
+            precedence=precedence if isinstance(precedence, str) and precedence else "default",
+            instance_id=instance_id if isinstance(instance_id, str) else "",
+        )
 
 
 class ControllerPort(Protocol):

@@ -15,7 +15,8 @@ failure with the reason and the connection closed. Then (``channel.control`` is 
    each on the worker's thread pool (the engine's writes block until they are durable); pushes
    go to every connected router as batches are committed (the commit listener runs on the
    committer's thread and hands them to the loop); routers learn of each other
-   (``ROUTER_LINKS``) whenever one comes or goes;
+   (``ROUTER_LINKS``) whenever one comes or goes; a tunneler router is told the services it
+   hosts (``HOSTED_SERVICES``) after its hello and whenever a batch changes that list;
 4. heartbeats both ways; a connection silent for :data:`~channel.control.SILENT_SECONDS` is
    closed, and so is a router's connection as soon as it is deleted, disabled, re-enrolled or
    given a new certificate.
@@ -30,6 +31,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import enum
+import functools
 import logging
 import socket
 import ssl
@@ -58,6 +60,7 @@ from engine.managers.edge_control import (
     ApiSessionsRemoved,
     ControlRefused,
     Event,
+    HostedServicesChanged,
     RouterHello,
     RouterRefused,
     RouterRevoked,
@@ -125,6 +128,10 @@ class RouterConnection:
         self._early: list[Message] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._reports = asyncio.Lock()
+        #: Whether the router's hello said it runs a tunneler, and the last ``HOSTED_SERVICES``
+        #: body it was sent (None: none yet).
+        self.tunneler = False
+        self.hosted: bytes | None = None
 
     @property
     def closed(self) -> bool:
@@ -202,6 +209,7 @@ class RouterConnection:
             return
         if self.closed:
             return
+        self.tunneler = hello.tunneler
         presence = self.server._attach(self, router, hello)
         if self.closed:  # changed meanwhile
             return
@@ -223,6 +231,7 @@ class RouterConnection:
         for request in early:
             self._dispatch(request)
         self.server.links_changed()
+        self.server.hosted_changed()
         try:
             entries = await self.server.run(self.server.ctrl.managers.edge_control.api_session_state)
             for body in wire.api_sessions_added(entries, full_state=True, chunk=control.SYNC_CHUNK):
@@ -310,6 +319,22 @@ class RouterConnection:
 
         await self._answer(message, work)
 
+    async def _create_tunnel_terminator(self, message: Message) -> None:
+        router_id = self._router_id()
+
+        def work() -> Message:
+            request = wire.read_tunnel_terminator_request(body_of(message))
+            terminator = self.server.ctrl.managers.edge_control.create_tunnel_terminator(
+                router_id,
+                service_id=request.service_id,
+                cost=request.cost,
+                precedence=request.precedence,
+                instance_id=request.instance_id,
+            )
+            return wire.tunnel_terminator_reply(message, terminator)
+
+        await self._answer(message, work)
+
     async def _remove_terminators(self, message: Message) -> None:
         router_id = self._router_id()
 
@@ -376,6 +401,7 @@ class RouterConnection:
         control.CREATE_CIRCUIT: _create_circuit,
         control.CREATE_TERMINATOR: _create_terminator,
         control.REMOVE_TERMINATORS: _remove_terminators,
+        control.CREATE_TUNNEL_TERMINATOR: _create_tunnel_terminator,
         control.API_SESSION_HEARTBEAT: _api_session_heartbeat,
         control.API_SESSION_CHANNELS: _api_session_channels,
     }
@@ -426,6 +452,9 @@ class ControlServer:
         self._connections: set[RouterConnection] = set()
         #: The connection of each router past its hello.
         self._routers: dict[str, RouterConnection] = {}
+        #: The pass telling tunneler routers what they host, and whether another is due after it.
+        self._hosted_task: asyncio.Task[None] | None = None
+        self._hosted_again = False
 
     @property
     def port(self) -> int:
@@ -454,6 +483,8 @@ class ControlServer:
         self.ctrl.managers.edge_control.remove_sink(self._on_events)
         if self._ticker is not None:
             self._ticker.cancel()
+        if self._hosted_task is not None:
+            self._hosted_task.cancel()
         if self._server is not None:
             self._server.close()
         for connection in list(self._connections):
@@ -531,6 +562,37 @@ class ControlServer:
             others = [p for p in online if p.router_id != router_id]
             connection.push(control.ROUTER_LINKS, wire.router_links(others))
 
+    def hosted_changed(self) -> None:
+        """What tunneler routers host may have changed: each one's list is computed again (on the
+        pool) and pushed when it differs from the last it was sent. One pass at a time; a change
+        during a pass makes another follow it."""
+        if self._hosted_task is not None and not self._hosted_task.done():
+            self._hosted_again = True
+            return
+        self._hosted_again = False
+        self._hosted_task = self.loop.create_task(self._push_hosted())
+
+    async def _push_hosted(self) -> None:
+        edge_control = self.ctrl.managers.edge_control
+        while True:
+            for connection in list(self._routers.values()):
+                if not connection.tunneler or connection.closed or connection.router is None:
+                    continue
+                work = functools.partial(edge_control.hosted_services, connection.router.id)
+                try:
+                    body = wire.hosted_services(await self.run(work))
+                except Exception:
+                    log.exception(
+                        "control: the services router %s hosts could not be listed", connection.name
+                    )
+                    continue
+                if body != connection.hosted and not connection.closed:
+                    connection.hosted = body
+                    connection.push(control.HOSTED_SERVICES, body)
+            if not self._hosted_again:
+                return
+            self._hosted_again = False
+
     # -- pushes --------------------------------------------------------------------------------
     def _on_events(self, events: list[Event]) -> None:
         """A commit listener's events (on the committer's thread): handled on the loop."""
@@ -549,6 +611,9 @@ class ControlServer:
                 ):
                     connection.state = State.CLOSED
                     connection.close(event.reason)
+                continue
+            if isinstance(event, HostedServicesChanged):
+                self.hosted_changed()
                 continue
             if isinstance(event, ApiSessionsAdded):
                 bodies = list(

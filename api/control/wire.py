@@ -24,12 +24,13 @@ from channel.edge import (
     ERROR_INVALID_SERVICE,
     ERROR_INVALID_SESSION,
     ERROR_INVALID_TERMINATOR,
+    ERROR_TUNNELING_NOT_ENABLED,
     ERROR_WRONG_SESSION_TYPE,
     INVALID_SESSION_TEXT,
 )
 from channel.frames import HELLO_VERSION, RESULT_SUCCESS, Message
 from engine.entities.services import Terminator
-from engine.managers.edge_control import CircuitGrant, Refusal, RouterApiSession, RouterHello
+from engine.managers.edge_control import CircuitGrant, HostedService, Refusal, RouterApiSession, RouterHello
 from engine.managers.fleet import Presence, VersionInfo
 
 #: The largest hello body taken (its terminator ids make it grow with the binds a router holds).
@@ -52,6 +53,7 @@ REFUSAL_CODES = {
     Refusal.INVALID_PRECEDENCE: ERROR_INVALID_PRECEDENCE,
     Refusal.INVALID_COST: ERROR_INVALID_COST,
     Refusal.ENCRYPTION_DATA_MISSING: ERROR_ENCRYPTION_DATA_MISSING,
+    Refusal.TUNNELING_NOT_ENABLED: ERROR_TUNNELING_NOT_ENABLED,
 }
 #: Codes whose answer is exactly "Invalid Session": the C SDK then fetches a new session and retries.
 INVALID_SESSION_CODES = frozenset(
@@ -130,6 +132,29 @@ def read_session_request(body: dict[str, Any]) -> SessionRequest:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TunnelTerminatorRequest:
+    """A tunneler router asks for the terminator of a service it hosts (None: not given)."""
+
+    service_id: str
+    cost: int | None
+    precedence: str | None
+    instance_id: str | None
+
+
+def read_tunnel_terminator_request(body: dict[str, Any]) -> TunnelTerminatorRequest:
+    return TunnelTerminatorRequest(
+        service_id=bounded(text(body, "serviceId"), "serviceId", MAX_ADDRESS),
+        cost=integer(body, "cost") if body.get("cost") is not None else None,
+        precedence=text(body, "precedence") if body.get("precedence") is not None else None,
+        instance_id=(
+            bounded(text(body, "instanceId"), "instanceId", MAX_ADDRESS)
+            if body.get("instanceId") is not None
+            else None
+        ),
+    )
+
+
 # -- controller -> router ---------------------------------------------------------------------------
 def hello_result(
     request: Message, *, router_id: str, router_name: str, heartbeat: float, unknown: list[str]
@@ -177,6 +202,31 @@ def terminator_reply(request: Message, terminator: Terminator) -> Message:
         "serviceId": terminator.service_id,
     }
     return control.message(control.CREATE_TERMINATOR_REPLY, body).reply_to(request)
+
+
+def tunnel_terminator_reply(request: Message, terminator: Terminator) -> Message:
+    body = {"terminatorId": terminator.id, "serviceId": terminator.service_id}
+    return control.message(control.CREATE_TUNNEL_TERMINATOR_REPLY, body).reply_to(request)
+
+
+def hosted_services(services: Sequence[HostedService]) -> bytes:
+    """A ``HOSTED_SERVICES`` body."""
+    return encode(
+        {
+            "services": [
+                {
+                    "id": h.service.id,
+                    "name": h.service.name,
+                    "encryptionRequired": h.service.encryption_required,
+                    "host": h.host,
+                    "cost": h.cost,
+                    "precedence": h.precedence,
+                    "instanceId": h.instance_id,
+                }
+                for h in services
+            ]
+        }
+    )
 
 
 def api_session(entry: RouterApiSession) -> dict[str, Any]:

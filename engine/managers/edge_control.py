@@ -19,12 +19,22 @@ The use cases behind ``api.control`` (OpenZiti's edge control handlers), free of
   ``required`` over ``default`` over ``failed``, then the lowest cost, at random among equals, on
   this router or another online one); a Bind gets a persisted terminator (binding ``edge``,
   address ``hosted:<session token>``), listed by ``/terminators`` like any other;
+- **what a tunneler router hosts**: a tunneler-enabled router acts as its router identity (type
+  ``Router``, the router's id): every service that identity may Bind and that carries a
+  ``host.v1`` config (the identity's service-config override first, as the client API resolves
+  it) is hosted by the router (:meth:`~EdgeControlManager.hosted_services`), which asks for one
+  terminator per such service (binding ``tunnel``, address ``tunnel:<service id>``, the router's
+  identity as host: :meth:`~EdgeControlManager.create_tunnel_terminator`); cost and precedence
+  are the identity's per-service hosting entries, else the config's ``listenOptions``, else the
+  identity's defaults;
 - **what routers are told**: every committed batch is read for what the routers' copies need
   (:data:`Event`): API sessions that became fully authenticated or whose certificates, or
   identity name, changed (added), API sessions that ended (removed), Dial/Bind sessions that
   ended (their terminators are deleted too, in the next batch), and routers whose connection
-  must close (deleted, disabled, re-enrolled or given a new certificate). Whoever serves the
-  connections subscribes with :meth:`~EdgeControlManager.add_sink`.
+  must close (deleted, disabled, re-enrolled or given a new certificate), and batches that may
+  change what tunneler routers host (service policies, services, configs, config types, edge
+  routers, router identities). Whoever serves the connections subscribes with
+  :meth:`~EdgeControlManager.add_sink`.
 
 The fully authenticated API sessions, as routers see them, are kept here (:class:`RouterApiSession`:
 a token hash, identity, and certificate fingerprints), so a change is pushed only when what a
@@ -40,16 +50,20 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from engine.entities.identities import ApiSession, ApiSessionCertificate, Authenticator, Identity
+from engine.entities.policies import ServicePolicy
 from engine.entities.routers import EdgeRouter
-from engine.entities.services import Service, Terminator
+from engine.entities.services import Config, ConfigType, Service, Terminator
 from engine.entities.sessions import BIND, DIAL, Session
-from engine.errors import ControllerError
+from engine.errors import ControllerError, NotFoundError
 from engine.managers._base import Env
 from engine.managers.access import AccessManager
 from engine.managers.api_sessions import ApiSessionManager
+from engine.managers.builtin_config_types import HOST_V1_ID
 from engine.managers.fleet import Fleet, VersionInfo
+from engine.managers.identities import ROUTER_TYPE
 from engine.managers.posture import PostureManager
 from engine.managers.terminators import COST_MAX, PRECEDENCES, TerminatorManager
 from engine.ports import Change, Delete, Put, UnitOfWork
@@ -58,6 +72,12 @@ log = logging.getLogger(__name__)
 
 #: The binding of terminators SDKs host through a router (OpenZiti's ``edge``).
 EDGE_BINDING = "edge"
+#: The binding of terminators a tunneler router hosts itself (``host.v1``; OpenZiti's ``tunnel``),
+#: and their address prefix (then the service id).
+TUNNEL_BINDING = "tunnel"
+TUNNEL_PREFIX = "tunnel:"
+#: Bindings of the terminators a router makes for itself, reconciled at its hello.
+ROUTER_BINDINGS = frozenset({EDGE_BINDING, TUNNEL_BINDING})
 #: Terminator precedences, best first.
 PRECEDENCE_RANK = {"required": 0, "default": 1, "failed": 2}
 
@@ -76,6 +96,7 @@ class Refusal(enum.Enum):
     INVALID_PRECEDENCE = "invalid precedence"
     INVALID_COST = "invalid cost"
     ENCRYPTION_DATA_MISSING = "encryption data missing"
+    TUNNELING_NOT_ENABLED = "tunneling not enabled"
 
 
 class ControlRefused(Exception):
@@ -133,6 +154,18 @@ class CircuitGrant:
     path: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class HostedService:
+    """A service a tunneler router hosts: its ``host.v1`` config data, and the cost, precedence
+    and instance id of the terminator the router makes for it."""
+
+    service: Service
+    host: dict[str, Any]
+    cost: int
+    precedence: str
+    instance_id: str
+
+
 # -- what routers are told (delivered to sinks after each committed batch) --------------------------
 @dataclass(frozen=True, slots=True)
 class ApiSessionsAdded:
@@ -161,7 +194,12 @@ class RouterRevoked:
     reason: str
 
 
-Event = ApiSessionsAdded | ApiSessionsRemoved | SessionsRemoved | RouterRevoked
+@dataclass(frozen=True, slots=True)
+class HostedServicesChanged:
+    """What tunneler routers host may have changed (each router's list is computed again)."""
+
+
+Event = ApiSessionsAdded | ApiSessionsRemoved | SessionsRemoved | RouterRevoked | HostedServicesChanged
 Sink = Callable[[list[Event]], None]
 
 
@@ -232,8 +270,9 @@ class EdgeControlManager:
 
     def router_hello(self, router: EdgeRouter, hello: RouterHello) -> list[str]:
         """Keep what the router reports of itself and reconcile its terminators; the ids it holds
-        that the controller does not know (it ends those binds). Its edge-hosted terminators it
-        did not list are deleted (terminators an administrator made are left alone)."""
+        that the controller does not know (it ends those binds, or asks again for those it hosts).
+        Its edge-hosted and tunnel terminators it did not list are deleted (terminators an
+        administrator made are left alone)."""
         store = self.env.store
         with store.write_lock():
             uow = UnitOfWork(store)
@@ -252,7 +291,7 @@ class EdgeControlManager:
             held = set(hello.terminators)
             mine = uow.find_by(Terminator, "router_id", router.id)
             for terminator in mine:
-                if terminator.binding == EDGE_BINDING and terminator.id not in held:
+                if terminator.binding in ROUTER_BINDINGS and terminator.id not in held:
                     uow.delete(Terminator, terminator.id)
             known = {t.id for t in mine}
             if uow.changes():
@@ -352,6 +391,129 @@ class EdgeControlManager:
             except ControllerError as ex:
                 raise ControlRefused(Refusal.INVALID_SERVICE, ex.reason or ex.message) from None
 
+    # -- what tunneler routers host ------------------------------------------------------------
+    def hosted_services(self, router_id: str) -> list[HostedService]:
+        """The services the router hosts, by service id: none unless it is tunneler-enabled and
+        has its router identity; else each service the identity may Bind that has a ``host.v1``
+        config."""
+        store = self.env.store
+        router = store.get(EdgeRouter, router_id)
+        identity = self._router_identity(router)
+        if identity is None:
+            return []
+        try:
+            services = self.access.services_of_identity(identity.id, BIND)
+        except NotFoundError:  # the identity went meanwhile
+            return []
+        out = []
+        for service in sorted(services, key=lambda s: s.id):
+            host = self._host_config(identity, service)
+            if host is not None:
+                out.append(_hosting(identity, service, host))
+        return out
+
+    def create_tunnel_terminator(
+        self,
+        router_id: str,
+        *,
+        service_id: str,
+        cost: int | None = None,
+        precedence: str | None = None,
+        instance_id: str | None = None,
+    ) -> Terminator:
+        """The terminator a tunneler router hosts ``service_id`` with (binding ``tunnel``, address
+        ``tunnel:<service id>``, its router identity as host). One per router and service: asking
+        again gives the same terminator, with the cost and precedence asked for now (a changed
+        instance id replaces it). Cost, precedence and instance id not given are the ones
+        :meth:`hosted_services` says. :class:`ControlRefused` unless the router is
+        tunneler-enabled and its identity may Bind the service, which has a ``host.v1`` config."""
+        if cost is not None and not 0 <= cost <= COST_MAX:
+            raise ControlRefused(Refusal.INVALID_COST, f"cost must be between 0 and {COST_MAX}")
+        if precedence is not None and precedence not in PRECEDENCES:
+            raise ControlRefused(Refusal.INVALID_PRECEDENCE, f"precedence must be one of {list(PRECEDENCES)}")
+        store = self.env.store
+        with store.write_lock():
+            router = store.get(EdgeRouter, router_id)
+            identity = self._router_identity(router)
+            if identity is None:
+                raise ControlRefused(
+                    Refusal.TUNNELING_NOT_ENABLED, f"edge router {router_id} is not tunneler-enabled"
+                )
+            service = store.get(Service, service_id) if service_id else None
+            if service is None:
+                raise ControlRefused(Refusal.INVALID_SERVICE, f"no service has id {service_id!r}")
+            if BIND not in self.access.permissions(identity.id, service.id):
+                raise ControlRefused(
+                    Refusal.INVALID_SERVICE,
+                    f"the identity of edge router {router_id} may not bind service {service.name}",
+                )
+            host = self._host_config(identity, service)
+            if host is None:
+                raise ControlRefused(Refusal.INVALID_SERVICE, f"service {service.name} has no host.v1 config")
+            wanted = _hosting(identity, service, host)
+            fields = {
+                "cost": wanted.cost if cost is None else cost,
+                "precedence": wanted.precedence if precedence is None else precedence,
+            }
+            instance = wanted.instance_id if instance_id is None else instance_id
+            uow = UnitOfWork(store)
+            kept: Terminator | None = None
+            for held in uow.find_by(Terminator, "router_id", router_id):
+                if held.binding != TUNNEL_BINDING or held.service_id != service.id:
+                    continue
+                if kept is None and held.instance_id == instance:
+                    kept = held
+                else:
+                    uow.delete(Terminator, held.id)  # another instance id, or a duplicate
+            if uow.changes():
+                self.env.commit(uow)
+            try:
+                if kept is not None:
+                    if all(getattr(kept, k) == v for k, v in fields.items()):
+                        return kept
+                    return self.terminators.update(kept.id, fields)
+                return self.terminators.create(
+                    {
+                        "service_id": service.id,
+                        "router_id": router_id,
+                        "binding": TUNNEL_BINDING,
+                        "address": TUNNEL_PREFIX + service.id,
+                        "instance_id": instance,
+                        "identity": identity.id,
+                        "host_id": identity.id,
+                        **fields,
+                    }
+                )
+            except ControllerError as ex:
+                raise ControlRefused(Refusal.INVALID_SERVICE, ex.reason or ex.message) from None
+
+    def _router_identity(self, router: EdgeRouter | None) -> Identity | None:
+        """The router identity of a tunneler-enabled router (None for any other router)."""
+        if router is None or not router.is_tunneler_enabled:
+            return None
+        identity = self.env.store.get(Identity, router.id)
+        if identity is None or identity.type_id != ROUTER_TYPE:
+            return None
+        return identity
+
+    def _host_config(self, identity: Identity, service: Service) -> dict[str, Any] | None:
+        """The ``host.v1`` config data the identity sees on the service: its own service-config
+        override of that type, else the service's config of that type (as the client API's
+        ``config`` of a service)."""
+        store = self.env.store
+        if store.get(ConfigType, HOST_V1_ID) is None:
+            return None
+        override = identity.service_configs.get(service.id, {}).get(HOST_V1_ID)
+        if override is not None:
+            config = store.get(Config, override)
+            if config is not None:
+                return dict(config.data)
+        for config_id in service.configs:
+            config = store.get(Config, config_id)
+            if config is not None and config.config_type_id == HOST_V1_ID:
+                return dict(config.data)
+        return None
+
     def remove_terminators(self, router_id: str, terminator_ids: Iterable[str]) -> int:
         """Delete those of ``terminator_ids`` that are the router's; how many went."""
         store = self.env.store
@@ -439,11 +601,16 @@ class EdgeControlManager:
         identities: set[str] = set()
         ended: dict[str, str] = {}
         routers: set[str] = set()
+        hosting = False
         with self._lock:
             for change in changes:
                 kind = change.kind if isinstance(change, Delete) else type(change.entity)
                 entity_id = change.id if isinstance(change, Delete) else change.entity.id
                 entity = change.entity if isinstance(change, Put) else None
+                if kind in _HOSTING_KINDS or (
+                    kind is Identity and (entity is None or getattr(entity, "type_id", "") == ROUTER_TYPE)
+                ):
+                    hosting = True
                 if kind is ApiSession:
                     if entity is None:
                         deleted.append(entity_id)
@@ -504,6 +671,8 @@ class EdgeControlManager:
         if ended:
             events.append(SessionsRemoved(tuple(ended), tuple(ended.values())))
         events.extend(self._revoked(routers))
+        if hosting:
+            events.append(HostedServicesChanged())
         if not events:
             return
         for sink in sinks:
@@ -603,3 +772,47 @@ class EdgeControlManager:
             if not ids:
                 del self._by_identity[entry.identity_id]
         return True
+
+
+#: Kinds whose changes may change what tunneler routers host (besides router identities).
+_HOSTING_KINDS: frozenset[type[Any]] = frozenset({ServicePolicy, Service, Config, ConfigType, EdgeRouter})
+
+
+def _hosting(identity: Identity, service: Service, host: dict[str, Any]) -> HostedService:
+    """How ``identity`` hosts ``service`` with ``host`` (its ``host.v1`` data): the identity's
+    per-service hosting cost and precedence win over the config's ``listenOptions``, which win
+    over the identity's defaults; the instance id comes from ``listenOptions.identity`` (with
+    ``$tunneler_id.name`` and ``$tunneler_id.tag[name]``) or ``bindUsingEdgeIdentity``."""
+    options = host.get("listenOptions")
+    if not isinstance(options, dict):
+        options = {}
+    cost = identity.service_hosting_costs.get(service.id)
+    if cost is None:
+        listed = options.get("cost")
+        cost = (
+            listed if isinstance(listed, int) and 0 <= listed <= COST_MAX else identity.default_hosting_cost
+        )
+    precedence = identity.service_hosting_precedences.get(service.id)
+    if precedence is None:
+        listed = options.get("precedence")
+        precedence = listed if listed in PRECEDENCES else identity.default_hosting_precedence
+    instance_id = ""
+    template = options.get("identity")
+    if isinstance(template, str) and template:
+        instance_id = _instance_id(template, identity)
+    elif options.get("bindUsingEdgeIdentity") is True:
+        instance_id = identity.name
+    return HostedService(service, host, int(cost), str(precedence), instance_id)
+
+
+def _instance_id(template: str, identity: Identity) -> str:
+    out = template.replace("$tunneler_id.name", identity.name)
+    while "$tunneler_id.tag[" in out:
+        start = out.index("$tunneler_id.tag[")
+        end = out.find("]", start)
+        if end < 0:
+            break
+        name = out[start + len("$tunneler_id.tag[") : end]
+        value = identity.tags.get(name, "")
+        out = out[:start] + ("" if value is None else str(value)) + out[end + 1 :]
+    return out

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from api.settings import (
-    COMMANDS,
     BY_ENV,
+    COMMANDS,
     SETTINGS,
     SettingError,
     Settings,
