@@ -131,6 +131,9 @@ class RouterLink:
     id: str
     name: str
     link_listener: str
+    #: SHA-1 of the router's current client certificate: the one it must present when it dials a
+    #: link ("" from a controller that does not say).
+    fingerprint: str = ""
 
 
 class _ControlChannel(Channel):
@@ -595,6 +598,7 @@ class ControlClient:
                         id=value["id"],
                         name=str(value.get("name") or ""),
                         link_listener=str(value.get("linkListener") or ""),
+                        fingerprint=str(value.get("fingerprint") or "").lower(),
                     )
                 )
         self.router_links = links

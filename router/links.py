@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import hashlib
 import itertools
 import json
 import logging
@@ -762,6 +763,8 @@ class Links:
                 problem = "a link to itself"
             elif not await self._wait_for(lambda: named in self._listed, self.wait_seconds):
                 problem = f"router {named} is not one the controller lists"
+            elif not self._current_certificate(link, named):
+                problem = f"router {named} presented a certificate it no longer holds"
             if link.phase is not Phase.HELLO or not link.channel.is_open:
                 return
             link.peer_id = named
@@ -775,6 +778,17 @@ class Links:
             link.send(result(hello, True, json.dumps({"routerId": self.router_id})))
         finally:
             self._admissions.discard(link)
+
+    def _current_certificate(self, link: Link, router_id: str) -> bool:
+        """Whether the dialing peer's certificate is the router's current one, as the controller
+        listed it (a re-enrolled or extended router's old certificate chains to our CA and names
+        the router, but no longer identifies it)."""
+        listed = self._listed.get(router_id)
+        expected = listed.fingerprint if listed is not None else ""
+        if not expected:
+            return True
+        chain = link.channel.peer_chain
+        return bool(chain) and hashlib.sha1(chain[0]).hexdigest() == expected
 
     # -- the set of links ----------------------------------------------------------------------
     def _register(self, link: Link) -> bool:

@@ -259,7 +259,17 @@ def api_sessions_added(
 
 def router_links(others: Sequence[Presence]) -> bytes:
     return encode(
-        {"routers": [{"id": p.router_id, "name": p.name, "linkListener": p.link_listener} for p in others]}
+        {
+            "routers": [
+                {
+                    "id": p.router_id,
+                    "name": p.name,
+                    "linkListener": p.link_listener,
+                    "fingerprint": p.fingerprint,
+                }
+                for p in others
+            ]
+        }
     )
 
 

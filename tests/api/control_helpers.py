@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import json
 import queue
 import ssl
@@ -14,6 +15,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from channel import control
 from channel.connection import Channel
@@ -201,6 +205,12 @@ class RouterCreds:
     name: str
     chain: str
     key: Key
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-1 of the client certificate (the leaf of ``chain``): what the controller knows it by."""
+        leaf = x509.load_pem_x509_certificates(self.chain.encode())[0]
+        return hashlib.sha1(leaf.public_bytes(serialization.Encoding.DER)).hexdigest()
 
 
 @dataclass

@@ -37,7 +37,10 @@ def plane(api: Api, tmp_path: Path) -> Iterator[Plane]:
 
 def listing(*routers: tuple[RouterCreds, str]) -> dict[str, Any]:
     """A ``ROUTER_LINKS`` body naming ``routers`` (with their link listeners), sorted by id."""
-    entries = [{"id": r.id, "name": r.name, "linkListener": where} for r, where in routers]
+    entries = [
+        {"id": r.id, "name": r.name, "linkListener": where, "fingerprint": r.fingerprint}
+        for r, where in routers
+    ]
     return {"routers": sorted(entries, key=lambda e: e["id"])}
 
 

@@ -300,10 +300,24 @@ def test_routers_learn_of_each_other(api: Api, plane: Plane) -> None:
     second.hello(link_listener="tls://two.example.test:4022")
 
     assert second.take(control.ROUTER_LINKS) == {
-        "routers": [{"id": one.id, "name": one.name, "linkListener": "tls://one.example.test:4022"}]
+        "routers": [
+            {
+                "id": one.id,
+                "name": one.name,
+                "linkListener": "tls://one.example.test:4022",
+                "fingerprint": one.fingerprint,
+            }
+        ]
     }
     assert first.take(control.ROUTER_LINKS) == {
-        "routers": [{"id": two.id, "name": two.name, "linkListener": "tls://two.example.test:4022"}]
+        "routers": [
+            {
+                "id": two.id,
+                "name": two.name,
+                "linkListener": "tls://two.example.test:4022",
+                "fingerprint": two.fingerprint,
+            }
+        ]
     }
     plane.loop.call(second.channel.abort)
     assert first.take(control.ROUTER_LINKS) == {"routers": []}

@@ -609,6 +609,28 @@ async def test_a_router_the_controller_does_not_list_gets_no_link(
 
 
 @run_async
+async def test_a_router_dialing_with_a_certificate_it_no_longer_holds_gets_no_link(
+    pki: Pki, network: Network, link_log: pytest.LogCaptureFixture
+) -> None:
+    """A re-enrolled router's old certificate still chains to our CA and names it; the controller
+    lists the router with its current certificate's fingerprint, which the old one is not."""
+    b = await Stack(pki, network, B, wait_seconds=0.2).start()
+    x = await Stack(pki, network, X).start()
+    try:
+        retired = dataclasses.replace(x.listing, fingerprint="00" * 20)
+        b.links.update([retired])
+        x.links.update([b.listing])
+
+        await until(lambda: logged(link_log, "router router-b refused the link"), "B refused X")
+        assert logged(link_log, "presented a certificate it no longer holds")
+        assert b.links.link(X) is None
+        assert x.links.link(B) is None
+    finally:
+        await x.stop()
+        await b.stop()
+
+
+@run_async
 async def test_a_listener_that_is_not_the_router_listed_is_left(
     pki: Pki, network: Network, link_log: pytest.LogCaptureFixture
 ) -> None:
