@@ -8,11 +8,15 @@
 ``python -m bench writes`` acknowledged durable writes per second with 1, 8 and 32 writers
 against a real server (see :mod:`bench.writes`);
 ``python -m bench http --tier L`` the HTTP path under wrk, scenario by scenario, against a bare
-Falcon app served the same way (see :mod:`bench.http`).
+Falcon app served the same way (see :mod:`bench.http`);
+``python -m bench dataplane`` bytes through the edge router against a direct TLS connection, dial
+set-up time and connections held, with ``trellis serve`` and its router running (see
+:mod:`bench.dataplane`).
 
-``writes`` and ``http`` write their JSON into ``bench/results/local/`` (ignored by git), into the
-committed ``bench/results/`` only with ``--publish`` (see :mod:`bench.output`). Nothing is
-installed on the system unless asked (``http --install-wrk``); what a run fetches it says first.
+``writes``, ``http`` and ``dataplane`` write their JSON into ``bench/results/local/`` (ignored by
+git), into the committed ``bench/results/`` only with ``--publish`` (see :mod:`bench.output`).
+Nothing is installed on the system unless asked (``http --install-wrk``); what a run fetches it
+says first.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import engine, http, serving, startup, updates, writes
+from bench import dataplane, engine, http, serving, startup, updates, writes
 from bench.topology import TIERS
 
 
@@ -50,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     tracker.add_argument("--seed", type=int, default=1)
     writes.add_arguments(commands.add_parser("writes", help="acknowledged durable writes per second"))
     http.add_arguments(commands.add_parser("http", help="the HTTP path under wrk against a bare Falcon app"))
+    dataplane.add_arguments(
+        commands.add_parser("dataplane", help="the edge router's throughput, dial time and connections held")
+    )
     args = parser.parse_args(argv)
     if args.command == "engine":
         run_baseline = args.baseline if args.baseline is not None else args.tier != "XL"
@@ -65,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         print(writes.main(args), flush=True)
     elif args.command == "http":
         print(http.main(args), flush=True)
+    elif args.command == "dataplane":
+        print(dataplane.main(args), flush=True)
     return 0
 
 
