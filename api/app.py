@@ -65,8 +65,8 @@ def load_pki(settings: Settings) -> CertificateAuthority:
 def enrollment_settings(settings: Settings) -> EnrollmentSettings:
     return EnrollmentSettings(
         issuer=f"https://{settings.advertised_address}",
-        # No control plane is served yet, so routers are given no control-channel address.
-        ctrls=(),
+        # Where a router enrolled with it is to connect (OpenZiti's ``tls:host:port`` form).
+        ctrls=(f"tls:{settings.advertised_ctrl_address}",),
         identity_duration=settings.enrollment_duration,
         router_duration=settings.enrollment_duration,
     )

@@ -454,7 +454,7 @@ SETTINGS: tuple[Setting, ...] = (
         "TRELLIS_ROUTER_CTRL", "router_ctrl", "", ADDRESS_FORM,
         "the controller's control address: `enroll` keeps it in `router.json`, `run` uses it instead of "
         "the kept one when set",
-        ROUTER, parser=optional_address, shown_default="the JWT's host, port 6262",
+        ROUTER, parser=optional_address, shown_default="the JWT's `ctrls`",
     ),
     Setting(
         "TRELLIS_JWKS_ALLOW_LOOPBACK", "jwks_allow_loopback", "off", "on or off",
@@ -563,6 +563,15 @@ class Settings:
         host, _, port = self.bind.rpartition(":")
         if host in ("", "0.0.0.0", "::", "[::]"):
             host = "localhost"
+        return f"{host}:{port}"
+
+    @property
+    def advertised_ctrl_address(self) -> str:
+        """Where routers reach the control listener: ``TRELLIS_CTRL_BIND``, with the advertised
+        API host in place of a wildcard host."""
+        host, _, port = self.ctrl_bind.rpartition(":")
+        if host in ("", "0.0.0.0", "::", "[::]"):
+            host = self.advertised_address.rpartition(":")[0]
         return f"{host}:{port}"
 
     @classmethod

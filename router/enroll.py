@@ -122,7 +122,7 @@ def enroll(
     """Enroll with ``token`` (the JWT text) and write the router's directory; its record.
 
     ``ctrl`` is the controller's control address (``host:port``; empty: the JWT's host, port
-    6262), ``edge`` the edge listener's bind address, ``advertise`` the host SDKs are told and
+    6262, unless the JWT names one), ``edge`` the edge listener's bind address, ``advertise`` the host SDKs are told and
     ``link`` where the router takes links from other routers (empty: none)."""
     claims = read_claims(token)
     bundle = fetch_ca_bundle(claims, token)
@@ -160,13 +160,22 @@ def enroll(
         id=claims["sub"],
         name=str(claims.get("name") or claims["sub"]),
         controller=f"https://{host}:{port}",
-        ctrl=ctrl or f"{host}:6262",
+        ctrl=ctrl or controller_address(claims, host),
         edge=edge,
         advertise=advertise,
         link=link,
     )
     write(directory, record, key, data["cert"], data["serverCert"], data["ca"] or bundle)
     return record
+
+
+def controller_address(claims: dict[str, Any], host: str) -> str:
+    """Where to reach the control listener: the JWT's first ``ctrls`` entry (``tls:host:port``),
+    else the JWT's host on port 6262."""
+    ctrls = claims.get("ctrls")
+    if isinstance(ctrls, list) and ctrls and isinstance(ctrls[0], str) and ctrls[0]:
+        return ctrls[0].removeprefix("tls://").removeprefix("tls:")
+    return f"{host}:6262"
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -93,7 +93,7 @@ class ControllerCollection:
             created_at=created_at,
             updated_at=self.started_at,
             name=ctrl.instance_id,
-            ctrl_address=None if client else f"tls:{ctrl.settings.advertised_address}",
+            ctrl_address=None if client else f"tls:{ctrl.settings.advertised_ctrl_address}",
             api_addresses=addresses,
             cert_pem=pki.server_cert_pem if pki is not None else "",
             fingerprint=pki.server_fingerprint if pki is not None else "",

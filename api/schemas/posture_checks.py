@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from api.controller import Controller
 from api.schemas.posture import MAX_PATH_LENGTH
@@ -31,8 +31,12 @@ OsType = Literal["Windows", "WindowsServer", "Android", "iOS", "Linux", "macOS"]
 
 
 class OperatingSystem(WireModel):
-    type: OsType
-    versions: list[str]
+    """One operating system of an OS check. OpenZiti's own CLI sends ``{"Type": ..., "Versions":
+    [...]}`` (a Go struct without JSON tags), which OpenZiti takes since Go matches JSON keys
+    ignoring case: both spellings are taken here."""
+
+    type: OsType = Field(validation_alias=AliasChoices("type", "Type"))
+    versions: list[str] = Field(validation_alias=AliasChoices("versions", "Versions"))
 
 
 #: A process check's path is at most what a posture response may report (so that an SDK echoing

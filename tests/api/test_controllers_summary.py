@@ -20,7 +20,7 @@ def test_management_controllers_list_this_controller(api: Api) -> None:
         "edge-client": [{"url": "https://127.0.0.1:1280/edge/client/v1", "version": "v1"}],
         "edge-management": [{"url": "https://127.0.0.1:1280/edge/management/v1", "version": "v1"}],
     }
-    assert ctrl["ctrlAddress"] == "tls:127.0.0.1:1280"
+    assert ctrl["ctrlAddress"] == "tls:127.0.0.1:6262"  # the control listener
     assert ctrl["lastJoinedAt"].endswith("Z")
     assert ctrl["createdAt"].endswith("Z")
     assert ctrl["_links"]["self"]["href"] == f"./controllers/{api.ctrl.instance_id}"

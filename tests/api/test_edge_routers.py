@@ -110,7 +110,7 @@ def test_create_gives_an_enrollment(api: Api, app: Any) -> None:
     assert claims["jti"] == data["enrollmentToken"]
     assert claims["iss"] == app.ctrl.base_url
     assert claims["aud"] == [""]
-    assert claims["ctrls"] == []
+    assert claims["ctrls"] == ["tls:127.0.0.1:6262"]  # where the router is to connect
     assert claims["exp"] == int(expires.timestamp())
     header = jwt.get_unverified_header(data["enrollmentJwt"])
     assert header["kid"] == app.ctrl.pki.jwt_kid()

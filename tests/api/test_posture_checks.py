@@ -89,6 +89,15 @@ def test_os_check_keeps_last_entry_per_type_ordered_by_type(api: Api) -> None:
     ]
 
 
+def test_os_check_takes_the_capitalised_keys_the_ziti_cli_sends(api: Api) -> None:
+    """``ziti edge create posture-check os`` sends Go field names (no JSON tags); OpenZiti matches
+    JSON keys ignoring case."""
+    body = {"name": "w", "typeId": "OS", "operatingSystems": [{"Type": "Windows", "Versions": ["10.0.0"]}]}
+    id = api.create("/posture-checks", body)
+
+    assert _get(api, id)["operatingSystems"] == [{"type": "Windows", "versions": ["10.0.0"]}]
+
+
 def test_process_check_lowercases_hashes_and_fingerprint(api: Api) -> None:
     id = api.create("/posture-checks", PROCESS)
 

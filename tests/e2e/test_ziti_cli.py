@@ -474,14 +474,9 @@ def test_json_output_is_the_controller_envelope(cli: Cli) -> None:
     assert "services" in column(summary, 0), summary
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Trellis bug: `ziti edge create posture-check os` sends operatingSystems items as "
-    '{"Type": ..., "Versions": [...]} (a Go struct without json tags); OpenZiti decodes JSON '
-    "keys case-insensitively (encoding/json) and accepts it, Trellis answers 400 "
-    "COULD_NOT_VALIDATE operatingSystems.type in body is required",
-)
 def test_os_posture_check(cli: Cli) -> None:
+    """The CLI sends the operating systems as ``{"Type": ..., "Versions": [...]}`` (a Go struct
+    without json tags); keys match ignoring case, as Go's encoding/json matches them."""
     cli.admin()
     done = cli.run("edge", "create", "posture-check", "os", "windows-10", "-o", "Windows:10.0.0", ok=False)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -73,9 +73,16 @@ class EnrollmentSettings:
 
 
 def enrollment_claims(
-    settings: EnrollmentSettings, *, method: str, subject: str, token: str, expires_at: datetime
+    settings: EnrollmentSettings,
+    *,
+    method: str,
+    subject: str,
+    token: str,
+    expires_at: datetime,
+    ctrls: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """The claims of an enrollment JWT (no ``iat``, as OpenZiti)."""
+    """The claims of an enrollment JWT (no ``iat``, as OpenZiti); ``ctrls`` the control-channel
+    addresses a router is to connect to (empty for identities)."""
     return {
         "em": method,
         "iss": settings.issuer,
@@ -83,7 +90,7 @@ def enrollment_claims(
         "jti": token,
         "exp": int(expires_at.timestamp()),
         "aud": [""],
-        "ctrls": list(settings.ctrls),
+        "ctrls": list(ctrls),
     }
 
 
@@ -138,7 +145,9 @@ def router_enrollment_fields(
     now = env.clock.now()
     token = env.ids.new_token()
     expires_at = now + settings.router_duration
-    claims = enrollment_claims(settings, method=method, subject=router_id, token=token, expires_at=expires_at)
+    claims = enrollment_claims(
+        settings, method=method, subject=router_id, token=token, expires_at=expires_at, ctrls=settings.ctrls
+    )
     return {
         "enrollment_token": token,
         "enrollment_created_at": now,
