@@ -337,3 +337,44 @@ def test_the_snapshot_answer_names_the_file_it_wrote(served: Server) -> None:
     assert path.parent == served.home.absolute()
     assert re.fullmatch(r"trellis\.duckdb-\d{8}-\d{6}", path.name), path.name
     assert path.is_file()
+
+
+# -- the router ------------------------------------------------------------------------------------
+
+
+def test_router_run_without_an_enrolled_router_says_to_enroll(tmp_path: Path) -> None:
+    done = trellis("router", "run", env={"TRELLIS_ROUTER_HOME": str(tmp_path / "none")})
+
+    refused(done, "TRELLIS_ROUTER_HOME", "does not exist: enroll the router first")
+
+
+def test_router_enroll_refuses_what_is_not_an_edge_router_jwt(tmp_path: Path) -> None:
+    env = {"TRELLIS_ROUTER_HOME": str(tmp_path / "router")}
+    not_a_jwt = tmp_path / "not.jwt"
+    not_a_jwt.write_text("hello\n")
+
+    refused(trellis("router", "enroll", str(tmp_path / "missing.jwt"), env=env), "cannot read")
+    refused(trellis("router", "enroll", str(not_a_jwt), env=env), "not an enrollment JWT")
+    assert not (tmp_path / "router").exists()
+
+
+def test_router_settings_are_checked_like_the_controllers(tmp_path: Path) -> None:
+    env = {"TRELLIS_ROUTER_HOME": str(tmp_path / "router"), "TRELLIS_ROUTER_EDGE_BIND": "nonsense"}
+    jwt_file = tmp_path / "r.jwt"
+    jwt_file.write_text("x")
+
+    refused(trellis("router", "enroll", str(jwt_file), env=env), "TRELLIS_ROUTER_EDGE_BIND must be host:port")
+
+
+def test_init_makes_the_embedded_router_in_the_home(home: Path) -> None:
+    router = home / "router"
+
+    assert sorted(p.name for p in router.iterdir()) == [
+        "ca.pem",
+        "cert.pem",
+        "key.pem",
+        "router.json",
+        "server.pem",
+    ]
+    assert stat.S_IMODE(router.stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in router.iterdir())
