@@ -13,6 +13,7 @@ competes with API requests for the worker's interpreter. The router stops when `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -111,7 +112,18 @@ def spawn(settings: Settings) -> subprocess.Popen[bytes] | None:
         env=env,
         stdin=subprocess.DEVNULL,
         start_new_session=False,
+        preexec_fn=_end_with_parent if sys.platform == "linux" else None,
     )
+
+
+def _end_with_parent() -> None:
+    """In the child before it runs: SIGTERM when ``serve`` dies, even by ``kill -9`` (Linux's
+    ``PR_SET_PDEATHSIG``), so no orphaned router keeps its ports."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
 
 
 def stop(process: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:

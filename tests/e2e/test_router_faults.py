@@ -241,3 +241,40 @@ def test_a_router_survives_controller_and_router_restarts(standalone: tuple[Netw
         binder.stop()
         log = router.log.read_text(errors="replace") if router.log.exists() else ""
         assert "Traceback" not in log, tail(log, 6000)
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_embedded_router_ends_with_a_killed_controller(tmp_path: Path) -> None:
+    """``serve`` killed with SIGKILL leaves no router behind holding its ports."""
+    with Server(tmp_path / "home", env={"TRELLIS_ROUTER": "on"}, unset=["TRELLIS_*"]) as server:
+        server.up()
+        routers = wait_for(
+            lambda: [pid for pid, cmd in _children(server.pid) if "router run" in cmd], 15, "the router runs"
+        )
+        os.kill(server.pid, signal.SIGKILL)
+        server.proc.wait()  # type: ignore[union-attr]
+        wait_for(lambda: not any(_alive(pid) for pid in routers), 15, "the router ends with serve")
