@@ -12,7 +12,6 @@ anywhere: the router opens the TCP connection and, for the encrypted one, is the
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -23,18 +22,11 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.sdk.sdk_venv import LOCK_TIMEOUT, SKIP_ENV, SdkVenvError, ensure_sdk_python
+from tests.e2e.dataplane import find_sdk_python, sdk_marks, wait_for
 from tests.e2e.server import MGMT, Server, tail
 from tests.e2e.test_sdk import DriverRun, run_driver
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.timeout(LOCK_TIMEOUT + 300),
-    pytest.mark.skipif(
-        os.environ.get(SKIP_ENV, "").strip().lower() in ("1", "true", "yes"),
-        reason=f"{SKIP_ENV} is set: real OpenZiti SDK e2e tests skipped on purpose",
-    ),
-]
+pytestmark = sdk_marks(300)
 
 PASSWORD = "e2e-hosted-admin-password"
 ROUTER = "trellis-router"
@@ -124,23 +116,9 @@ class Network:
         return "\n".join([*(run.report() for run in runs), self.server.log_tail()])
 
 
-def wait_for(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
-
-
 @pytest.fixture(scope="module")
 def sdk_python() -> Path:
-    try:
-        return ensure_sdk_python()
-    except SdkVenvError as exc:
-        problem = str(exc)
-    pytest.fail(f"cannot provide the real OpenZiti SDK: {problem}", pytrace=False)
+    return find_sdk_python()
 
 
 @pytest.fixture(scope="module")

@@ -16,107 +16,49 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.sdk.sdk_venv import LOCK_TIMEOUT, SKIP_ENV
-from tests.e2e.server import HOST, ROOT, TRELLIS, Server, tail
-from tests.e2e.test_dataplane import Binder, Network, dial, sdk_python, terminators_of, wait_for
-from tests.e2e.test_sdk import run_driver
+from tests.e2e.dataplane import (
+    ONLINE_TIMEOUT,
+    Binder,
+    Network,
+    RouterProcess,
+    dial,
+    find_sdk_python,
+    sdk_marks,
+    terminators_of,
+    wait_for,
+)
+from tests.e2e.server import Server, tail
 
-__all__ = ["sdk_python"]  # the fixture, shared
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.timeout(LOCK_TIMEOUT + 420),
-    pytest.mark.skipif(
-        os.environ.get(SKIP_ENV, "").strip().lower() in ("1", "true", "yes"),
-        reason=f"{SKIP_ENV} is set: real OpenZiti SDK e2e tests skipped on purpose",
-    ),
-]
+pytestmark = sdk_marks(420)
 
 PASSWORD = "e2e-router-faults-password"
 #: The C SDK reconnects a lost channel after a random delay of up to 10 s (then longer).
 SDK_RECONNECT_TIMEOUT = 45.0
-ONLINE_TIMEOUT = 30.0
 
 
-class Router:
-    """``trellis router run`` of a router enrolled in ``home``."""
-
-    def __init__(self, home: Path, env: dict[str, str], log: Path) -> None:
-        self.home, self.env, self.log = home, env, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as sink:
-            self.proc = subprocess.Popen(
-                [*TRELLIS, "router", "run"],
-                env=self.env,
-                cwd=ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=sink,
-            )
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+@pytest.fixture(scope="module")
+def sdk_python() -> Path:
+    return find_sdk_python()
 
 
 @pytest.fixture(scope="module")
 def standalone(
     sdk_python: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Network, Router]]:
+) -> Iterator[tuple[Network, RouterProcess]]:
     base = tmp_path_factory.mktemp("router-faults")
     workdir = tmp_path_factory.mktemp("router-faults-sdk")
     with Server(base / "home", password=PASSWORD, unset=["TRELLIS_*"]) as server:
         server.up()
-        admin = server.login()
-        net = Network(server, admin, workdir, sdk_python, "", {}, {}, {})
-        created = net.call(
-            "POST",
-            "/edge-routers",
-            201,
-            "create router-2",
-            json={"name": "router-2", "roleAttributes": ["public"], "isTunnelerEnabled": False},
-        )
-        net.router_id = created["data"]["id"]
-        jwt_file = workdir / "router-2.jwt"
-        jwt_file.write_text(net.router()["enrollmentJwt"])
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRELLIS_")}
-        env.update(
-            {
-                "TRELLIS_ROUTER_HOME": str(base / "router-2"),
-                "TRELLIS_ROUTER_CTRL": f"{HOST}:{server.ctrl_port}",
-            }
-        )
-        enrolled = subprocess.run(
-            [*TRELLIS, "router", "enroll", str(jwt_file)],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert enrolled.returncode == 0, enrolled.stderr
-        assert f"enrolled edge router {net.router_id} in" in enrolled.stdout, enrolled.stdout
+        net = Network(server, server.login(), workdir, sdk_python, "")
+        router = RouterProcess(net, "router-2", base / "router-2", roleAttributes=["public"])
+        net.router_id = router.id
+        assert f"enrolled edge router {router.id} in" in router.enrolled.stdout, router.enrolled.stdout
         assert oct((base / "router-2").stat().st_mode & 0o777) == "0o700"
         assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in (base / "router-2").iterdir())
         # the quickstart policies are made with the embedded router only: add what this one needs
@@ -144,58 +86,14 @@ def standalone(
                 "edgeRouterRoles": ["#all"],
             },
         )
-        router = Router(base / "router-2", env, base / "router.log")
         router.start()
         try:
             wait_for(lambda: net.router().get("isOnline"), ONLINE_TIMEOUT, "router-2 comes online")
-            _enroll_sdks(net)
+            net.enroll_sdks()
+            net.echo_services({"echo": False})
             yield net, router
         finally:
             router.stop()
-
-
-def _enroll_sdks(net: Network) -> None:
-    for name in ("dialer", "binder"):
-        created = net.call(
-            "POST",
-            "/identities",
-            201,
-            f"create {name}",
-            json={"name": name, "type": "Device", "isAdmin": False, "enrollment": {"ott": True}},
-        )
-        identity_id = created["data"]["id"]
-        detail = net.call("GET", f"/identities/{identity_id}", 200, f"read {name}")
-        jwt_file = net.workdir / f"{name}.jwt"
-        jwt_file.write_text(detail["data"]["enrollment"]["ott"]["jwt"])
-        identity_file = net.workdir / f"{name}.json"
-        run = run_driver(
-            net.python,
-            "enroll_driver.py",
-            [str(jwt_file), str(identity_file)],
-            net.workdir,
-            f"enroll-{name}",
-            45,
-        )
-        assert run.returncode == 0, net.explain(run)
-        net.identities[name], net.ids[name] = identity_file, identity_id
-    created = net.call(
-        "POST", "/services", 201, "create echo", json={"name": "echo", "encryptionRequired": False}
-    )
-    net.services["echo"] = created["data"]["id"]
-    for policy, who, kind in (("dial-echo", "dialer", "Dial"), ("bind-echo", "binder", "Bind")):
-        net.call(
-            "POST",
-            "/service-policies",
-            201,
-            f"create {policy}",
-            json={
-                "name": policy,
-                "type": kind,
-                "semantic": "AnyOf",
-                "identityRoles": [f"@{net.ids[who]}"],
-                "serviceRoles": [f"@{net.services['echo']}"],
-            },
-        )
 
 
 def one_terminator(net: Network) -> Any:
@@ -208,7 +106,7 @@ def echo_works(net: Network, binder: Binder, what: str) -> None:
     assert run.line("ECHO") == "ECHO 50000 50000 1", f"{what}\n" + net.explain(run, binder.out, binder.err)
 
 
-def test_a_router_survives_controller_and_router_restarts(standalone: tuple[Network, Router]) -> None:
+def test_a_router_survives_controller_and_router_restarts(standalone: tuple[Network, RouterProcess]) -> None:
     net, router = standalone
     binder = Binder(net, "echo", connections=3)
     try:
