@@ -219,7 +219,8 @@ def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
     from api import embedded_router
 
     print(f"serving https://{settings.bind} (home {settings.home})", file=out, flush=True)
-    router = embedded_router.spawn(settings)
+    router = embedded_router.EmbeddedRouter(settings)
+    router.start()
     try:
         serving.serve(settings)
     except serving.StartFailed as ex:
@@ -227,7 +228,7 @@ def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
             print("trellis: the server's worker failed to start (the log above says why)", file=sys.stderr)
         raise SystemExit(1) from None
     finally:
-        embedded_router.stop(router)
+        router.stop()
         os.close(lock)
 
 

@@ -8,16 +8,20 @@ quickstart makes, so that every identity may use every service through the publi
 ``all-services-all-routers`` (service-edge-router policy ``#all`` -> ``#all``).
 
 ``trellis serve`` then runs it as its own process (``trellis router run``): relaying bytes never
-competes with API requests for the worker's interpreter. The router stops when ``serve`` stops.
+competes with API requests for the worker's interpreter. It is started again when it ends on its
+own, and stops when ``serve`` stops (even when ``serve`` is killed).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from typing import TextIO
 
 from api.controller import Controller
@@ -25,6 +29,8 @@ from api.settings import Settings
 from engine.entities.routers import EdgeRouter
 from router import identity
 from router.enroll import free_port, link_bind
+
+log = logging.getLogger("trellis.router")
 
 NAME = "trellis-router"
 ROLE = "public"
@@ -100,10 +106,81 @@ def _default_policies(ctrl: Controller) -> None:
         )
 
 
-def spawn(settings: Settings) -> subprocess.Popen[bytes] | None:
-    """Start the embedded router (``trellis router run``) if it is on and enrolled."""
-    if not settings.router or not identity.is_enrolled(settings.embedded_router_dir):
-        return None
+class EmbeddedRouter:
+    """The embedded router's process, kept running while ``serve`` runs: started again (after
+    1 s, doubling to 30 s while it keeps failing) whenever it ends on its own."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.router and identity.is_enrolled(self.settings.embedded_router_dir)
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
+
+    def start(self) -> bool:
+        """Start it (if it is on and enrolled); whether it was started."""
+        if not self.enabled:
+            return False
+        self._thread = threading.Thread(
+            target=self._keep_running, name="trellis-embedded-router", daemon=True
+        )
+        self._thread.start()
+        return True
+
+    def _keep_running(self) -> None:
+        # The process is made on this thread, which lives until stop(): the child's
+        # PR_SET_PDEATHSIG follows the thread that forked it.
+        pause = RESTART_FIRST
+        while True:
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                self._process = _popen(self.settings)
+                began = time.monotonic()
+            status = self._process.wait()
+            if self._stopping.is_set():
+                return
+            if time.monotonic() - began > RESTART_RESET:
+                pause = RESTART_FIRST
+            log.warning(
+                "the embedded router exited with status %s; starting it again in %.0f s", status, pause
+            )
+            if self._stopping.wait(pause):
+                return
+            pause = min(pause * 2, RESTART_MAX)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop it: SIGTERM, then SIGKILL after ``timeout`` seconds; no restart."""
+        with self._lock:
+            self._stopping.set()
+            process = self._process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+#: Seconds before the embedded router is started again after it ended: the first pause, the
+#: longest, and how long a run must last for the next failure to start from the first again.
+RESTART_FIRST, RESTART_MAX, RESTART_RESET = 1.0, 30.0, 60.0
+
+
+def _popen(settings: Settings) -> subprocess.Popen[bytes]:
+    """``trellis router run`` in the embedded router's directory."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRELLIS_ADMIN_PASSWORD")}
     env["TRELLIS_ROUTER_HOME"] = str(settings.embedded_router_dir)
     env["TRELLIS_ROUTER_CTRL"] = ctrl_address(settings)  # the listener of this run, wherever it moved
@@ -124,15 +201,3 @@ def _end_with_parent() -> None:
     pr_set_pdeathsig = 1
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-
-
-def stop(process: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
-    """Stop the embedded router: SIGTERM, then SIGKILL after ``timeout`` seconds."""
-    if process is None or process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()

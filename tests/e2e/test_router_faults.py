@@ -166,6 +166,31 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def test_a_crashed_embedded_router_is_started_again(tmp_path: Path) -> None:
+    """The embedded router killed with SIGKILL comes back (a new process) and online again."""
+    with Server(tmp_path / "home", env={"TRELLIS_ROUTER": "on"}, unset=["TRELLIS_*"]) as server:
+        server.up()
+        net = Network(server, server.login(), tmp_path, Path(), "")
+        [router] = net.call("GET", "/edge-routers", 200, "the embedded router")["data"]
+        net.router_id = router["id"]
+        wait_for(lambda: net.router().get("isOnline"), ONLINE_TIMEOUT, "the embedded router comes online")
+        [first] = wait_for(
+            lambda: [pid for pid, cmd in _children(server.pid) if "router run" in cmd], 15, "the router runs"
+        )
+
+        os.kill(first, signal.SIGKILL)
+
+        wait_for(lambda: not net.router().get("isOnline"), 30, "the killed router is seen offline")
+        [second] = wait_for(
+            lambda: [pid for pid, cmd in _children(server.pid) if "router run" in cmd and pid != first],
+            30,
+            "serve starts the router again",
+        )
+        assert second != first
+        wait_for(lambda: net.router().get("isOnline"), ONLINE_TIMEOUT, "the router is back online")
+        assert "the embedded router exited with status -9" in server.log.read_text(errors="replace")
+
+
 def test_the_embedded_router_ends_with_a_killed_controller(tmp_path: Path) -> None:
     """``serve`` killed with SIGKILL leaves no router behind holding its ports."""
     with Server(tmp_path / "home", env={"TRELLIS_ROUTER": "on"}, unset=["TRELLIS_*"]) as server:
