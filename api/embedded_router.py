@@ -116,6 +116,8 @@ class EmbeddedRouter:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
+        #: gunicorn's worker is a fork of ``serve``: what it inherits of this object is not its own.
+        self._owner = os.getpid()
 
     @property
     def enabled(self) -> bool:
@@ -159,7 +161,10 @@ class EmbeddedRouter:
             pause = min(pause * 2, RESTART_MAX)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop it: SIGTERM, then SIGKILL after ``timeout`` seconds; no restart."""
+        """Stop it: SIGTERM, then SIGKILL after ``timeout`` seconds; no restart. Only in the
+        process that started it (a forked worker ending passes through the same code)."""
+        if os.getpid() != self._owner:
+            return
         with self._lock:
             self._stopping.set()
             process = self._process
