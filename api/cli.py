@@ -165,8 +165,9 @@ def restore(settings: Settings, snapshot: Path, *, out: TextIO = sys.stdout) -> 
 
 def router_enroll(settings: Settings, jwt_file: Path, *, out: TextIO = sys.stdout) -> None:
     """Enroll a standalone router into ``TRELLIS_ROUTER_HOME`` with the JWT in ``jwt_file``."""
+    from api.embedded_router import router_addresses
     from router import identity
-    from router.enroll import EnrollError, enroll, free_port, link_bind
+    from router.enroll import EnrollError, enroll
 
     directory = settings.router_home
     if identity.is_enrolled(directory):
@@ -177,10 +178,7 @@ def router_enroll(settings: Settings, jwt_file: Path, *, out: TextIO = sys.stdou
         raise SettingError(
             f"router enroll: cannot read {jwt_file}: {getattr(ex, 'strerror', None) or ex}"
         ) from None
-    bind = settings.router_edge_bind or f"127.0.0.1:{free_port()}"
-    host = bind.rpartition(":")[0].strip("[]")
-    advertise = settings.router_advertise or ("localhost" if host in ("0.0.0.0", "::") else host)
-    link = link_bind(settings.router_link_bind, bind)
+    bind, advertise, link = router_addresses(settings)
     try:
         record = enroll(
             token, directory, ctrl=settings.router_ctrl, edge=bind, advertise=advertise, link=link

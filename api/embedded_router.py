@@ -25,7 +25,7 @@ import time
 from typing import TextIO
 
 from api.controller import Controller
-from api.settings import Settings
+from api.settings import Settings, with_host
 from engine.entities.routers import EdgeRouter
 from router import identity
 from router.enroll import free_port, link_bind
@@ -38,20 +38,17 @@ ERP_NAME = "all-identities-public-routers"
 SERP_NAME = "all-services-all-routers"
 
 
-def edge_address(settings: Settings) -> tuple[str, str]:
-    """(bind, advertised host) of the embedded router's edge listener."""
+def router_addresses(settings: Settings) -> tuple[str, str, str]:
+    """Where a router being enrolled listens and is reached: (edge bind, advertised host, link
+    bind), from the settings or, unset, 127.0.0.1 and free ports."""
     bind = settings.router_edge_bind or f"127.0.0.1:{free_port()}"
-    host = bind.rpartition(":")[0].strip("[]")
-    advertise = settings.router_advertise or ("localhost" if host in ("0.0.0.0", "::") else host)
-    return bind, advertise
+    advertise = settings.router_advertise or with_host(bind, "localhost").rpartition(":")[0].strip("[]")
+    return bind, advertise, link_bind(settings.router_link_bind, bind)
 
 
 def ctrl_address(settings: Settings) -> str:
     """Where the embedded router reaches the control listener (loopback for a wildcard bind)."""
-    host, _, port = settings.ctrl_bind.rpartition(":")
-    if host.strip("[]") in ("0.0.0.0", "::", ""):
-        host = "127.0.0.1"
-    return f"{host}:{port}"
+    return with_host(settings.ctrl_bind, "127.0.0.1")
 
 
 def ensure(ctrl: Controller, settings: Settings, *, out: TextIO) -> bool:
@@ -70,7 +67,7 @@ def ensure(ctrl: Controller, settings: Settings, *, out: TextIO) -> bool:
         router = managers.edge_routers.re_enroll(existing.id)
     token = router.enrollment_token
     assert token is not None
-    bind, advertise = edge_address(settings)
+    bind, advertise, link = router_addresses(settings)
     key = identity.new_key()
     certs = managers.enroll.router(
         "erott",
@@ -85,7 +82,7 @@ def ensure(ctrl: Controller, settings: Settings, *, out: TextIO) -> bool:
         ctrl=ctrl_address(settings),
         edge=bind,
         advertise=advertise,
-        link=link_bind(settings.router_link_bind, bind),
+        link=link,
     )
     identity.write(directory, record, key, certs.cert, certs.server_cert, certs.ca)
     print(f"created edge router '{NAME}' in {directory}, listening for SDKs on {record.edge_url}", file=out)

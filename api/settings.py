@@ -205,6 +205,16 @@ def optional_host(text: str) -> str:
 ADDRESS_FORM = "host:port with a port from 1 to 65535 (an IPv6 address in brackets: [::1]:1280)"
 
 
+#: Hosts that listen on every address: no one can connect to them as written.
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+
+
+def with_host(address: str, fallback: str) -> str:
+    """``host:port`` as given, or with ``fallback`` as its host when that is a wildcard."""
+    host, _, port = address.rpartition(":")
+    return f"{fallback if host.strip('[]') in WILDCARD_HOSTS else host}:{port}"
+
+
 def optional_address(text: str) -> str:
     return address(text) if text else ""
 
@@ -558,21 +568,13 @@ class Settings:
 
     @property
     def advertised_address(self) -> str:
-        if self.advertise:
-            return self.advertise
-        host, _, port = self.bind.rpartition(":")
-        if host in ("", "0.0.0.0", "::", "[::]"):
-            host = "localhost"
-        return f"{host}:{port}"
+        return self.advertise or with_host(self.bind, "localhost")
 
     @property
     def advertised_ctrl_address(self) -> str:
         """Where routers reach the control listener: ``TRELLIS_CTRL_BIND``, with the advertised
         API host in place of a wildcard host."""
-        host, _, port = self.ctrl_bind.rpartition(":")
-        if host in ("", "0.0.0.0", "::", "[::]"):
-            host = self.advertised_address.rpartition(":")[0]
-        return f"{host}:{port}"
+        return with_host(self.ctrl_bind, self.advertised_address.rpartition(":")[0])
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, command: str | None = None) -> Settings:

@@ -27,7 +27,6 @@ use it FAIL when it cannot be built; ``TRELLIS_SKIP_ZITI_E2E=1`` skips them on p
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -37,6 +36,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.e2e.sdk.sdk_venv import build_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -164,22 +165,8 @@ def _check(directory: Path, go_version: str) -> str | None:
 def _locked() -> Iterator[None]:
     """Hold the build lock (an ``flock``, released by the kernel if the holder dies)."""
     GO_DIR.mkdir(parents=True, exist_ok=True)
-    with LOCK_PATH.open("a") as handle:
-        deadline = time.monotonic() + LOCK_TIMEOUT
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ZitiCliError(
-                        f"another process held {LOCK_PATH} for over {LOCK_TIMEOUT:.0f} s"
-                    ) from None
-                time.sleep(0.5)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with build_lock(LOCK_PATH, LOCK_TIMEOUT, ZitiCliError):
+        yield
 
 
 def _run(argv: list[str], what: str, timeout: float, cwd: Path) -> str:

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -98,24 +98,27 @@ def _check(venv: Path) -> str | None:
 
 
 @contextmanager
-def _locked() -> Iterator[None]:
-    """Hold the build lock (an ``flock``, released by the kernel if the holder dies)."""
-    with LOCK_PATH.open("a") as handle:
-        deadline = time.monotonic() + LOCK_TIMEOUT
+def build_lock(path: Path, timeout: float, error: type[Exception]) -> Iterator[None]:
+    """Hold the build lock ``path`` (an ``flock``, released by the kernel if the holder dies);
+    ``error`` when another process holds it for over ``timeout`` seconds."""
+    with path.open("a") as handle:
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise SdkVenvError(
-                        f"another process held {LOCK_PATH} for over {LOCK_TIMEOUT:.0f} s"
-                    ) from None
+                    raise error(f"another process held {path} for over {timeout:.0f} s") from None
                 time.sleep(0.5)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _locked() -> AbstractContextManager[None]:
+    return build_lock(LOCK_PATH, LOCK_TIMEOUT, SdkVenvError)
 
 
 def _run(argv: list[str], what: str, timeout: float) -> None:
