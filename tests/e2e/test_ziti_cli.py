@@ -1,6 +1,6 @@
 """OpenZiti's own ``ziti`` program (v1.6.0, built from Go source) against a real ``trellis serve``.
 
-The binary comes from :mod:`tests.e2e.ziti_cli` (built once into ``.ziti-go/bin``; these tests
+The binary comes from :mod:`tests.e2e.ziti_cli` (built once per machine into the user cache; these tests
 FAIL if it cannot be built, set ``TRELLIS_SKIP_ZITI_E2E=1`` to skip them). Every test runs the CLI
 as a bounded subprocess with a config directory of its own (``ZITI_CONFIG_DIR`` and ``HOME`` in
 the test's temporary directory), so no login leaks between tests or from the machine.

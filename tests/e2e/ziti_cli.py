@@ -2,10 +2,12 @@
 
 The binary is built from the Go module ``github.com/openziti/ziti`` at :data:`VERSION` (the
 release whose controller API Trellis implements) with the machine's ``go``, into
-``<repo>/.ziti-go/bin/ziti`` (gitignored). Everything Go writes stays under ``<repo>/.ziti-go/``
-(``GOPATH``, ``GOMODCACHE``, ``GOCACHE``): some 2.3 GB once built (modules 0.4 GB, build cache
-1.8 GB, binary 0.1 GB); ``go clean -cache`` with that ``GOCACHE`` frees the build cache.
-``TRELLIS_ZITI_GO_DIR`` moves that directory elsewhere (e.g. to share it between clones).
+the per-user cache ``~/.cache/trellis/ziti-v1.6.0/bin/ziti`` (``$XDG_CACHE_HOME`` if set), shared
+by every clone on the machine. Go's own module and build caches are Go's per-user defaults
+(``go env GOMODCACHE GOCACHE``), as any ``go build`` uses them: some 2.2 GB once built (modules
+0.4 GB, build cache 1.8 GB), which ``go clean -cache -modcache`` frees. So the first clone on a
+machine builds in minutes and every later one finds the binary ready. ``TRELLIS_ZITI_GO_DIR``
+moves the binary's directory elsewhere.
 
 Why not ``go install github.com/openziti/ziti/ziti@v1.6.0``: that command asks the module proxy
 for the module's version list (to report deprecations), and the proxy reachable here refuses it
@@ -18,7 +20,7 @@ it does not starve other work on a 2-core machine (5 to 9 minutes there, downloa
 
 A marker file beside the binary records what it was built from (module, version, ``go
 version``, cgo, GOFLAGS); a binary whose marker differs, or that does not run, is rebuilt. Builds are
-serialised with an ``flock`` on ``.ziti-go/build.lock`` and happen in a temporary directory that
+serialised with an ``flock`` on ``build.lock`` in that directory and happen in a temporary directory that
 is renamed into place only once complete, so a killed build never leaves a half-made ``bin/``.
 
 ``python -m tests.e2e.ziti_cli`` builds it ahead of time and prints the binary's path. Tests that
@@ -39,15 +41,19 @@ from pathlib import Path
 
 from tests.e2e.sdk.sdk_venv import build_lock
 
-ROOT = Path(__file__).resolve().parents[2]
-
 MODULE = "github.com/openziti/ziti"
 VERSION = "v1.6.0"
 PACKAGE = "./ziti"  # the command inside the module: github.com/openziti/ziti/ziti
 SKIP_ENV = "TRELLIS_SKIP_ZITI_E2E"
 DIR_ENV = "TRELLIS_ZITI_GO_DIR"
 
-GO_DIR = Path(os.environ.get(DIR_ENV) or ROOT / ".ziti-go")
+
+def _default_dir() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "trellis" / f"ziti-{VERSION}"
+
+
+GO_DIR = Path(os.environ.get(DIR_ENV) or _default_dir())
 BIN_DIR = GO_DIR / "bin"
 LOCK_PATH = GO_DIR / "build.lock"
 TMP_PREFIX = "bin.tmp-"
@@ -99,11 +105,8 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def go_env() -> dict[str, str]:
-    """The environment of every go command here: all of Go's state under :data:`GO_DIR`."""
+    """The environment of every go command here: Go's own per-user caches, our flags."""
     return clean_env(
-        GOPATH=str(GO_DIR),
-        GOMODCACHE=str(GO_DIR / "pkg" / "mod"),
-        GOCACHE=str(GO_DIR / "cache"),
         GOWORK="off",
         # the checksum database has no entry for this module (404); its dependencies are still
         # checked against the go.sum it ships
@@ -260,7 +263,7 @@ def _build(go_version: str) -> None:
 
 
 def ensure_ziti() -> Path:
-    """The ziti binary, building ``.ziti-go/bin/ziti`` first if it is missing or stale.
+    """The ziti binary, building it into :data:`BIN_DIR` first if it is missing or stale.
 
     Raises :class:`ZitiCliError` (with go's output) if it cannot be built.
     """
