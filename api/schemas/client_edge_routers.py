@@ -4,7 +4,8 @@
 control connection while it is online (the fleet, :mod:`engine.managers.fleet`); offline, the
 hostname and protocols it last reported. ``supportedProtocols`` (and, in sessions, the deprecated
 ``urls`` older SDKs still read) is the router's protocol -> address map, e.g.
-``{"tls": "tls://er1.example.com:3022"}``. A session names only online routers.
+``{"tls": "tls://er1.example.com:3022"}``. A session names offline routers too, with
+``isOnline`` false.
 """
 
 from __future__ import annotations
@@ -37,18 +38,27 @@ def render_common_edge_router(fleet: Fleet, router: EdgeRouter) -> dict[str, Any
     return _common(router, edge_router_state(fleet, router))
 
 
-def render_session_edge_router(router: EdgeRouter, presence: Presence) -> dict[str, Any]:
-    """``sessionEdgeRouter`` of an online router: the common properties plus ``urls``."""
-    out = _common(
-        router,
-        {
+def render_session_edge_router(
+    router: EdgeRouter, presence: Presence | None, sync_status: str
+) -> dict[str, Any]:
+    """``sessionEdgeRouter``: the common properties plus ``urls``; ``presence`` None for a router
+    offline now (its last reported hostname and protocols, as :func:`edge_router_state`)."""
+    if presence is None:
+        state = {
+            "hostname": router.hostname,
+            "isOnline": False,
+            "supportedProtocols": dict(router.supported_protocols),
+            "syncStatus": sync_status,
+        }
+    else:
+        state = {
             "hostname": presence.hostname,
             "isOnline": True,
             "supportedProtocols": dict(presence.protocols),
             "syncStatus": presence.sync_status,
-        },
-    )
-    out["urls"] = dict(presence.protocols)
+        }
+    out = _common(router, state)
+    out["urls"] = dict(state["supportedProtocols"])
     return out
 
 

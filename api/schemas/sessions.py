@@ -45,7 +45,10 @@ def render_session(view: SessionView) -> dict[str, Any]:
         {
             "apiSession": ref(view.api_session, ""),
             "apiSessionId": session.api_session_id,
-            "edgeRouters": [render_session_edge_router(r, view.presences[r.id]) for r in view.edge_routers],
+            "edgeRouters": [
+                render_session_edge_router(r, view.presences.get(r.id), view.sync_statuses.get(r.id, ""))
+                for r in view.edge_routers
+            ],
             "identityId": session.identity_id,
             "service": ref(view.service),
             "serviceId": session.service_id,

@@ -10,8 +10,11 @@ docs/policy.md §5.2):
 4. some edge router is linked to the identity (edge router policy) and to the service (service
    edge router policy), online or not, else :class:`NoEdgeRoutersAvailableError`.
 
-A session names only the routers among those that are online now (the fleet,
-:mod:`engine.managers.fleet`), as OpenZiti lists a session's edge routers: SDKs connect to each.
+A session names the routers its identity and service share, online or not, the online ones first
+and at most :data:`MAX_SESSION_ROUTERS`, each with what the fleet (:mod:`engine.managers.fleet`)
+knows of it, as OpenZiti 1.x lists a session's edge routers (``ListForIdentityAndService``:
+``SORT BY connected DESC LIMIT 25``): SDKs connect to the online ones, and a client sees which
+router is missing instead of seeing none.
 
 A session is then kept per (API session, type, service): asking again returns the same session,
 as OpenZiti's legacy sessions are deduplicated. The session records the service policies that
@@ -52,16 +55,18 @@ MAX_SESSION_ROUTERS = 25
 
 @dataclass(frozen=True)
 class SessionView:
-    """A session with what its wire form names: service, API session, its online routers (with
-    what each reported when it connected) and policies."""
+    """A session with what its wire form names: service, API session, its routers (with what each
+    online one reported when it connected) and policies."""
 
     session: Session
     service: Service | None
     api_session: ApiSession | None
     edge_routers: list[EdgeRouter]
     service_policies: list[ServicePolicy]
-    #: The fleet's record of each router of ``edge_routers``, by router id.
+    #: The fleet's record of each online router of ``edge_routers``, by router id.
     presences: Mapping[str, Presence] = field(default_factory=dict)
+    #: The synchronisation status of each router of ``edge_routers`` (offline ones too), by id.
+    sync_statuses: Mapping[str, str] = field(default_factory=dict)
 
 
 class SessionManager(EntityManager[Session]):
@@ -136,32 +141,34 @@ class SessionManager(EntityManager[Session]):
             if edge_routers is not None
             else self.access.common_edge_routers(session.identity_id, session.service_id)
         )
-        presences = self._online(common)
+        named, presences = self._named(common)
         return SessionView(
             session=session,
             service=store.get(Service, session.service_id),
             api_session=store.get(ApiSession, session.api_session_id),
-            edge_routers=[r for r in common if r.id in presences],
+            edge_routers=named,
             service_policies=[p for p in policies if p is not None],
             presences=presences,
+            sync_statuses={r.id: self.fleet.sync_status(r.id) for r in named},
         )
 
-    def edge_routers(self, session: Session) -> list[EdgeRouter]:
-        """The routers a session names: linked to identity and service and online, at most 25."""
-        common = self.access.common_edge_routers(session.identity_id, session.service_id)
-        presences = self._online(common)
-        return [r for r in common if r.id in presences]
-
-    def _online(self, routers: list[EdgeRouter]) -> dict[str, Presence]:
-        """The fleet's record of the first :data:`MAX_SESSION_ROUTERS` online ``routers``."""
-        found: dict[str, Presence] = {}
+    def _named(self, routers: list[EdgeRouter]) -> tuple[list[EdgeRouter], dict[str, Presence]]:
+        """The first :data:`MAX_SESSION_ROUTERS` of ``routers`` (id order), online ones first, and
+        the fleet's record of the online ones among them."""
+        online: list[EdgeRouter] = []
+        offline: list[EdgeRouter] = []
+        presences: dict[str, Presence] = {}
         for router in routers:
             presence = self.fleet.presence(router.id)
-            if presence is not None:
-                found[router.id] = presence
-                if len(found) == MAX_SESSION_ROUTERS:
-                    break
-        return found
+            if presence is None:
+                if len(offline) < MAX_SESSION_ROUTERS:
+                    offline.append(router)
+                continue
+            presences[router.id] = presence
+            online.append(router)
+            if len(online) == MAX_SESSION_ROUTERS:
+                break
+        return (online + offline)[:MAX_SESSION_ROUTERS], presences
 
     def of_api_session(self, api_session_id: str) -> list[Session]:
         return self.env.store.find_by(Session, "api_session_id", api_session_id)

@@ -210,9 +210,9 @@ def test_no_shared_edge_router(api: Api, links: str) -> None:
     )
 
 
-def test_an_unverified_router_still_counts_but_is_not_listed(api: Api) -> None:
-    """OpenZiti counts every router the policies give for a session to be made, and names only
-    the online ones (an unverified router never is)."""
+def test_an_unverified_router_counts_and_is_listed_offline(api: Api) -> None:
+    """OpenZiti 1.x counts every router the policies give for a session to be made, and names
+    each, online or not (an unverified router never is online)."""
     role = unique("r")
     person = user(api, role)
     svc = service(api, role)
@@ -224,10 +224,13 @@ def test_an_unverified_router_still_counts_but_is_not_listed(api: Api) -> None:
     result = dial(api, person.token, svc)
 
     assert result.status_code == 201, result.text
-    assert result.json["data"]["edgeRouters"] == []
+    [listed] = result.json["data"]["edgeRouters"]
+    assert listed["isOnline"] is False
+    assert listed["syncStatus"] == "SYNC_UNKNOWN"
+    assert listed["urls"] == listed["supportedProtocols"]
 
 
-def test_a_session_names_only_the_online_routers(api: Api) -> None:
+def test_a_session_names_offline_routers_after_the_online_ones(api: Api) -> None:
     w = world(api)
     role = api.get(f"/services/{w.service}").json["data"]["roleAttributes"][0]
     offline = edge_router(api, role, online=False)
@@ -236,9 +239,25 @@ def test_a_session_names_only_the_online_routers(api: Api) -> None:
     result = dial(api, w.user.token, w.service)
 
     assert result.status_code == 201, result.text
-    names = [r["name"] for r in result.json["data"]["edgeRouters"]]
-    assert names == [api.get(f"/edge-routers/{w.router}").json["data"]["name"]]
-    assert offline_name not in names
+    listed = [(r["name"], r["isOnline"]) for r in result.json["data"]["edgeRouters"]]
+    assert listed == [
+        (api.get(f"/edge-routers/{w.router}").json["data"]["name"], True),
+        (offline_name, False),
+    ]
+
+
+def test_online_routers_come_first_among_the_25(api: Api) -> None:
+    w = world(api)
+    role = api.get(f"/services/{w.service}").json["data"]["roleAttributes"][0]
+    for _ in range(30):
+        edge_router(api, role, online=False)
+
+    result = dial(api, w.user.token, w.service)
+
+    assert result.status_code == 201, result.text
+    listed = result.json["data"]["edgeRouters"]
+    assert len(listed) == 25
+    assert [r["isOnline"] for r in listed] == [True] + [False] * 24
 
 
 def test_a_session_names_at_most_25_routers(api: Api) -> None:
