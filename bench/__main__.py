@@ -9,12 +9,15 @@
 against a real server (see :mod:`bench.writes`);
 ``python -m bench http --tier L`` the HTTP path under wrk, scenario by scenario, against a bare
 Falcon app served the same way (see :mod:`bench.http`);
+``python -m bench logins`` password and certificate logins a second at 8 concurrent clients
+against a real server (see :mod:`bench.logins`);
 ``python -m bench dataplane`` bytes through the edge router against a direct TLS connection, dial
 set-up time and connections held, with ``trellis serve`` and its router running (see
 :mod:`bench.dataplane`).
 
-``writes``, ``http`` and ``dataplane`` write their JSON into ``bench/results/local/`` (ignored by
-git), into the committed ``bench/results/`` only with ``--publish`` (see :mod:`bench.output`).
+``writes``, ``http``, ``logins`` and ``dataplane`` write their JSON into ``bench/results/local/``
+(ignored by git), into the committed ``bench/results/`` only with ``--publish`` (see
+:mod:`bench.output`).
 Nothing is installed on the system unless asked (``http --install-wrk``); what a run fetches it
 says first.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import dataplane, engine, http, serving, startup, updates, writes
+from bench import dataplane, engine, http, logins, serving, startup, updates, writes
 from bench.topology import TIERS
 
 
@@ -54,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     tracker.add_argument("--seed", type=int, default=1)
     writes.add_arguments(commands.add_parser("writes", help="acknowledged durable writes per second"))
     http.add_arguments(commands.add_parser("http", help="the HTTP path under wrk against a bare Falcon app"))
+    logins.add_arguments(
+        commands.add_parser("logins", help="password and certificate logins a second at 8 concurrent clients")
+    )
     dataplane.add_arguments(
         commands.add_parser("dataplane", help="the edge router's throughput, dial time and connections held")
     )
@@ -72,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         print(writes.main(args), flush=True)
     elif args.command == "http":
         print(http.main(args), flush=True)
+    elif args.command == "logins":
+        print(logins.main(args), flush=True)
     elif args.command == "dataplane":
         print(dataplane.main(args), flush=True)
     return 0

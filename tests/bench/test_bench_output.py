@@ -42,7 +42,7 @@ def test_results_go_to_the_ignored_local_folder_unless_published_or_given() -> N
         parse("--publish", "--out", "/tmp/x.json")
 
 
-@pytest.mark.parametrize("command", ["writes", "http", "dataplane"])
+@pytest.mark.parametrize("command", ["writes", "http", "logins", "dataplane"])
 def test_the_help_says_where_results_go(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main([command, "--help"])
