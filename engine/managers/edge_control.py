@@ -18,7 +18,7 @@ The use cases behind ``api.control`` (OpenZiti's edge control handlers), free of
   (:class:`Refusal` says why not). A Dial then gets a terminator of the service (precedence
   ``required`` over ``default`` over ``failed``, then the lowest cost, at random among equals, on
   this router or another online one); a Bind gets a persisted terminator (binding ``edge``,
-  address ``hosted:<session token>``), listed by ``/terminators`` like any other;
+  address its own id, as OpenZiti 1.x), listed by ``/terminators`` like any other;
 - **what a tunneler router hosts**: a tunneler-enabled router acts as its router identity (type
   ``Router``, the router's id): every service that identity may Bind and that carries a
   ``host.v1`` config (the identity's service-config override first, as the client API resolves
@@ -65,7 +65,7 @@ from engine.managers.builtin_config_types import HOST_V1_ID
 from engine.managers.fleet import Fleet, VersionInfo
 from engine.managers.identities import ROUTER_TYPE
 from engine.managers.posture import PostureManager
-from engine.managers.terminators import COST_MAX, PRECEDENCES, TerminatorManager
+from engine.managers.terminators import COST_MAX, ITS_OWN_ID, PRECEDENCES, TerminatorManager
 from engine.ports import Change, Delete, Put, UnitOfWork
 
 log = logging.getLogger(__name__)
@@ -374,7 +374,7 @@ class EdgeControlManager:
             "service_id": service.id,
             "router_id": router_id,
             "binding": EDGE_BINDING,
-            "address": f"hosted:{session.token}",
+            "address": ITS_OWN_ID,
             "instance_id": instance_id,
             "cost": cost,
             "precedence": precedence,

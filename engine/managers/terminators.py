@@ -18,6 +18,7 @@ OpenZiti (``controller/model/terminator_manager.go``, ``controller/db/terminator
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from engine.entities.routers import EdgeRouter, Router
@@ -37,6 +38,10 @@ CREATE_ONLY = frozenset({"service_id", "instance_id", "instance_secret", "identi
 def default_binding(address: str) -> str:
     """OpenZiti's binding for a terminator created without one."""
     return "udp" if address.startswith("udp:") else "transport"
+
+
+#: The ``address`` to create a terminator with whose address is to be its own id.
+ITS_OWN_ID: Any = object()
 
 
 class TerminatorManager(EntityManager[Terminator]):
@@ -66,6 +71,10 @@ class TerminatorManager(EntityManager[Terminator]):
 
     # -- hooks -------------------------------------------------------------------------------
     def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> Terminator:
+        if fields.get("address") is ITS_OWN_ID:
+            # an SDK-hosted terminator's address is its own id, as OpenZiti 1.x's
+            made = super().build(uow, _with_binding({**fields, "address": "-"}))
+            return dataclasses.replace(made, address=made.id)
         return super().build(uow, _with_binding(fields))
 
     def apply(self, uow: UnitOfWork, old: Terminator, fields: dict[str, Any]) -> Terminator:

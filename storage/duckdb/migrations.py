@@ -98,7 +98,32 @@ def _v4(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3), (4, _v4)]
+def _v5(con: duckdb.DuckDBPyConnection) -> None:
+    """SDK-hosted terminators' addresses become their own ids (as OpenZiti 1.x's).
+
+    Before, a terminator an SDK's Bind made (binding ``edge``) had the address
+    ``hosted:<Bind session token>``, so every administrator listing terminators could read the
+    tokens of Bind sessions. The table and the change log are rewritten, and a ``compact`` task
+    recorded when anything was, so that no token survives in the file's freed blocks (as v2).
+    """
+    hosted = "doc->>'binding' = 'edge' AND starts_with(doc->>'address', 'hosted:')"
+    con.execute(
+        f"INSERT INTO {MAINTENANCE_TABLE} (task) SELECT ? WHERE NOT EXISTS "
+        f"(SELECT 1 FROM {MAINTENANCE_TABLE} WHERE task = ?) AND ("
+        f"EXISTS (SELECT 1 FROM terminators WHERE {hosted}) OR "
+        f"EXISTS (SELECT 1 FROM {CHANGE_LOG_TABLE} WHERE kind = 'terminators' AND op = 'put' AND {hosted}))",
+        [COMPACT_TASK, COMPACT_TASK],
+    )
+    con.execute(
+        f"UPDATE terminators SET doc = json_merge_patch(doc, json_object('address', id)) WHERE {hosted}"
+    )
+    con.execute(
+        f"UPDATE {CHANGE_LOG_TABLE} SET doc = json_merge_patch(doc, json_object('address', id)) "
+        f"WHERE kind = 'terminators' AND op = 'put' AND {hosted}"
+    )
+
+
+MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5)]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:

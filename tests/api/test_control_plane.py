@@ -446,7 +446,7 @@ def test_a_bind_makes_a_terminator_both_apis_list(api: Api, plane: Plane) -> Non
     assert (reply["sessionId"], reply["serviceId"]) == (session["id"], net.service)
     terminator = api.get(f"/terminators/{reply['terminatorId']}").json["data"]
     assert terminator["binding"] == "edge"
-    assert terminator["address"] == f"hosted:{session['token']}"
+    assert terminator["address"] == terminator["id"]
     assert (terminator["routerId"], terminator["serviceId"]) == (net.router.id, net.service)
     assert (terminator["cost"], terminator["precedence"], terminator["identity"]) == (9, "default", "one")
     listed = client_get(api, f"/services/{net.service}/terminators", net.person.token).json["data"]

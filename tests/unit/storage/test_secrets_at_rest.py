@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -267,4 +268,54 @@ def test_a_failed_compaction_keeps_serving_and_is_retried(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.duckdb"]  # no half-made copy left
 
     DuckDBStore(path).close()
+    assert _files_containing(tmp_path, TOKEN) == []
+
+
+def _terminator(id: str, binding: str, address: str) -> str:
+    from engine.entities.services import Terminator
+    from storage.codec import encode
+
+    when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+    return encode(
+        Terminator(
+            id=id,
+            created_at=when,
+            updated_at=when,
+            service_id="svc",
+            router_id="r1",
+            binding=binding,
+            address=address,
+        )
+    )
+
+
+def test_migration_5_replaces_hosted_terminator_addresses_and_leaves_no_bind_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Bind session's token was an SDK-hosted terminator's address before: v5 makes it the id."""
+    from engine.entities.services import Terminator
+
+    path = tmp_path / "t.duckdb"
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:4])
+        con = duckdb.connect(str(path))
+        assert migrations.migrate(con) == 4
+    hosted = _terminator("t1", "edge", f"hosted:{TOKEN}")
+    con.execute(
+        "INSERT INTO terminators (id, doc) VALUES ('t1', ?), ('t2', ?)",
+        [hosted, _terminator("t2", "transport", "tcp:h:80")],
+    )
+    con.execute("INSERT INTO change_log VALUES (1, 1, 'terminators', 't1', 'put', ?)", [hosted])
+    con.execute("INSERT INTO settings SELECT 'filler-' || i, repeat('x', 100) FROM range(2000) t(i)")
+    con.close()
+    assert _files_containing(tmp_path, TOKEN) == ["t.duckdb"]
+
+    store = DuckDBStore(path)
+    first = store.get(Terminator, "t1")
+    other = store.get(Terminator, "t2")
+    assert first is not None
+    assert other is not None
+    assert (first.address, first.binding) == ("t1", "edge")
+    assert other.address == "tcp:h:80"
+    store.close()
     assert _files_containing(tmp_path, TOKEN) == []
