@@ -41,9 +41,19 @@ class IdGenerator(Protocol):
 
 
 class PasswordHasher(Protocol):
-    def hash(self, password: str) -> str: ...
+    def hash(self, password: str) -> str:
+        """A self-describing encoded hash of ``password`` with a fresh salt."""
+        ...
 
-    def verify(self, password: str, encoded: str) -> bool: ...
+    def verify(self, password: str, encoded: str) -> bool:
+        """Whether ``password`` matches ``encoded``; never raises (a malformed encoding does not
+        match)."""
+        ...
+
+    def needs_rehash(self, encoded: str) -> bool:
+        """Whether ``encoded`` was not made as :meth:`hash` makes hashes now (another algorithm or
+        other parameters): a login that proved the password then stores a new hash."""
+        ...
 
 
 #: What a certificate is issued for: an identity's client certificate, a router's server

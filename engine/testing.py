@@ -3,7 +3,7 @@
 - :class:`FixedClock`: a clock that stands still until told to move.
 - :class:`CountingIds`: predictable ids (``id-1``, ``id-2``...) and UUID-shaped tokens.
 - :class:`CheapHasher`: a real, salted password hasher that costs microseconds, so API tests do
-  not spend their time in scrypt. Never use it outside tests: it is not memory-hard.
+  not spend their time in argon2id. Never use it outside tests: it is not memory-hard.
 
 Tests use these instead of writing their own; the composition root takes them as keyword
 arguments (``create_app(settings, clock=FixedClock(...), hasher=CheapHasher())``).
@@ -76,6 +76,11 @@ class CheapHasher:
         if len(parts) != 3 or parts[0] != self._SCHEME:
             return False
         return hmac.compare_digest(self._digest(parts[1], password), parts[2])
+
+    def needs_rehash(self, encoded: str) -> bool:
+        """True for any hash this hasher did not make (a real hasher's, say)."""
+        parts = encoded.split("$") if isinstance(encoded, str) else []
+        return len(parts) != 3 or parts[0] != self._SCHEME
 
     @staticmethod
     def _digest(salt: str, password: str) -> str:

@@ -10,7 +10,8 @@ Imports only ``engine`` and the crypto libraries. Time is always passed in (``no
   the check of a presented client chain (signatures, CA constraints, fitness for client auth).
 - :mod:`pki.tokens`: :class:`JwtSigner` (``engine.ports.TokenSigner``), enrollment JWTs signed
   with the TLS server key.
-- :mod:`pki.passwords`: scrypt password hashing and random passwords.
+- :mod:`pki.passwords`: password hashing (argon2id; older scrypt hashes still verify) and random
+  passwords.
 - :mod:`pki.totp`: :class:`PyotpTotp` (``engine.ports.TotpService``), TOTP codes and recovery codes.
 - :mod:`pki.jwks`: :class:`JwksVerifier` (``engine.ports.ExternalJwtVerifier``), external JWT
   signatures checked against a certificate or a cached JWKS.
@@ -32,13 +33,14 @@ from pki.certs import (
 )
 from pki.csr import load_csr
 from pki.jwks import JwksVerifier
-from pki.passwords import ScryptPasswordHasher, generate_password
+from pki.passwords import Argon2idPasswordHasher, ScryptPasswordHasher, generate_password
 from pki.tokens import JwtSigner, jws_algorithm
 from pki.totp import PyotpTotp
 
 __all__ = [
     "BACKDATE",
     "PROFILES",
+    "Argon2idPasswordHasher",
     "CertificateAuthority",
     "JwksVerifier",
     "JwtSigner",

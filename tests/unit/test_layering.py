@@ -14,7 +14,7 @@ STDLIB = set(sys.stdlib_module_names)
 ALLOWED = {
     "engine": {"engine", "networkx"},
     "storage": {"engine", "storage", "duckdb", "orjson"},
-    "pki": {"engine", "pki", "cryptography", "jwt", "pyotp"},
+    "pki": {"engine", "pki", "cryptography", "jwt", "pyotp", "argon2"},
     # the wire format both the controller and the router speak
     "channel": {"channel", "pki"},
     # a program of its own: nothing of the controller (engine, storage, api), only the wire
