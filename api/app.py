@@ -38,7 +38,7 @@ from engine.managers._base import Env
 from engine.managers.enrollment import EnrollmentSettings
 from engine.managers.registry import build_managers
 from engine.ports import Backoff, Clock, ExternalJwtVerifier, IdGenerator, PasswordHasher, Store, TotpService
-from pki import CertificateAuthority, JwksVerifier, JwtSigner, PkiPaths, PyotpTotp, ScryptPasswordHasher
+from pki import Argon2idPasswordHasher, CertificateAuthority, JwksVerifier, JwtSigner, PkiPaths, PyotpTotp
 
 log = logging.getLogger("trellis")
 
@@ -91,7 +91,7 @@ def build_controller(
         store=store,
         clock=clock if clock is not None else SystemClock(),
         ids=ids,
-        hasher=hasher if hasher is not None else ScryptPasswordHasher(),
+        hasher=hasher if hasher is not None else Argon2idPasswordHasher(),
         schemas=JsonSchemaChecker(),
         ca=authority,
         tokens=JwtSigner.for_authority(authority),

@@ -17,10 +17,19 @@ password an identity gives to change its own (``AuthenticatorManager.update_own`
 check clears the count (OpenZiti never does; the count would otherwise lock out an identity that
 only ever mistyped once a day). ``maxAttempts: 0`` counts nothing. The default admin is never
 locked out: a lockout without end would leave nobody able to enable anyone.
+
+A stored hash the hasher would no longer make (``PasswordHasher.needs_rehash``: a scrypt hash from
+before argon2id, or other parameters) is replaced at the identity's next successful password
+login, through the store's write path like any other authenticator change, and only if it is
+still the hash the password was checked against (a password changed meanwhile stays). It is not
+a password change: the API sessions stay, ``updatedAt`` is kept, and ``password.rehashed`` is
+logged (INFO). The unknown-username path wastes its time on a hash the hasher makes now, so an
+unknown username costs what a known one does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from engine.attempts import password_key
@@ -67,7 +76,32 @@ class PasswordCheck:
             raise
         if not check_password(self.env, found, identity, password, dummy_hash=self._dummy_hash, login=note):
             raise InvalidAuthError()
-        return found
+        return self.upgrade(found, password)
+
+    def upgrade(self, checked: Authenticator, password: str) -> Authenticator:
+        """``checked`` with its password hashed anew when its stored hash is not one the hasher
+        makes now (``password`` was just proved right against it); else ``checked`` itself."""
+        old_hash = checked.password_hash
+        if not old_hash or not self.env.hasher.needs_rehash(old_hash):
+            return checked
+        new_hash = self.env.hasher.hash(password)  # before the write lock: writers never wait for it
+        with self.env.store.write_lock():
+            uow = UnitOfWork(self.env.store)
+            current = uow.get(Authenticator, checked.id)
+            if current is None or current.password_hash != old_hash:
+                return checked  # deleted or changed since it was checked: nothing to upgrade
+            upgraded = dataclasses.replace(current, password_hash=new_hash)
+            uow.put(upgraded)
+            self.env.commit(uow)
+        event(
+            log,
+            logging.INFO,
+            "password.rehashed",
+            identity_id=upgraded.identity_id,
+            authenticator_id=upgraded.id,
+            was=old_hash.lstrip("$").split("$", 1)[0][:16],
+        )
+        return upgraded
 
     def waste(self, password: str) -> None:
         """Spend what a password check costs, on nothing (a refusal decided without one)."""
