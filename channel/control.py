@@ -11,7 +11,9 @@ Router -> controller:
 
 - ``HELLO`` (0): header 4 = version (``version|revision|buildDate|os|arch``); body
   ``{"hostname", "protocols": {"tls": "tls://host:port"}, "linkListener": "tls://host:port" | "",
-  "tunneler": bool, "terminators": [ids the router holds]}``. Answered by ``RESULT`` success with
+  "tunneler": bool, "terminators": [ids the router holds], "circuits": [ids of the circuits the
+  router opened that are still up, at most :data:`MAX_HELLO_CIRCUITS`]}`` (the controller forgets
+  the router's other circuits). Answered by ``RESULT`` success with
   body ``{"routerId", "routerName", "heartbeatSeconds", "unknownTerminators": [...]}`` (the
   router ends the binds of terminators the controller no longer has, and asks again for those it
   hosts itself; the controller removes this router's ``edge`` and ``tunnel`` terminators the
@@ -20,13 +22,15 @@ Router -> controller:
   replaces the first (the controller closes the older one).
 - ``CREATE_CIRCUIT`` (20205), a request: ``{"sessionToken", "apiSessionId", "fingerprints",
   "terminatorInstanceId", "hasPublicKey"}``: may this channel's API session Dial with this
-  session here? Answer ``CREATE_CIRCUIT_REPLY`` ``{"sessionId", "serviceId", "serviceName",
-  "callerId", "terminator": {"id", "routerId", "binding", "address", "instanceId"}, "path":
-  [router ids from this router to the terminator's]}`` or ``ERROR``.
+  session here? Answer ``CREATE_CIRCUIT_REPLY`` ``{"circuitId", "sessionId", "serviceId",
+  "serviceName", "callerId", "terminator": {"id", "routerId", "binding", "address", "instanceId"},
+  "path": [router ids from this router to the terminator's]}`` or ``ERROR``. The controller lists
+  the circuit (``/fabric/v1/circuits``) from then until the router reports it ended
+  (``CIRCUITS_ENDED``), leaves it out of a hello, or an administrator deletes it.
 - ``CREATE_TERMINATOR`` (20207), a request: ``{"sessionToken", "apiSessionId", "fingerprints",
   "instanceId", "cost", "precedence", "hasPublicKey", "address"}``: a Bind. Answer
   ``CREATE_TERMINATOR_REPLY`` ``{"terminatorId", "sessionId", "serviceId"}`` or ``ERROR``. The
-  terminator is ``edge``, address ``hosted:<sessionToken>`` as OpenZiti's (``address`` is not
+  terminator is ``edge``, its address its own id as OpenZiti 1.x's (the ``address`` sent is not
   used); cost 0 and precedence ``default`` take the hosting identity's cost and precedence for
   the service. Each request makes a new terminator: the router removes it when the bind ends.
 - ``REMOVE_TERMINATORS`` (20211), a request: ``{"terminatorIds": [...]}``: binds that ended, or
@@ -49,6 +53,15 @@ Router -> controller:
   happens, no answer: API sessions whose first SDK channel on the router just opened, and whose
   last just closed (so ``hasEdgeRouterConnection`` follows without waiting for the heartbeat).
   Opened ids the controller does not know are answered with ``API_SESSION_REMOVED``.
+- ``LINKS`` (21003, Trellis): ``{"links": [{"id", "routerId", "dialed", "protocol"}]}``, no answer:
+  every link to another router that is up on this router (``routerId`` the router at the other
+  end, ``dialed`` whether this router dialed it, ``protocol`` ``tls``), at most
+  :data:`MAX_LINKS`. Sent after every hello and whenever the set changes; always the whole set.
+  The controller keeps it while the connection lasts (``/fabric/v1/links``) and forgets it when the
+  router disconnects.
+- ``CIRCUITS_ENDED`` (21004, Trellis): ``{"circuitIds": [...]}``, no answer: circuits this router
+  opened (``CREATE_CIRCUIT_REPLY``'s ``circuitId``) whose connection has ended, on either side, or
+  that could not be set up after all. Ids of other routers' circuits are ignored.
 - ``HEARTBEAT`` (5) with header 5 = a uint64 time; answered by ``HEARTBEAT`` with header 6 = the
   same value (and ``REPLY_FOR`` the heartbeat's sequence, so either side may await it). Both sides
   send one every :data:`HEARTBEAT_SECONDS`; either closes a channel silent for
@@ -87,6 +100,10 @@ Controller -> router:
   defaults). Sent after the hello (empty for a router that is not tunneler-enabled) and whenever
   the list changes; always the whole list. The router creates and removes its ``tunnel``
   terminators to match.
+- ``CLOSE_CIRCUITS`` (21005, Trellis): ``{"circuitIds": [...], "reason"}``: an administrator
+  deleted these circuits of the router (``DELETE /fabric/v1/circuits/{id}``): the router ends their
+  connections (StateClosed with the reason to the dialing SDK, and the far end closed), then
+  reports them ended. Ids it does not hold are ignored.
 - ``ERROR`` (20002): the answer to a refused request: body the reason, header 1014 the code.
 """
 
@@ -117,6 +134,9 @@ CREATE_TUNNEL_TERMINATOR_REPLY = 20407
 ROUTER_LINKS = 21000
 API_SESSION_CHANNELS = 21001
 HOSTED_SERVICES = 21002
+LINKS = 21003
+CIRCUITS_ENDED = 21004
+CLOSE_CIRCUITS = 21005
 
 #: Seconds between heartbeats, and of silence after which a control channel is closed.
 HEARTBEAT_SECONDS = 10.0
@@ -127,6 +147,9 @@ ACTIVITY_SECONDS = 60.0
 SYNC_CHUNK = 100
 #: How long a router waits for an answer from the controller.
 REQUEST_SECONDS = 10.0
+#: Circuit ids a hello lists at most, and links a ``LINKS`` report holds at most.
+MAX_HELLO_CIRCUITS = 4096
+MAX_LINKS = 4096
 
 
 class BadBody(ValueError):

@@ -13,9 +13,12 @@ connection between two enrolled routers, framed as channel v2 (:mod:`channel.fra
   against the controller's CA (mutual TLS). The dialer checks that the listener's certificate
   names (CN) the router it meant to dial; the listener that the dialer's certificate names a
   router the controller listed (waiting a few seconds for the list to name it), else it closes.
-- ``HELLO`` (0), the dialer's first message: body ``{"routerId"}`` (its id, as its certificate
-  says); answered by ``RESULT`` success with body ``{"routerId"}`` (the listener's), or by
-  ``RESULT`` failure with the reason and a close.
+- ``HELLO`` (0), the dialer's first message: body ``{"routerId", "linkId"}`` (its id, as its
+  certificate says, and the link's id, made by the dialer: :func:`new_link_id`); answered by
+  ``RESULT`` success with body ``{"routerId", "linkId"}`` (the listener's id, and the link's: the
+  one the hello named, or a new one when it named none or one that is no :func:`link_id`), or by
+  ``RESULT`` failure with the reason and a close. Both routers report the link to the controller
+  by that id (``LINKS``, :mod:`channel.control`).
 
 After the hello both sides may open circuits. A circuit is known on the link by its
 ``CIRCUIT_ID`` header (uint32), chosen by the router that opens it: odd by the link's dialer,
@@ -52,6 +55,8 @@ circuits a side no longer knows are dropped (a ``CLOSE`` may cross them).
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from typing import Any
 
 from channel.edge import FLAGS
@@ -95,8 +100,23 @@ def preferred(dialer_a: str, dialer_b: str) -> str:
     return min(dialer_a, dialer_b)
 
 
-def hello(router_id: str) -> Message:
-    return Message(HELLO, json.dumps({"routerId": router_id}).encode())
+#: What a link id may be: OpenZiti's short-id alphabet, 1 to 64 characters.
+_LINK_ID = re.compile(r"[0-9A-Za-z.\-]{1,64}")
+_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-"
+
+
+def new_link_id() -> str:
+    """A new link id: twelve random characters of OpenZiti's short-id alphabet."""
+    return "".join(secrets.choice(_ALPHABET) for _ in range(12))
+
+
+def link_id(value: Any) -> str | None:
+    """``value`` if it is a well-formed link id, else None."""
+    return value if isinstance(value, str) and _LINK_ID.fullmatch(value) else None
+
+
+def hello(router_id: str, link: str) -> Message:
+    return Message(HELLO, json.dumps({"routerId": router_id, "linkId": link}).encode())
 
 
 def dial(circuit_id: int, body: dict[str, Any]) -> Message:

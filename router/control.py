@@ -20,6 +20,10 @@ Over the connection:
 - both send heartbeats; a connection silent for too long is closed. The router reports the API
   sessions with an open SDK channel: the whole set once connected and every minute (their
   activity), and an API session's first channel opening or last closing as it happens.
+- the router reports its links to other routers (the whole set after every hello and whenever it
+  changes: :meth:`ControlClient.links_changed`) and the circuits it opened that ended
+  (:meth:`~ControlClient.circuits_ended`); the controller may ask it to close circuits
+  (``CLOSE_CIRCUITS``, which the edge side acts on).
 
 After a reconnect nothing is lost that matters: the API sessions held stay usable until the new
 full state replaces them (and the channels of sessions gone are then closed), and the hello's
@@ -49,6 +53,8 @@ from channel.control import (
     API_SESSION_HEARTBEAT,
     API_SESSION_REMOVED,
     API_SESSION_UPDATED,
+    CIRCUITS_ENDED,
+    CLOSE_CIRCUITS,
     CREATE_CIRCUIT,
     CREATE_CIRCUIT_REPLY,
     CREATE_TERMINATOR,
@@ -58,6 +64,9 @@ from channel.control import (
     ERROR,
     HEARTBEAT_SECONDS,
     HOSTED_SERVICES,
+    LINKS,
+    MAX_HELLO_CIRCUITS,
+    MAX_LINKS,
     REMOVE_TERMINATORS,
     REMOVE_TERMINATORS_REPLY,
     REQUEST_SECONDS,
@@ -217,6 +226,8 @@ class ControlClient:
         #: is told of every new list (``router.hosting.Hosting``; settable later).
         self.hosted_services: list[HostedService] = []
         self.on_hosted_services: Callable[[list[HostedService]], None] | None = None
+        #: The links up on this router, as last reported (:meth:`links_changed`).
+        self.links: list[dict[str, Any]] = []
         #: Set while a hello is accepted and the connection is up.
         self.connected = asyncio.Event()
         #: Hellos accepted so far (1 after the first connection, 2 after a reconnect, ...).
@@ -303,6 +314,7 @@ class ControlClient:
                 address=text(terminator, "address"),
                 instance_id=text(terminator, "instanceId"),
                 path=tuple(strings(body, "path")),
+                circuit_id=text(body, "circuitId"),
             )
         except BadBody as ex:
             raise Unavailable(f"the controller's circuit answer is not understood: {ex}") from None
@@ -378,6 +390,19 @@ class ControlClient:
         if (opened or closed) and channel is not None and channel.is_open:
             channel.send(control.message(API_SESSION_CHANNELS, {"opened": opened, "closed": closed}))
 
+    def circuits_ended(self, circuit_ids: list[str]) -> None:
+        channel = self._channel
+        if circuit_ids and channel is not None and channel.is_open:
+            channel.send(control.message(CIRCUITS_ENDED, {"circuitIds": list(circuit_ids)}))
+
+    def links_changed(self, links: list[dict[str, Any]]) -> None:
+        """The links up on this router (``router.links.Links.state``): the controller is told now
+        if connected, and after every hello."""
+        self.links = list(links[:MAX_LINKS])
+        channel = self._channel
+        if channel is not None and channel.is_open:
+            channel.send(control.message(LINKS, {"links": self.links}))
+
     async def _request(self, message: Message, answer_type: int) -> dict[str, Any]:
         channel = self._channel
         if channel is None or not channel.is_open:
@@ -431,6 +456,7 @@ class ControlClient:
             self._channel = channel
             self.sessions += 1
             self.connected.set()
+            channel.send(control.message(LINKS, {"links": self.links}))
             loops = [
                 asyncio.ensure_future(self._heartbeats(channel)),
                 asyncio.ensure_future(self._activity(channel)),
@@ -456,6 +482,7 @@ class ControlClient:
                 "linkListener": self.link_listener,
                 "tunneler": self.tunneler,
                 "terminators": edge.terminator_ids() if edge is not None else [],
+                "circuits": edge.circuit_ids()[:MAX_HELLO_CIRCUITS] if edge is not None else [],
             },
         )
         hello.set_text(HELLO_VERSION, self.version)
@@ -536,6 +563,11 @@ class ControlClient:
                 self._on_router_links(body_of(message))
             elif kind == HOSTED_SERVICES:
                 self._on_hosted_services(body_of(message))
+            elif kind == CLOSE_CIRCUITS:
+                body = body_of(message)
+                ids, reason = strings(body, "circuitIds"), text(body, "reason")
+                if self.edge is not None:
+                    self.edge.close_circuits(ids, reason or "closed by an administrator")
             else:
                 log.debug("control: ignoring %r", message)
         except BadBody as ex:

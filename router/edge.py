@@ -207,6 +207,7 @@ class SdkConnection(End):
 
     __slots__ = (
         "_seq",
+        "circuit_id",
         "close_reason",
         "conn_id",
         "dialer",
@@ -223,6 +224,8 @@ class SdkConnection(End):
         self.dialer = dialer
         self.session_token = session_token
         self.session_id = ""
+        #: The controller's id of the circuit a dialer's Connect was granted ("" otherwise).
+        self.circuit_id = ""
         self.state = State.CONNECTING
         self.peer: End | None = None
         #: Why the router ended it while it was connecting (None: not ended, or by the SDK).
@@ -421,8 +424,11 @@ class SdkChannel:
             self.channel.abort()
 
     def forget(self, conn_id: int, conn: SdkConnection | Bind) -> None:
+        """``conn`` is over (a dialer's circuit is reported ended)."""
         if self.conns.get(conn_id) is conn:
             del self.conns[conn_id]
+        if isinstance(conn, SdkConnection) and conn.circuit_id:
+            self.listener._circuit_over(conn)
 
     def _room_for(self, message: Message, conn_id: int) -> bool:
         """Whether ``conn_id`` is free for a new connection or bind; if not, the refusal is sent."""
@@ -549,6 +555,10 @@ class EdgeListener:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: API sessions whose first channel opened or last closed since the controller was told.
         self._touched: set[str] = set()
+        #: The dialers of the circuits the controller granted here, by circuit id, and the ids of
+        #: those that ended since the controller was told.
+        self._circuits: dict[str, SdkConnection] = {}
+        self._ended: list[str] = []
         #: The links to other routers (:mod:`router.links`; set once made), None: no links.
         self.links: RouterLinks | None = None
         #: The services this router hosts itself (:mod:`router.hosting`; set once made), None: none.
@@ -623,6 +633,16 @@ class EdgeListener:
 
     def api_session_ids(self) -> list[str]:
         return list(self._by_api_session)
+
+    def circuit_ids(self) -> list[str]:
+        return list(self._circuits)
+
+    def close_circuits(self, circuit_ids: Iterable[str], reason: str) -> None:
+        for circuit_id in circuit_ids:
+            dialer = self._circuits.get(circuit_id)
+            if dialer is not None:
+                log.info("%s: closing circuit %s: %s", dialer.sdk.name, circuit_id, reason)
+                dialer.end_both(reason)
 
     # -- looking in (tests, diagnostics) -------------------------------------------------------
     def channels(self) -> list[SdkChannel]:
@@ -718,6 +738,26 @@ class EdgeListener:
             except RuntimeError:  # the loop is gone: so is the control connection
                 return
         self._touched.add(api_session_id)
+
+    def _circuit_over(self, dialer: SdkConnection) -> None:
+        """A granted circuit's dialer is closed: the controller is told (once per turn of the
+        event loop, of every circuit that ended in it)."""
+        if self._circuits.get(dialer.circuit_id) is not dialer:
+            return
+        del self._circuits[dialer.circuit_id]
+        if not self._ended:
+            try:
+                asyncio.get_running_loop().call_soon(self._tell_ended)
+            except RuntimeError:  # the loop is gone: so is the control connection
+                return
+        self._ended.append(dialer.circuit_id)
+
+    def _tell_ended(self) -> None:
+        ended, self._ended = self._ended, []
+        try:
+            self.controller.circuits_ended(ended)
+        except Exception:
+            log.exception("telling the controller of ended circuits failed")
 
     def _tell_channels(self) -> None:
         touched, self._touched = self._touched, set()
@@ -826,6 +866,11 @@ class EdgeListener:
                 )
             )
             dialer.session_id = circuit.session_id
+            if circuit.circuit_id:
+                dialer.circuit_id = circuit.circuit_id
+                self._circuits[circuit.circuit_id] = dialer
+                if dialer.state is State.CLOSED:  # closed while the controller was asked
+                    self._circuit_over(dialer)
             if dialer.state is not State.CONNECTING:
                 raise _Refusal(dialer.close_reason or "closed")
             far, key = await self._open_far_end(circuit, dialer, request)

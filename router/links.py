@@ -281,6 +281,8 @@ class Link:
         #: Whether this router dialed the link (its circuits have odd ids), or accepted it (even).
         self.dialed = dialed
         self.peer_id = peer_id
+        #: The link's id (the dialer makes it; both report the link to the controller by it).
+        self.link_id = proto.new_link_id() if dialed else ""
         self.phase = Phase.HELLO
         self.channel = _LinkChannel(
             self,
@@ -402,7 +404,9 @@ class Links:
     router dialed instead). ``listener_url`` is what the controller is told (``tls://host:port``;
     :meth:`start` fills it in when empty): :func:`channel.link.should_dial` needs it. ``edge``
     dials the terminators other routers open circuits to. :meth:`update` takes the controller's
-    list of routers."""
+    list of routers. ``on_change`` (settable later) is told the links that are up (:meth:`state`,
+    what the controller's ``LINKS`` report carries) whenever they change, once per turn of the
+    event loop."""
 
     def __init__(
         self,
@@ -447,6 +451,8 @@ class Links:
         self._ticker: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self._stopping = False
+        self.on_change: Callable[[list[dict[str, Any]]], None] | None = None
+        self._report_due = False
 
     # -- life ----------------------------------------------------------------------------------
     async def start(self, host: str, port: int) -> None:
@@ -516,6 +522,13 @@ class Links:
     def links(self) -> list[Link]:
         """The open links (tests, diagnostics)."""
         return [link for link in self._links.values() if link.is_open]
+
+    def state(self) -> list[dict[str, Any]]:
+        """The links up now, as the controller is told of them (``LINKS``), by the other router's id."""
+        return [
+            {"id": link.link_id, "routerId": link.peer_id, "dialed": link.dialed, "protocol": "tls"}
+            for link in sorted(self.links(), key=lambda link: link.peer_id)
+        ]
 
     # -- circuits this router opens ------------------------------------------------------------
     async def open_circuit(
@@ -712,7 +725,7 @@ class Links:
                 )
                 link.close("not the router dialed")
                 return None
-            reply = await link.channel.request(proto.hello(self.router_id), self.dial_seconds)
+            reply = await link.channel.request(proto.hello(self.router_id, link.link_id), self.dial_seconds)
         except (OSError, TimeoutError, ChannelClosed) as ex:
             log.info(
                 "cannot link to router %s at %s: %s", peer.id, peer.link_listener, ex or type(ex).__name__
@@ -730,6 +743,11 @@ class Links:
             )
             link.close("refused")
             return None
+        try:
+            answered = json.loads(reply.body).get("linkId")
+        except (ValueError, AttributeError):
+            answered = None
+        link.link_id = proto.link_id(answered) or link.link_id
         if self._stopping or peer.id not in self._listed or not self._register(link):
             link.close("not wanted any more")
             return None
@@ -751,9 +769,11 @@ class Links:
         try:
             named = common_name(link.channel)
             try:
-                claimed = json.loads(hello.body).get("routerId")
+                said = json.loads(hello.body)
+                claimed, named_link = said.get("routerId"), said.get("linkId")
             except (ValueError, AttributeError):
-                claimed = None
+                claimed = named_link = None
+            link.link_id = proto.link_id(named_link) or proto.new_link_id()
             problem = None
             if not named:
                 problem = "no certificate"
@@ -775,7 +795,7 @@ class Links:
                 link.send(result(hello, False, problem))
                 link.close(problem)
                 return
-            link.send(result(hello, True, json.dumps({"routerId": self.router_id})))
+            link.send(result(hello, True, json.dumps({"routerId": self.router_id, "linkId": link.link_id})))
         finally:
             self._admissions.discard(link)
 
@@ -802,16 +822,37 @@ class Links:
         self._links[link.peer_id] = link
         if current is not None and current is not link:
             current.close("replaced by a newer link")
-        log.info("%s: up", link.name)
+        log.info("%s: up (%s)", link.name, link.link_id)
         link.opened()
         self._wake()
+        self._report()
         return True
 
     def _gone(self, link: Link) -> None:
         self._all.discard(link)
         if link.peer_id and self._links.get(link.peer_id) is link:
             del self._links[link.peer_id]
+            self._report()
         self._wake()
+
+    def _report(self) -> None:
+        """The links changed: ``on_change`` is told once this turn of the event loop is over."""
+        if self._report_due or self.on_change is None:
+            return
+        try:
+            asyncio.get_running_loop().call_soon(self._send_report)
+        except RuntimeError:  # the loop is gone: so is the control connection
+            return
+        self._report_due = True
+
+    def _send_report(self) -> None:
+        self._report_due = False
+        if self.on_change is None:
+            return
+        try:
+            self.on_change(self.state())
+        except Exception:
+            log.exception("telling the controller of the links failed")
 
     def _start_heartbeats(self) -> None:
         if self._ticker is None:

@@ -89,6 +89,7 @@ async def serve(directory: Path, record: identity.RouterRecord, stop: asyncio.Ev
         await links.start(link_host.strip("[]"), int(link_port))
     listener.links = links
     client.on_router_links = links.update
+    links.on_change = client.links_changed  # the controller lists them (/fabric/v1/links)
     log.info(
         "router %s (%s): SDKs connect to %s; links to %s; controller %s",
         record.name,

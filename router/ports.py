@@ -47,6 +47,9 @@ class Circuit:
     address: str
     instance_id: str = ""
     path: tuple[str, ...] = ()
+    #: The controller's id of the circuit ("" from a controller that names none): this router
+    #: reports it ended (:meth:`ControllerPort.circuits_ended`).
+    circuit_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,11 @@ class ControllerPort(Protocol):
         (told, not asked: nothing is raised; lost when there is no control connection)."""
         ...
 
+    def circuits_ended(self, circuit_ids: list[str]) -> None:
+        """Circuits this router opened (:attr:`Circuit.circuit_id`) have ended (told, not asked;
+        lost when there is no control connection: the next hello lists the circuits still up)."""
+        ...
+
 
 class EdgePort(Protocol):
     """The edge side (SDK channels), as the control side drives it."""
@@ -154,6 +162,14 @@ class EdgePort(Protocol):
 
     def api_session_ids(self) -> list[str]:
         """The API sessions with an open SDK channel here (their activity report)."""
+        ...
+
+    def circuit_ids(self) -> list[str]:
+        """The circuits this router opened that are up (the hello lists them)."""
+        ...
+
+    def close_circuits(self, circuit_ids: Iterable[str], reason: str) -> None:
+        """An administrator deleted these circuits: end their connections (ids not held: ignored)."""
         ...
 
 

@@ -12,11 +12,14 @@ failure with the reason and the connection closed. Then (``channel.control`` is 
 2. the full API-session state is sent in chunks; the pushes made meanwhile are held and follow
    it, so the router's copy ends up as the controller's; the router is then ``SYNC_DONE``;
 3. requests (Dial, Bind, terminators ended, API-session activity) are answered as they come,
-   each on the worker's thread pool (the engine's writes block until they are durable); pushes
+   each on the worker's thread pool (the engine's writes block until they are durable); reports
+   of the router's links and of its circuits that ended update the in-memory tables
+   ``/fabric/v1`` lists (``Fleet``, ``CircuitManager``) on the loop; pushes
    go to every connected router as batches are committed (the commit listener runs on the
    committer's thread and hands them to the loop); routers learn of each other
    (``ROUTER_LINKS``) whenever one comes or goes; a tunneler router is told the services it
-   hosts (``HOSTED_SERVICES``) after its hello and whenever a batch changes that list;
+   hosts (``HOSTED_SERVICES``) after its hello and whenever a batch changes that list; a
+   router is asked to close circuits an administrator deleted (``CLOSE_CIRCUITS``);
 4. heartbeats both ways; a connection silent for :data:`~channel.control.SILENT_SECONDS` is
    closed, and so is a router's connection as soon as it is deleted, disabled, re-enrolled or
    given a new certificate.
@@ -55,6 +58,7 @@ from channel.frames import (
 )
 from engine.entities.routers import EdgeRouter
 from engine.errors import CommitFailedError
+from engine.managers.circuits import CloseCircuits
 from engine.managers.edge_control import (
     ApiSessionsAdded,
     ApiSessionsRemoved,
@@ -194,6 +198,7 @@ class RouterConnection:
         assert channel is not None
         try:
             hello = wire.read_hello(message)
+            circuits_held = wire.hello_circuits(message)
         except BadBody as ex:
             self._refuse(message, f"bad hello: {ex}")
             return
@@ -213,6 +218,7 @@ class RouterConnection:
         presence = self.server._attach(self, router, hello)
         if self.closed:  # changed meanwhile
             return
+        self.server.ctrl.managers.circuits.held(router.id, circuits_held)
         heartbeat = self.server.heartbeat_seconds
         self.send(
             wire.hello_result(
@@ -275,6 +281,10 @@ class RouterConnection:
                 answer = Message(HEARTBEAT).set_u64(HEARTBEAT_RESPONSE, stamp)
                 self.send(answer.reply_to(message))
             return
+        report = self._REPORTS.get(kind)
+        if report is not None:  # cheap: handled at once, in the order the router sent them
+            report(self, message)
+            return
         handler = self._HANDLERS.get(kind)
         if handler is not None:
             self._spawn(handler(self, message))
@@ -295,7 +305,14 @@ class RouterConnection:
                 terminator_instance_id=text(body, "terminatorInstanceId"),
                 has_public_key=request.has_public_key,
             )
-            return wire.circuit_reply(message, grant)
+            circuit = self.server.ctrl.managers.circuits.open(
+                router_id,
+                session_id=grant.session.id,
+                identity_id=grant.session.identity_id,
+                terminator=grant.terminator,
+                path=grant.path,
+            )
+            return wire.circuit_reply(message, grant, circuit.id)
 
         await self._answer(message, work)
 
@@ -344,6 +361,24 @@ class RouterConnection:
             return result(message, True)
 
         await self._answer(message, work)
+
+    def _links(self, message: Message) -> None:
+        """The links up on the router (the whole set): kept while the connection lasts."""
+        try:
+            reports = wire.read_links(body_of(message))
+        except BadBody as ex:
+            log.info("control: router %s: a bad links report: %s", self.name, ex)
+            return
+        self.server.ctrl.managers.fleet.set_links(self._router_id(), self._connection(), reports)
+
+    def _circuits_ended(self, message: Message) -> None:
+        """Circuits the router opened ended: no longer listed."""
+        try:
+            ids = strings(body_of(message), "circuitIds")
+        except BadBody as ex:
+            log.info("control: router %s: a bad report of ended circuits: %s", self.name, ex)
+            return
+        self.server.ctrl.managers.circuits.ended(self._router_id(), ids)
 
     async def _api_session_heartbeat(self, message: Message) -> None:
         await self._report(message, whole=True)
@@ -404,6 +439,11 @@ class RouterConnection:
         control.CREATE_TUNNEL_TERMINATOR: _create_tunnel_terminator,
         control.API_SESSION_HEARTBEAT: _api_session_heartbeat,
         control.API_SESSION_CHANNELS: _api_session_channels,
+    }
+    #: Reports that only update in-memory tables: handled on the loop as they arrive.
+    _REPORTS: dict[int, Callable[[RouterConnection, Message], None]] = {
+        control.LINKS: _links,
+        control.CIRCUITS_ENDED: _circuits_ended,
     }
 
     # -- internals -----------------------------------------------------------------------------
@@ -476,11 +516,13 @@ class ControlServer:
             reuse_address=True,
         )
         self.ctrl.managers.edge_control.add_sink(self._on_events)
+        self.ctrl.managers.circuits.add_sink(self._on_close_circuits)
         self._ticker = self.loop.create_task(self._heartbeats())
 
     async def stop(self) -> None:
         """Stop listening and close every router's connection."""
         self.ctrl.managers.edge_control.remove_sink(self._on_events)
+        self.ctrl.managers.circuits.remove_sink(self._on_close_circuits)
         if self._ticker is not None:
             self._ticker.cancel()
         if self._hosted_task is not None:
@@ -630,6 +672,18 @@ class ControlServer:
             for connection in list(self._routers.values()):
                 for body_bytes in bodies:
                     connection.push(kind, body_bytes)
+
+    def _on_close_circuits(self, event: CloseCircuits) -> None:
+        """Circuits an administrator deleted (on the deleting thread): their router is told, on
+        the loop (a router that is not connected has nothing to close: its next hello leaves the
+        circuits out or lists ids the controller no longer knows)."""
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is connected any more
+            self.loop.call_soon_threadsafe(self._close_circuits, event)
+
+    def _close_circuits(self, event: CloseCircuits) -> None:
+        connection = self._routers.get(event.router_id)
+        if connection is not None:
+            connection.push(control.CLOSE_CIRCUITS, wire.close_circuits(event.ids, event.reason))
 
     # -- liveness ------------------------------------------------------------------------------
     async def _heartbeats(self) -> None:

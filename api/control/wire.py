@@ -31,7 +31,7 @@ from channel.edge import (
 from channel.frames import HELLO_VERSION, RESULT_SUCCESS, Message
 from engine.entities.services import Terminator
 from engine.managers.edge_control import CircuitGrant, HostedService, Refusal, RouterApiSession, RouterHello
-from engine.managers.fleet import Presence, VersionInfo
+from engine.managers.fleet import LinkReport, Presence, VersionInfo
 
 #: The largest hello body taken (its terminator ids make it grow with the binds a router holds).
 MAX_HELLO_BODY_BYTES = 256 * 1024
@@ -40,6 +40,9 @@ MAX_HOSTNAME = 253
 MAX_ADDRESS = 512
 MAX_PROTOCOLS = 16
 MAX_VERSION = 512
+
+#: Bounds on the ids of a ``LINKS`` report and of circuits.
+MAX_ID = 64
 
 #: OpenZiti's edge error code for each refusal.
 REFUSAL_CODES = {
@@ -113,6 +116,34 @@ def read_hello(message: Message) -> RouterHello:
     )
 
 
+def hello_circuits(message: Message) -> list[str]:
+    """The circuits a hello says the router still holds (at most ``MAX_HELLO_CIRCUITS``)."""
+    ids = strings(body_of(message), "circuits")
+    if len(ids) > control.MAX_HELLO_CIRCUITS:
+        raise BadBody(f"circuits lists more than {control.MAX_HELLO_CIRCUITS} ids")
+    return [bounded(i, "a circuit id", MAX_ID) for i in ids]
+
+
+def read_links(body: dict[str, Any]) -> list[LinkReport]:
+    """A ``LINKS`` report: the links up on the router."""
+    entries = body.get("links", [])
+    if not isinstance(entries, list) or len(entries) > control.MAX_LINKS:
+        raise BadBody(f"links must be a list of at most {control.MAX_LINKS} objects")
+    out = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise BadBody("a link must be an object")
+        out.append(
+            LinkReport(
+                id=bounded(text(entry, "id"), "a link id", MAX_ID),
+                peer_id=bounded(text(entry, "routerId"), "a link's routerId", MAX_ID),
+                dialed=flag(entry, "dialed"),
+                protocol=bounded(text(entry, "protocol", "tls"), "a link's protocol", 32) or "tls",
+            )
+        )
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class SessionRequest:
     """The fields a circuit or a terminator request shares."""
@@ -176,9 +207,10 @@ def refusal(request: Message, kind: Refusal, reason: str) -> Message:
     return control.error(request, code, INVALID_SESSION_TEXT if code in INVALID_SESSION_CODES else reason)
 
 
-def circuit_reply(request: Message, grant: CircuitGrant) -> Message:
+def circuit_reply(request: Message, grant: CircuitGrant, circuit_id: str) -> Message:
     terminator = grant.terminator
     body = {
+        "circuitId": circuit_id,
         "sessionId": grant.session.id,
         "serviceId": grant.service.id,
         "serviceName": grant.service.name,
@@ -271,6 +303,11 @@ def router_links(others: Sequence[Presence]) -> bytes:
             ]
         }
     )
+
+
+def close_circuits(ids: Sequence[str], reason: str) -> bytes:
+    """A ``CLOSE_CIRCUITS`` body."""
+    return encode({"circuitIds": list(ids), "reason": reason})
 
 
 def encode(body: dict[str, Any]) -> bytes:

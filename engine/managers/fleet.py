@@ -5,7 +5,9 @@ controller its hostname, the addresses SDKs reach it at (``{"tls": "tls://host:p
 takes links from other routers, its version and whether it runs a tunneler; the REST models show
 these while it is online (``isOnline``, ``supportedProtocols``, ``hostname``, ``versionInfo``,
 ``syncStatus``) and sessions name only online routers. Routers also report which API sessions have
-an SDK channel open on them, which identities' ``hasEdgeRouterConnection`` shows.
+an SDK channel open on them, which identities' ``hasEdgeRouterConnection`` shows, and the links
+they have to one another (:class:`LinkReport`; ``/fabric/v1/links`` lists them as :class:`Link`):
+a link is listed while one of its routers reports it and both are online.
 
 Nothing here is persisted: the record lives as long as the controller process and starts empty.
 It is one object (built once with the managers, no globals), safe to use from any thread, so a
@@ -84,6 +86,52 @@ class Presence:
     sync_status: str = SYNC_IN_PROGRESS
 
 
+@dataclass(frozen=True, slots=True)
+class LinkReport:
+    """One link as the router at one end reports it."""
+
+    id: str
+    #: The router at the other end.
+    peer_id: str
+    #: Whether the reporting router dialed the link.
+    dialed: bool
+    protocol: str = "tls"
+
+
+#: What every link shows that Trellis does not measure or set: OpenZiti's default static cost,
+#: and its state for a link that is up.
+LINK_STATIC_COST = 1
+LINK_CONNECTED = "Connected"
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A link between two online routers (OpenZiti's fabric link): ``source_id`` dialed it."""
+
+    id: str
+    source_id: str
+    dest_id: str
+    protocol: str
+    #: Where the source dialed: the destination's link listener ("" when not known).
+    dial_address: str
+    #: When a router first reported it (to this controller).
+    created_at: datetime
+    state: str = LINK_CONNECTED
+    down: bool = False
+    static_cost: int = LINK_STATIC_COST
+    #: Round-trip figures Trellis does not measure (nanoseconds in OpenZiti's model).
+    source_latency: int = 0
+    dest_latency: int = 0
+    iteration: int = 1
+
+    @property
+    def cost(self) -> int:
+        return self.static_cost + (self.source_latency + self.dest_latency) // 1_000_000
+
+    def joins(self, a: str, b: str) -> bool:
+        return {self.source_id, self.dest_id} == {a, b}
+
+
 @dataclass
 class _EdgeChannels:
     """The API sessions with an SDK channel open on one router connection: id -> identity id."""
@@ -103,6 +151,10 @@ class Fleet:
         self._connections = 0
         self._edge: dict[str, _EdgeChannels] = {}
         self._identities: Counter[str] = Counter()
+        #: Each online router's last link report (link id -> report), and when each link id was
+        #: first reported.
+        self._links: dict[str, dict[str, LinkReport]] = {}
+        self._link_seen: dict[str, datetime] = {}
 
     # -- connections ------------------------------------------------------------------------------
     def connect(
@@ -135,6 +187,7 @@ class Fleet:
             self._online[router_id] = presence
             self._seen.add(router_id)
             self._drop_edge(router_id)
+            self._drop_links(router_id)
             return presence
 
     def mark_synced(self, router_id: str, connection: int) -> None:
@@ -152,6 +205,7 @@ class Fleet:
                 return False
             del self._online[router_id]
             self._drop_edge(router_id)
+            self._drop_links(router_id)
             return True
 
     # -- reads ------------------------------------------------------------------------------------
@@ -174,6 +228,47 @@ class Fleet:
             if current is not None:
                 return current.sync_status
             return SYNC_DISCONNECTED if router_id in self._seen else SYNC_UNKNOWN
+
+    # -- links between routers --------------------------------------------------------------------
+    def set_links(self, router_id: str, connection: int, reports: Iterable[LinkReport]) -> None:
+        """The links up on the router now, as it reports them: all of them."""
+        with self._lock:
+            if not self._is_current(router_id, connection):
+                return
+            now = self._clock.now()
+            held = {r.id: r for r in reports if r.id and r.peer_id and r.peer_id != router_id}
+            self._links[router_id] = held
+            for link_id in held:
+                self._link_seen.setdefault(link_id, now)
+            self._prune_seen()
+
+    def links(self) -> list[Link]:
+        """Every link reported by a router at one of its ends while both are online, by id."""
+        with self._lock:
+            merged: dict[str, Link] = {}
+            for reporter, reports in self._links.items():
+                for report in reports.values():
+                    if report.peer_id not in self._online or reporter not in self._online:
+                        continue
+                    if report.id in merged and not report.dialed:
+                        continue  # the dialer's report says it as well
+                    source, dest = (reporter, report.peer_id) if report.dialed else (report.peer_id, reporter)
+                    merged[report.id] = Link(
+                        id=report.id,
+                        source_id=source,
+                        dest_id=dest,
+                        protocol=report.protocol,
+                        dial_address=self._online[dest].link_listener,
+                        created_at=self._link_seen.get(report.id) or self._clock.now(),
+                    )
+            return [merged[k] for k in sorted(merged)]
+
+    def link(self, link_id: str) -> Link | None:
+        return next((link for link in self.links() if link.id == link_id), None)
+
+    def link_between(self, a: str, b: str) -> Link | None:
+        """A link between routers ``a`` and ``b`` (either way), the first by id; None when none."""
+        return next((link for link in self.links() if link.joins(a, b)), None)
 
     # -- SDK channels on routers ------------------------------------------------------------------
     def set_edge_sessions(self, router_id: str, connection: int, sessions: Mapping[str, str]) -> None:
@@ -228,6 +323,15 @@ class Fleet:
         if held is not None:
             self._identities.subtract(held.sessions.values())
             self._identities = +self._identities  # drop the zero counts
+
+    def _drop_links(self, router_id: str) -> None:
+        if self._links.pop(router_id, None) is not None:
+            self._prune_seen()
+
+    def _prune_seen(self) -> None:
+        reported = {link_id for reports in self._links.values() for link_id in reports}
+        for link_id in [k for k in self._link_seen if k not in reported]:
+            del self._link_seen[link_id]
 
     def _forget(self, held: _EdgeChannels, session_id: str) -> None:
         identity_id = held.sessions.pop(session_id, None)

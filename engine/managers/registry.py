@@ -18,6 +18,7 @@ from engine.managers.authentication import AuthenticationManager
 from engine.managers.authenticators import AuthenticatorManager
 from engine.managers.bootstrap import ensure_builtins
 from engine.managers.cas import CaManager
+from engine.managers.circuits import CircuitManager
 from engine.managers.config_types import ConfigTypeManager, ensure_builtin_config_types
 from engine.managers.configs import ConfigManager
 from engine.managers.database import DatabaseManager
@@ -56,6 +57,8 @@ class Managers:
     auth_policies: AuthPolicyManager
     authenticators: AuthenticatorManager
     cas: CaManager
+    #: The circuits routers carry now (not persisted).
+    circuits: CircuitManager
     config_types: ConfigTypeManager
     configs: ConfigManager
     database: DatabaseManager
@@ -121,6 +124,7 @@ def build_managers(
         auth_policies=AuthPolicyManager(env),
         authenticators=AuthenticatorManager(env),
         cas=CaManager(env, enrollment),
+        circuits=CircuitManager(env.clock, env.ids, fleet),
         config_types=ConfigTypeManager(env),
         configs=ConfigManager(env),
         database=database,

@@ -160,7 +160,12 @@ class RouterLink:
         self.loop.call(lambda: self.channel.send(message))
 
     def hello(
-        self, *, terminators: list[str] | None = None, link_listener: str = "", host: str = "er.example.test"
+        self,
+        *,
+        terminators: list[str] | None = None,
+        link_listener: str = "",
+        host: str = "er.example.test",
+        circuits: list[str] | None = None,
     ) -> Message:
         """The hello and its answer (``RESULT``)."""
         message = control.message(
@@ -171,6 +176,7 @@ class RouterLink:
                 "linkListener": link_listener,
                 "tunneler": False,
                 "terminators": terminators or [],
+                "circuits": circuits or [],
             },
         )
         message.set_text(HELLO_VERSION, VERSION)

@@ -256,6 +256,8 @@ class TableController:
         self.terminator_calls: list[dict[str, Any]] = []
         self.removed: list[str] = []
         self.channel_notices: list[tuple[list[str], list[str]]] = []
+        #: Circuit ids the router reported ended, in order.
+        self.ended: list[str] = []
 
     def route(self, dial_token: str, bind_token: str, *, caller_id: str = "dialer", **fields: Any) -> None:
         """Connects with ``dial_token`` reach the bind made with ``bind_token``."""
@@ -333,3 +335,6 @@ class TableController:
 
     def api_session_channels(self, opened: list[str], closed: list[str]) -> None:
         self.channel_notices.append((opened, closed))
+
+    def circuits_ended(self, circuit_ids: list[str]) -> None:
+        self.ended.extend(circuit_ids)

@@ -18,10 +18,13 @@ from channel.control import (
     API_SESSION_HEARTBEAT,
     API_SESSION_REMOVED,
     API_SESSION_UPDATED,
+    CIRCUITS_ENDED,
+    CLOSE_CIRCUITS,
     CREATE_CIRCUIT,
     CREATE_CIRCUIT_REPLY,
     CREATE_TERMINATOR,
     CREATE_TERMINATOR_REPLY,
+    LINKS,
     REMOVE_TERMINATORS,
     ROUTER_LINKS,
     SESSION_REMOVED,
@@ -164,12 +167,19 @@ class Controller:
 class Edge:
     """The edge side as the control client sees it, recording what it is told."""
 
-    def __init__(self, terminators: list[str] | None = None, api_sessions: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        terminators: list[str] | None = None,
+        api_sessions: list[str] | None = None,
+        circuits: list[str] | None = None,
+    ) -> None:
         self.terminators = terminators or []
         self.active = api_sessions or []
+        self.circuits = circuits or []
         self.closed: list[list[str]] = []
         self.ended: list[tuple[list[str], list[str]]] = []
         self.dropped: list[list[str]] = []
+        self.circuits_closed: list[tuple[list[str], str]] = []
 
     def end_sessions(self, session_ids: Any, tokens: Any) -> None:
         self.ended.append((list(session_ids), list(tokens)))
@@ -185,6 +195,12 @@ class Edge:
 
     def api_session_ids(self) -> list[str]:
         return list(self.active)
+
+    def circuit_ids(self) -> list[str]:
+        return list(self.circuits)
+
+    def close_circuits(self, circuit_ids: Any, reason: str) -> None:
+        self.circuits_closed.append((list(circuit_ids), reason))
 
 
 class Running:
@@ -222,7 +238,7 @@ class Running:
 async def test_the_hello_says_who_the_router_is_and_a_full_state_replaces_the_api_sessions(pki: Pki) -> None:
     sessions = ApiSessions()
     sessions.put(ApiSession.from_wire({**wire_session(pki, "stranger"), "id": "as-old"}))
-    edge = Edge(terminators=["t-1", "t-2"])
+    edge = Edge(terminators=["t-1", "t-2"], circuits=["c-1"])
     async with Controller(pki) as controller:
         controller.hello_answer = lambda hello: Controller.welcome(hello, unknownTerminators=["t-2"])
         controller.after_hello = full_state([wire_session(pki, "dialer")], [wire_session(pki, "binder")])
@@ -240,6 +256,7 @@ async def test_the_hello_says_who_the_router_is_and_a_full_state_replaces_the_ap
                 "linkListener": "",
                 "tunneler": False,
                 "terminators": ["t-1", "t-2"],
+                "circuits": ["c-1"],
             }
             assert controller.channel.peer_chain[0] == pki.router_client.der  # mutual TLS
             assert (client.router_id, client.router_name) == ("r-1", "router-one")
@@ -345,6 +362,35 @@ async def test_the_whole_set_is_reported_once_connected_and_changes_as_they_come
 
 
 @run_async
+async def test_links_are_reported_after_every_hello_and_as_they_change(pki: Pki) -> None:
+    up = [{"id": "l-1", "routerId": "r-2", "dialed": True, "protocol": "tls"}]
+    async with Controller(pki) as controller, Running(pki, controller, Edge()) as client:
+        first = await controller.next(LINKS)
+        assert json.loads(first.body) == {"links": []}
+
+        client.links_changed(up)
+
+        assert json.loads((await controller.next(LINKS)).body) == {"links": up}
+        controller.channel.close()
+        await until(lambda: client.sessions == 2, "a second hello")
+        assert json.loads((await controller.next(LINKS)).body) == {"links": up}
+
+
+@run_async
+async def test_ended_circuits_are_told_and_circuits_closed_as_asked(pki: Pki) -> None:
+    edge = Edge()
+    async with Controller(pki) as controller, Running(pki, controller, edge) as client:
+        await within(client.connected.wait())
+
+        client.circuits_ended(["c-1", "c-2"])
+        controller.channel.send(control.message(CLOSE_CIRCUITS, {"circuitIds": ["c-3"], "reason": "deleted"}))
+
+        assert json.loads((await controller.next(CIRCUITS_ENDED)).body) == {"circuitIds": ["c-1", "c-2"]}
+        await controller.settle()
+        assert edge.circuits_closed == [(["c-3"], "deleted")]
+
+
+@run_async
 async def test_a_silent_controller_is_left_and_dialled_again(pki: Pki) -> None:
     async with Controller(pki) as controller:
         controller.answer_heartbeats = False
@@ -365,6 +411,7 @@ async def test_requests_are_asked_and_answers_understood(pki: Pki) -> None:
             return request
 
         circuit_reply = {
+            "circuitId": "c-1",
             "sessionId": "s-1",
             "serviceId": "svc-1",
             "serviceName": "echo",
@@ -408,6 +455,7 @@ async def test_requests_are_asked_and_answers_understood(pki: Pki) -> None:
             address="hosted:x",
             instance_id="",
             path=("r-1",),
+            circuit_id="c-1",
         )
 
         asked_t = asyncio.ensure_future(

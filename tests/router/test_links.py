@@ -391,6 +391,76 @@ async def test_circuits_go_both_ways_on_one_link(pki: Pki, network: Network) -> 
         assert (await binder_b.next()).body == b"from a"
 
 
+@run_async
+async def test_both_routers_report_the_link_by_the_id_its_dialer_made(pki: Pki, network: Network) -> None:
+    pair = Pair(pki, network)
+    told: dict[str, list[list[dict[str, Any]]]] = {A: [], B: []}
+    pair.a.links.on_change = told[A].append
+    pair.b.links.on_change = told[B].append
+    async with pair:
+        await until(lambda: bool(told[A] and told[A][-1] and told[B] and told[B][-1]), "both report the link")
+        [on_a], [on_b] = told[A][-1], told[B][-1]
+        assert on_a == {"id": on_a["id"], "routerId": B, "dialed": True, "protocol": "tls"}
+        assert on_b == {"id": on_a["id"], "routerId": A, "dialed": False, "protocol": "tls"}
+        assert proto.link_id(on_a["id"]) == on_a["id"]
+        assert pair.a.links.state() == [on_a]
+
+        pair.a.links.update([])  # the controller says B went: A closes the link
+
+        await until(lambda: told[A][-1] == [] and told[B][-1] == [], "both report it gone")
+
+
+@run_async
+async def test_a_granted_circuit_is_reported_ended_when_its_connection_ends(
+    pki: Pki, network: Network
+) -> None:
+    async with Pair(pki, network) as pair:
+        binder, dialer = await pair.b.sdk("binder"), await pair.a.sdk("dialer")
+        await bind(binder)
+        pair.a.controller.route("dial-1", "bind-1", router_id=B, circuit_id="c-1")
+        await connect(dialer, binder, conn_id=1, new_conn=4)
+        assert pair.a.edge.circuit_ids() == ["c-1"]
+
+        binder.channel.send(binder.edge(STATE_CLOSED, 4, b"done"))
+
+        assert (await dialer.next()).content_type == STATE_CLOSED
+        await until(lambda: pair.a.controller.ended == ["c-1"], "the end is reported")
+        assert pair.a.edge.circuit_ids() == []
+        assert pair.b.controller.ended == []  # the terminator's router opened no circuit
+
+
+@run_async
+async def test_closing_a_circuit_ends_both_of_its_ends(pki: Pki, network: Network) -> None:
+    async with Pair(pki, network) as pair:
+        binder, dialer = await pair.b.sdk("binder"), await pair.a.sdk("dialer")
+        await bind(binder)
+        pair.a.controller.route("dial-1", "bind-1", router_id=B, circuit_id="c-2")
+        await connect(dialer, binder, conn_id=2, new_conn=6)
+
+        pair.a.edge.close_circuits(["c-unknown", "c-2"], "circuit deleted by an administrator")
+
+        closed = await dialer.next()
+        assert (closed.content_type, closed.u32(CONN_ID)) == (STATE_CLOSED, 2)
+        assert closed.body == b"circuit deleted by an administrator"
+        far = await binder.next()
+        assert (far.content_type, far.u32(CONN_ID)) == (STATE_CLOSED, 6)
+        await until(lambda: pair.a.controller.ended == ["c-2"], "the end is reported")
+        assert pair.b.edge.terminator_ids() == ["t-bind-1"]  # the bind stays
+
+
+@run_async
+async def test_a_granted_circuit_that_cannot_be_made_is_reported_ended(pki: Pki, network: Network) -> None:
+    async with Pair(pki, network) as pair:
+        dialer = await pair.a.sdk("dialer")
+        pair.a.controller.route("dial-1", "bind-gone", router_id=B, circuit_id="c-3")
+
+        answer = await dialer.ask(dialer.edge(CONNECT, 0, b"dial-1", caller("dialer")))
+
+        assert answer.content_type == STATE_CLOSED
+        await until(lambda: pair.a.controller.ended == ["c-3"], "the end is reported")
+        assert pair.a.edge.circuit_ids() == []
+
+
 class TunnelController(TableController):
     """The table controller, also answering the hosting side's tunnel terminator requests."""
 

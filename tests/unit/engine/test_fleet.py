@@ -8,6 +8,7 @@ from engine.managers.fleet import (
     SYNC_IN_PROGRESS,
     SYNC_UNKNOWN,
     Fleet,
+    LinkReport,
     Presence,
     VersionInfo,
 )
@@ -85,3 +86,52 @@ def test_reports_of_a_replaced_connection_are_ignored() -> None:
     fleet.edge_sessions_opened("r1", old.connection, {"s1": "alice"})
 
     assert fleet.has_edge_connection("alice") is False
+
+
+# -- links ------------------------------------------------------------------------------------------
+def test_a_link_is_listed_from_its_dialer_once_whoever_reports_it() -> None:
+    fleet = Fleet(FixedClock())
+    one, two = connect(fleet, "r1"), connect(fleet, "r2")
+
+    fleet.set_links("r2", two.connection, [LinkReport("l1", "r1", dialed=False)])
+    only_listener = fleet.links()
+    fleet.set_links("r1", one.connection, [LinkReport("l1", "r2", dialed=True)])
+
+    assert [(k.id, k.source_id, k.dest_id) for k in only_listener] == [("l1", "r1", "r2")]
+    [link] = fleet.links()
+    assert (link.id, link.source_id, link.dest_id, link.state, link.cost) == (
+        "l1",
+        "r1",
+        "r2",
+        "Connected",
+        1,
+    )
+    assert fleet.link_between("r2", "r1") == link
+    assert fleet.link("l1") == link
+    assert fleet.link("l2") is None
+
+
+def test_links_go_with_a_disconnect_and_a_report_of_another_connection_is_ignored() -> None:
+    fleet = Fleet(FixedClock())
+    one, two = connect(fleet, "r1"), connect(fleet, "r2")
+    fleet.set_links("r1", one.connection, [LinkReport("l1", "r2", dialed=True)])
+
+    fleet.set_links("r1", one.connection + 100, [])  # not the router's current connection
+    kept = fleet.links()
+    fleet.disconnect("r2", two.connection)  # the other end went: not listed
+    other_end_gone = fleet.links()
+    again = connect(fleet, "r2")
+    fleet.disconnect("r1", one.connection)  # the reporter went: its report with it
+    connect(fleet, "r1")
+
+    assert [k.id for k in kept] == ["l1"]
+    assert other_end_gone == []
+    assert fleet.presence("r2") == again
+    assert fleet.links() == []
+
+
+def test_a_router_reporting_a_link_to_itself_is_not_believed() -> None:
+    fleet = Fleet(FixedClock())
+    one = connect(fleet, "r1")
+    fleet.set_links("r1", one.connection, [LinkReport("l1", "r1", dialed=True), LinkReport("", "r2", True)])
+    assert fleet.links() == []
