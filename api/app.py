@@ -18,7 +18,7 @@ import falcon
 import orjson
 from falcon import media
 
-from api import ZITI_COMPAT_VERSION, __version__, authentication, current, errors, info
+from api import ZITI_COMPAT_VERSION, __version__, authentication, current, errors, fabric, info
 from api.client import register_all as register_client
 from api.control import ControlServer
 from api.controller import Controller
@@ -248,5 +248,6 @@ def create_app(
     current.register(routes)
     register_management(routes)
     register_client(routes)
+    fabric.register(routes)
     app.routes = routes
     return app

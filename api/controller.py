@@ -14,6 +14,7 @@ from pki import CertificateAuthority
 
 CLIENT_BASE = "/edge/client/v1"
 MANAGEMENT_BASE = "/edge/management/v1"
+FABRIC_BASE = "/fabric/v1"
 
 
 @dataclass

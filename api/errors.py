@@ -17,6 +17,7 @@ ERROR_META = {"apiEnrollmentVersion": "0.0.1", "apiVersion": "0.0.1"}
 STATUS: dict[type[e.ControllerError], int] = {
     e.ControllerError: 500,
     e.NotFoundError: 404,
+    e.MethodNotAllowedError: 405,
     e.FieldError: 400,
     e.InvalidFilterError: 400,
     e.InvalidPaginationError: 400,

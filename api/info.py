@@ -8,7 +8,7 @@ from typing import Any
 
 import falcon
 
-from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
+from api.controller import CLIENT_BASE, FABRIC_BASE, MANAGEMENT_BASE, Controller
 from api.http import LOOP_READS, ok
 from api.middleware import NONE
 from api.routing import Route, Routes
@@ -30,6 +30,7 @@ def version_document(ctrl: Controller) -> dict[str, Any]:
             "edge": entry(CLIENT_BASE),
             "edge-client": entry(CLIENT_BASE),
             "edge-management": entry(MANAGEMENT_BASE),
+            "fabric": entry(FABRIC_BASE),
         },
         "buildDate": BUILD_DATE.strftime("%Y-%m-%d %H:%M:%S"),
         "capabilities": [],
@@ -69,8 +70,8 @@ class ProtocolsResource:
         ok(resp, {"https": {"address": self.ctrl.settings.advertised_address}})
 
 
-SPEC_IDS = {"client": "edge-client", "management": "edge-management"}
-SPEC_NAMES = {"client": "edge-client.yml", "management": "edge-management.yml"}
+SPEC_IDS = {"client": "edge-client", "management": "edge-management", "fabric": "fabric"}
+SPEC_NAMES = {"client": "edge-client.yml", "management": "edge-management.yml", "fabric": "fabric.yml"}
 
 
 class SpecsResource:
@@ -148,4 +149,6 @@ def register(routes: Routes) -> None:
         routes.add(api, "/specs/{id}", specs, suffix="item")
         routes.add(api, "/specs/{id}/spec", specs, suffix="body")
         routes.add(api, "/swagger.json", specs, suffix="swagger")
+    # the fabric API's description (OpenZiti's fabric API has no /specs of its own)
+    routes.add("fabric", "/swagger.json", SpecsResource(ctrl, "fabric", routes.table), suffix="swagger")
     routes.client("/protocols", ProtocolsResource(ctrl))

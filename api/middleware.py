@@ -16,7 +16,7 @@ from typing import Any
 import falcon
 import orjson
 
-from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
+from api.controller import CLIENT_BASE, FABRIC_BASE, MANAGEMENT_BASE, Controller
 from api.logs import bind_request_id, unbind_request_id
 from api.server.accesslog import REQUEST_ID_KEY
 from api.server.limits import RequestLimits
@@ -143,17 +143,18 @@ def bearer_tokens(req: falcon.Request) -> tuple[str, ...]:
     return tuple(out[:MAX_BEARER_TOKENS])
 
 
-#: Administrative writes: these methods under the management API, answered below 400.
+#: Administrative writes: these methods under the management (or fabric) API, answered below 400.
 WRITE_METHODS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete"}
 
 
 def admin_write(req: falcon.Request, resp: falcon.Response) -> None:
-    """Log a successful write of the management API (``admin.write``, INFO) with its actor (the
-    session's identity), the entity kind and id, and what was done. Logins are logged as such
-    (``engine.managers.authentication``), not here."""
+    """Log a successful write of the management or fabric API (``admin.write``, INFO) with its
+    actor (the session's identity), the entity kind and id, and what was done. Logins are logged as
+    such (``engine.managers.authentication``), not here."""
     action = WRITE_METHODS.get(req.method)
     path = req.path
-    if action is None or not path.startswith(MANAGEMENT_BASE + "/"):
+    base = next((b for b in (MANAGEMENT_BASE, FABRIC_BASE) if path.startswith(b + "/")), None)
+    if action is None or base is None:
         return
     identity = getattr(req.context, "identity", None)
     if identity is None:
@@ -161,7 +162,7 @@ def admin_write(req: falcon.Request, resp: falcon.Response) -> None:
     status = resp.status_code
     if status >= 400:
         return
-    parts = path[len(MANAGEMENT_BASE) + 1 :].split("/")
+    parts = path[len(base) + 1 :].split("/")
     if parts[0] == "authenticate":
         return
     entity_id = parts[1] if len(parts) > 1 else None

@@ -102,8 +102,17 @@ def _drop_responder(resource: object, name: str) -> None:
     setattr(resource, name, None)
 
 
+def refusal(responder: Callable[..., None]) -> Callable[..., None]:
+    """Mark a responder that only refuses (an explained 405 where Falcon's own would say
+    nothing): it is no operation the API serves (:func:`has_responder`)."""
+    responder.refuses = True  # type: ignore[attr-defined]
+    return responder
+
+
 def has_responder(resource: object, name: str) -> bool:
-    return callable(getattr(resource, name, None))
+    """Whether ``resource`` serves ``name`` (``on_get``, ...): a responder not marked :func:`refusal`."""
+    responder = getattr(resource, name, None)
+    return callable(responder) and not getattr(responder, "refuses", False)
 
 
 def whole_collection(

@@ -30,13 +30,13 @@ def operations(routes: list[Route]) -> dict[str, dict[str, set[str]]]:
 
 
 def render(routes: list[Route]) -> str:
-    lines = [BEGIN, "", "| path | management | client |", "| --- | --- | --- |"]
+    lines = [BEGIN, "", "| path | management | client | fabric |", "| --- | --- | --- | --- |"]
     for path, apis in sorted(operations(routes).items()):
         cells = [
             " ".join(v for v in ("GET", "POST", "PUT", "PATCH", "DELETE") if v in apis.get(api, ()))
-            for api in ("management", "client")
+            for api in ("management", "client", "fabric")
         ]
-        lines.append(f"| `{path}` | {cells[0] or '-'} | {cells[1] or '-'} |")
+        lines.append(f"| `{path}` | {' | '.join(cell or '-' for cell in cells)} |")
     lines += ["", END]
     return "\n".join(lines)
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import falcon
 
-from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
+from api.controller import CLIENT_BASE, FABRIC_BASE, MANAGEMENT_BASE, Controller
 from api.views import Listing, View, Views
 from engine.managers.registry import Managers
 
-APIS = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE}
+APIS = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE, "fabric": FABRIC_BASE}
 
 #: (api, template, resource, suffix) of one mounted route.
 Route = tuple[str, str, Any, str | None]
@@ -40,7 +40,8 @@ class Routes:
         return self.ctrl.managers
 
     def add(self, api: str, template: str, resource: Any, suffix: str | None = None) -> None:
-        """Mount ``resource`` at ``template`` under the ``api`` base path ("client"/"management")."""
+        """Mount ``resource`` at ``template`` under the ``api`` base path ("client", "management"
+        or "fabric")."""
         full = APIS[api] + template
         if suffix:
             self.app.add_route(full, resource, suffix=suffix)
@@ -59,6 +60,9 @@ class Routes:
 
     def client(self, template: str, resource: Any, suffix: str | None = None) -> None:
         self.add("client", template, resource, suffix)
+
+    def fabric(self, template: str, resource: Any, suffix: str | None = None) -> None:
+        self.add("fabric", template, resource, suffix)
 
     def both(self, template: str, resource: Any, suffix: str | None = None) -> None:
         self.add("client", template, resource, suffix)

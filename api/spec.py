@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from api.controller import CLIENT_BASE, MANAGEMENT_BASE, Controller
+from api.controller import CLIENT_BASE, FABRIC_BASE, MANAGEMENT_BASE, Controller
 from api.middleware import NONE
 from api.resources import has_responder
 from api.routing import Route
@@ -19,7 +19,8 @@ from api.routing import Route
 _VERBS = ("get", "post", "put", "patch", "delete")
 _PARAM = re.compile(r"{(\w+)}")
 
-_TITLES = {"client": "Ziti Edge Client", "management": "Ziti Edge Management"}
+_TITLES = {"client": "Ziti Edge Client", "management": "Ziti Edge Management", "fabric": "Ziti Fabric"}
+_BASES = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE, "fabric": FABRIC_BASE}
 
 
 def _body_models(resource: Any) -> dict[str, Any]:
@@ -95,7 +96,7 @@ def _camel(template: str) -> str:
 
 
 def build_spec(ctrl: Controller, api: str, routes: list[Route]) -> dict[str, Any]:
-    """The Swagger 2.0 document of ``api`` ("client" or "management") from its ``routes``."""
+    """The Swagger 2.0 document of ``api`` ("client", "management" or "fabric") from its ``routes``."""
     paths: dict[str, dict[str, Any]] = {}
     definitions: dict[str, Any] = {}
     for route_api, template, resource, suffix in routes:
@@ -110,7 +111,7 @@ def build_spec(ctrl: Controller, api: str, routes: list[Route]) -> dict[str, Any
     return {
         "swagger": "2.0",
         "info": {"title": _TITLES[api], "version": ctrl.version_trellis},
-        "basePath": CLIENT_BASE if api == "client" else MANAGEMENT_BASE,
+        "basePath": _BASES[api],
         "schemes": ["https"],
         "consumes": ["application/json"],
         "produces": ["application/json"],

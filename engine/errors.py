@@ -117,6 +117,13 @@ class NotFoundError(ControllerError):
     default_message = "The resource requested was not found or is no longer available"
 
 
+class MethodNotAllowedError(ControllerError):
+    """The resource exists but does not take this HTTP verb here (405)."""
+
+    code = "METHOD_NOT_ALLOWED"
+    default_message = "The resource requested does not support this HTTP verb"
+
+
 class FieldError(ControllerError):
     """An invalid value in a request field (OpenZiti INVALID_FIELD, rendered COULD_NOT_VALIDATE)."""
 

@@ -63,6 +63,12 @@ class TerminatorManager(EntityManager[Terminator]):
         self.access.service_for_identity(identity_id, service_id)
         return self.env.store.find_by(Terminator, "service_id", service_id)
 
+    def of_router(self, router_id: str) -> list[Terminator]:
+        """The terminators of an existing edge or transit router (fabric ``/routers/{id}/terminators``)."""
+        if router_by_id(self.env.store, router_id) is None:
+            raise NotFoundError()
+        return self.env.store.find_by(Terminator, "router_id", router_id)
+
     def service_of(self, terminator: Terminator) -> Service | None:
         return self.env.store.get(Service, terminator.service_id)
 
