@@ -218,9 +218,9 @@ def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
 
     print(f"serving https://{settings.bind} (home {settings.home})", file=out, flush=True)
     router = embedded_router.EmbeddedRouter(settings)
-    router.start()
+    router.start()  # once the control listener accepts; stopped first when serve is told to stop
     try:
-        serving.serve(settings)
+        serving.serve(settings, router)
     except serving.StartFailed as ex:
         if ex.args[0] == serving.WORKER_BOOT_ERROR:  # unexpected: the traceback is in the log
             print("trellis: the server's worker failed to start (the log above says why)", file=sys.stderr)

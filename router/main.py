@@ -10,6 +10,7 @@ nothing but relay.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import platform
@@ -35,7 +36,7 @@ def version_info() -> str:
     return f"v{VERSION}|trellis|2026-11-27|{platform.system().lower() or 'unknown'}|{arch}"
 
 
-def _server_hostname(host: str) -> str:
+def server_hostname(host: str) -> str:
     """The name to check the controller's certificate against: its host, or ``localhost`` for a
     loopback address (the controller's certificate always names ``localhost``)."""
     try:
@@ -44,6 +45,27 @@ def _server_hostname(host: str) -> str:
     except ValueError:
         pass
     return host
+
+
+def control_accepts(directory: Path, address: str, timeout: float = 2.0) -> bool:
+    """Whether the control listener at ``address`` accepts connections now: a TCP connection,
+    then the TLS handshake the router enrolled in ``directory`` makes, ended with a close_notify
+    before any message, so that the listener sees a connection come and go and says nothing.
+
+    ``serve`` asks this before it starts its embedded router (its worker opens the listener once
+    the app has loaded, seconds after ``serve`` starts). True as soon as the TCP connection is
+    made: a listener that refuses the handshake is there all the same, and the router will say
+    what is wrong."""
+    host, port = parse_address(address)
+    try:
+        raw = socket.create_connection((host, port), timeout)
+    except OSError:
+        return False
+    with raw, contextlib.suppress(OSError, ValueError):  # ssl.SSLError is an OSError
+        context = client_context(directory / identity.CERT, directory / identity.KEY, directory / identity.CA)
+        with context.wrap_socket(raw, server_hostname=server_hostname(host)) as tls:
+            tls.unwrap()
+    return True
 
 
 async def serve(directory: Path, record: identity.RouterRecord, stop: asyncio.Event) -> None:
@@ -60,7 +82,7 @@ async def serve(directory: Path, record: identity.RouterRecord, stop: asyncio.Ev
         version=version_info(),
         api_sessions=sessions,
         tunneler=True,
-        server_hostname=_server_hostname(ctrl_host),
+        server_hostname=server_hostname(ctrl_host),
         link_listener=record.link_url,
     )
     listener = EdgeListener(

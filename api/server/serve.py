@@ -14,11 +14,13 @@ import gc
 import os
 import socket
 import ssl
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import duckdb
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 from gunicorn.errors import AppImportError
 
 from api import ZITI_COMPAT_VERSION
@@ -84,9 +86,53 @@ def tls_context(paths: PkiPaths) -> ssl.SSLContext:
     return build_context(paths, [paths.ca_bundle.read_text()])
 
 
+class Companion(Protocol):
+    """A process ``serve`` keeps beside its worker (the embedded router, ``api.embedded_router``)."""
+
+    def stop(self) -> None:
+        """``serve`` was told to stop (SIGINT, SIGTERM, SIGQUIT): stop now, before the worker."""
+
+    def reap(self) -> None:
+        """Collect the companion's own exit status, if it ended, before gunicorn reaps children."""
+
+
+class TrellisArbiter(Arbiter):  # type: ignore[misc]
+    """gunicorn's arbiter, which also minds the server's companion (``app.companion``): it stops
+    it first when told to stop, so that the embedded router leaves while the controller still
+    answers (not after its control listener closed, which the router would log as a lost
+    connection and try again), and lets it collect its exit status before ``waitpid(-1)`` does."""
+
+    def _companion(self) -> Companion | None:
+        return getattr(self.app, "companion", None)
+
+    def handle_int(self) -> None:
+        self._stop_companion()
+        super().handle_int()
+
+    def handle_term(self) -> None:
+        self._stop_companion()
+        super().handle_term()
+
+    def handle_quit(self) -> None:
+        self._stop_companion()
+        super().handle_quit()
+
+    def reap_workers(self) -> None:
+        companion = self._companion()
+        if companion is not None:
+            companion.reap()
+        super().reap_workers()
+
+    def _stop_companion(self) -> None:
+        companion = self._companion()
+        if companion is not None:
+            companion.stop()
+
+
 class TrellisServer(BaseApplication):  # type: ignore[misc]
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, companion: Companion | None = None) -> None:
         self.settings = settings
+        self.companion = companion
         self.paths = PkiPaths.in_directory(settings.pki_dir)
         #: Read by the worker (``self.app.serving_limits``).
         self.serving_limits = serving_limits(settings)
@@ -146,6 +192,14 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         for key, value in options.items():
             self.cfg.set(key, value)
 
+    def run(self) -> None:
+        """As gunicorn's own ``run``, with :class:`TrellisArbiter`."""
+        try:
+            TrellisArbiter(self).run()
+        except RuntimeError as ex:  # what gunicorn's arbiter raises for a configuration it refuses
+            print(f"\nError: {ex}\n", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+
     def load(self) -> Any:
         from api.app import create_app
 
@@ -184,11 +238,12 @@ class StartFailed(Exception):
     """The server stopped because its worker could not start; what it said is on stderr."""
 
 
-def serve(settings: Settings) -> None:
-    """Serve until stopped; :class:`StartFailed` when the worker could not start."""
+def serve(settings: Settings, companion: Companion | None = None) -> None:
+    """Serve until stopped, with ``companion`` alongside; :class:`StartFailed` when the worker
+    could not start."""
     master = os.getpid()
     try:
-        TrellisServer(settings).run()
+        TrellisServer(settings, companion).run()
     except SystemExit as ex:
         # The worker is a fork of this process: its own exit passes through here too, unchanged.
         if os.getpid() == master and ex.code in (WORKER_BOOT_ERROR, APP_LOAD_ERROR):

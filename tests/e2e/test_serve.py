@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,3 +87,44 @@ def test_ctrl_c_stops_serve_quietly(tmp_path: Path) -> None:
     assert log.count("Shutting down: Master") == 4, log
     assert "Traceback" not in log, log
     assert "Exception ignored" not in log, log
+
+
+#: What the embedded router and serve log when one is started before the other can take it, or
+#: is started again while serve stops: false alarms a quiet start and stop never show.
+FALSE_ALARMS = ("cannot connect", "connecting again", "exited with status", "starting it again", "Traceback")
+
+
+def test_the_embedded_router_starts_and_stops_quietly(tmp_path: Path) -> None:
+    """serve starts its router once the control listener accepts, so the router's first attempt
+    succeeds; and it stops the router first, whichever way it is stopped (Ctrl-C, which reaches
+    the whole process group, or SIGINT or SIGTERM to serve alone), with no restart. Read from
+    the real server's output."""
+    stops = {
+        "Ctrl-C": lambda pid: os.killpg(pid, signal.SIGINT),
+        "SIGINT": lambda pid: os.kill(pid, signal.SIGINT),
+        "SIGTERM": lambda pid: os.kill(pid, signal.SIGTERM),
+    }
+    with Server(
+        tmp_path / "home", own_group=True, env={"TRELLIS_ROUTER": "on"}, unset=["TRELLIS_*"]
+    ) as server:
+        server.init()
+        for number, (how, stop) in enumerate(stops.items(), start=1):
+            server.start()
+            proc, server.proc = server.proc, None
+            assert proc is not None
+            _wait_for_log(server, "control: connected to", number)
+            stop(proc.pid)
+            assert proc.wait(timeout=60) == 0, how
+            log = server.log.read_text(errors="replace")
+            assert log.count("router trellis-router stopped") == number, f"{how}\n{log}"
+            alarms = [line for line in log.splitlines() if any(alarm in line for alarm in FALSE_ALARMS)]
+            assert not alarms, f"{how}\n" + "\n".join(alarms)
+        assert log.count("Shutting down: Master") == len(stops), log
+
+
+def _wait_for_log(server: Server, text: str, count: int, timeout: float = 60.0) -> None:
+    """Until the server's log holds ``text`` ``count`` times (generous: a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while server.log.read_text(errors="replace").count(text) < count:
+        assert time.monotonic() < deadline, f"{text!r} not logged {count} times\n{server.log_tail()}"
+        time.sleep(0.2)
