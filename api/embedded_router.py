@@ -2,10 +2,13 @@
 
 ``trellis init`` creates the edge router ``trellis-router`` (role ``#public``, tunneler enabled)
 and enrolls it in-process, as ``trellis router enroll`` would over HTTPS, into
-``TRELLIS_HOME/router``; on the first creation it also adds the two policies OpenZiti's
-quickstart makes, so that every identity may use every service through the public routers:
-``all-identities-public-routers`` (edge-router policy ``#all`` -> ``#public``) and
-``all-services-all-routers`` (service-edge-router policy ``#all`` -> ``#all``).
+``TRELLIS_HOME/router``; on the first creation it also adds the two policies ``ziti edge
+quickstart`` makes, with its names, roles and semantic, so that every identity may use every
+service through the public routers: ``all-endpoints-public-routers`` (edge-router policy,
+identities ``#all`` -> routers ``#public``) and ``all-routers-all-services`` (service-edge-router
+policy, services ``#all`` -> routers ``#all``), both ``AnyOf``. Homes made before these names
+keep the policies they have (``all-identities-public-routers``, ``all-services-all-routers``,
+``AllOf``, which with one role each grant the same): nothing renames them.
 
 ``trellis serve`` then runs it as its own process (``trellis router run``): relaying bytes never
 competes with API requests for the worker's interpreter. It is started once the control listener
@@ -36,8 +39,9 @@ log = logging.getLogger("trellis.router")
 
 NAME = "trellis-router"
 ROLE = "public"
-ERP_NAME = "all-identities-public-routers"
-SERP_NAME = "all-services-all-routers"
+#: The quickstart's policies, as ``ziti edge quickstart`` names them.
+ERP_NAME = "all-endpoints-public-routers"
+SERP_NAME = "all-routers-all-services"
 
 
 def router_addresses(settings: Settings) -> tuple[str, str, str]:
@@ -97,11 +101,16 @@ def _default_policies(ctrl: Controller) -> None:
     store = ctrl.managers.edge_router_policies.env.store
     if store.find_unique(EdgeRouterPolicy, "name", ERP_NAME) is None:
         ctrl.managers.edge_router_policies.create(
-            {"name": ERP_NAME, "identity_roles": ["#all"], "edge_router_roles": [f"#{ROLE}"]}
+            {
+                "name": ERP_NAME,
+                "semantic": "AnyOf",
+                "identity_roles": ["#all"],
+                "edge_router_roles": [f"#{ROLE}"],
+            }
         )
     if store.find_unique(ServiceEdgeRouterPolicy, "name", SERP_NAME) is None:
         ctrl.managers.service_edge_router_policies.create(
-            {"name": SERP_NAME, "service_roles": ["#all"], "edge_router_roles": ["#all"]}
+            {"name": SERP_NAME, "semantic": "AnyOf", "service_roles": ["#all"], "edge_router_roles": ["#all"]}
         )
 
 

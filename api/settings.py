@@ -438,7 +438,8 @@ SETTINGS: tuple[Setting, ...] = (
         "beside the controller; `off`: neither",
         ("init", "serve"), parser=switch,
         detail="The embedded router is named `trellis-router` (`#public`, tunneler enabled); the first "
-        "`init` also creates the policies `all-identities-public-routers` and `all-services-all-routers`",
+        "`init` also creates the policies `ziti edge quickstart` makes, `all-endpoints-public-routers` and "
+        "`all-routers-all-services`",
     ),
     Setting(
         "TRELLIS_ROUTER_HOME", "router_home", ".trellis-router", "a directory path",

@@ -226,3 +226,30 @@ def test_the_embedded_router_ends_with_a_killed_controller(tmp_path: Path) -> No
         wait_for(
             lambda: not any(_alive(pid) for pid in routers), PROCESS_TIMEOUT, "the router ends with serve"
         )
+
+
+def test_init_makes_the_policies_of_openzitis_quickstart(tmp_path: Path) -> None:
+    """``trellis init`` makes the two policies ``ziti edge quickstart`` makes, with its names,
+    roles and semantic (OpenZiti's ``configureOverlay``: ``ziti edge create edge-router-policy
+    all-endpoints-public-routers``, ``... service-edge-router-policy all-routers-all-services``;
+    the CLI's semantic is AnyOf), so a script written for the quickstart finds them."""
+    with Server(tmp_path / "home", env={"TRELLIS_ROUTER": "on"}, unset=["TRELLIS_*"]) as server:
+        server.up()
+        net = Network(server, server.login(), tmp_path, Path(), "")
+        # (a tunneler router's own system policy is listed beside them, as in OpenZiti)
+        [erp] = net.call("GET", "/edge-router-policies", 200, "erp", params={"filter": "isSystem = false"})[
+            "data"
+        ]
+        [serp] = net.call("GET", "/service-edge-router-policies", 200, "serp")["data"]
+    assert (erp["name"], erp["semantic"], erp["identityRoles"], erp["edgeRouterRoles"]) == (
+        "all-endpoints-public-routers",
+        "AnyOf",
+        ["#all"],
+        ["#public"],
+    ), erp
+    assert (serp["name"], serp["semantic"], serp["serviceRoles"], serp["edgeRouterRoles"]) == (
+        "all-routers-all-services",
+        "AnyOf",
+        ["#all"],
+        ["#all"],
+    ), serp

@@ -72,7 +72,7 @@ def _one_router_each(net: Network, a: str, b: str) -> None:
         "/edge-router-policies",
         200,
         "find the quickstart policy",
-        params={"filter": 'name="all-identities-public-routers"'},
+        params={"filter": 'name="all-endpoints-public-routers"'},
     )["data"]
     assert len(found) == 1, found
     net.call("DELETE", f"/edge-router-policies/{found[0]['id']}", 200, "delete the quickstart policy")
