@@ -155,6 +155,9 @@ class Fleet:
         #: first reported.
         self._links: dict[str, dict[str, LinkReport]] = {}
         self._link_seen: dict[str, datetime] = {}
+        #: The routers reporting each link id, and each reporter's link to each peer (by id).
+        self._link_reporters: dict[str, set[str]] = {}
+        self._link_peers: dict[str, dict[str, str]] = {}
 
     # -- connections ------------------------------------------------------------------------------
     def connect(
@@ -235,40 +238,37 @@ class Fleet:
         with self._lock:
             if not self._is_current(router_id, connection):
                 return
-            now = self._clock.now()
             held = {r.id: r for r in reports if r.id and r.peer_id and r.peer_id != router_id}
+            seen = {link_id: self._link_seen[link_id] for link_id in held if link_id in self._link_seen}
+            self._drop_links(router_id)
+            now = self._clock.now()
             self._links[router_id] = held
-            for link_id in held:
-                self._link_seen.setdefault(link_id, now)
-            self._prune_seen()
+            peers: dict[str, str] = {}
+            for link_id in sorted(held):
+                peers.setdefault(held[link_id].peer_id, link_id)
+                self._link_reporters.setdefault(link_id, set()).add(router_id)
+                self._link_seen.setdefault(link_id, seen.get(link_id, now))
+            self._link_peers[router_id] = peers
 
     def links(self) -> list[Link]:
         """Every link reported by a router at one of its ends while both are online, by id."""
         with self._lock:
-            merged: dict[str, Link] = {}
-            for reporter, reports in self._links.items():
-                for report in reports.values():
-                    if report.peer_id not in self._online or reporter not in self._online:
-                        continue
-                    if report.id in merged and not report.dialed:
-                        continue  # the dialer's report says it as well
-                    source, dest = (reporter, report.peer_id) if report.dialed else (report.peer_id, reporter)
-                    merged[report.id] = Link(
-                        id=report.id,
-                        source_id=source,
-                        dest_id=dest,
-                        protocol=report.protocol,
-                        dial_address=self._online[dest].link_listener,
-                        created_at=self._link_seen.get(report.id) or self._clock.now(),
-                    )
-            return [merged[k] for k in sorted(merged)]
+            found = (self._link(link_id) for link_id in sorted(self._link_reporters))
+            return [link for link in found if link is not None]
 
     def link(self, link_id: str) -> Link | None:
-        return next((link for link in self.links() if link.id == link_id), None)
+        with self._lock:
+            return self._link(link_id)
 
     def link_between(self, a: str, b: str) -> Link | None:
-        """A link between routers ``a`` and ``b`` (either way), the first by id; None when none."""
-        return next((link for link in self.links() if link.joins(a, b)), None)
+        """A link between routers ``a`` and ``b`` (either way; the one ``a`` reports first, by
+        id); None when there is none, or one of them is offline."""
+        with self._lock:
+            for reporter, peer in ((a, b), (b, a)):
+                link_id = self._link_peers.get(reporter, {}).get(peer)
+                if link_id is not None:
+                    return self._link(link_id)
+            return None
 
     # -- SDK channels on routers ------------------------------------------------------------------
     def set_edge_sessions(self, router_id: str, connection: int, sessions: Mapping[str, str]) -> None:
@@ -324,14 +324,35 @@ class Fleet:
             self._identities.subtract(held.sessions.values())
             self._identities = +self._identities  # drop the zero counts
 
-    def _drop_links(self, router_id: str) -> None:
-        if self._links.pop(router_id, None) is not None:
-            self._prune_seen()
+    def _link(self, link_id: str) -> Link | None:
+        """The link ``link_id`` from its reports (the dialer's first), if both ends are online."""
+        reports = [(r, self._links[r][link_id]) for r in sorted(self._link_reporters.get(link_id, ()))]
+        reports.sort(key=lambda rr: not rr[1].dialed)
+        for reporter, report in reports:
+            if reporter not in self._online or report.peer_id not in self._online:
+                continue
+            source, dest = (reporter, report.peer_id) if report.dialed else (report.peer_id, reporter)
+            return Link(
+                id=report.id,
+                source_id=source,
+                dest_id=dest,
+                protocol=report.protocol,
+                dial_address=self._online[dest].link_listener,
+                created_at=self._link_seen.get(link_id) or self._clock.now(),
+            )
+        return None
 
-    def _prune_seen(self) -> None:
-        reported = {link_id for reports in self._links.values() for link_id in reports}
-        for link_id in [k for k in self._link_seen if k not in reported]:
-            del self._link_seen[link_id]
+    def _drop_links(self, router_id: str) -> None:
+        """Forget the router's link report (and when its links were first seen, if no one else
+        reports them)."""
+        self._link_peers.pop(router_id, None)
+        for link_id in self._links.pop(router_id, {}):
+            reporters = self._link_reporters.get(link_id)
+            if reporters is not None:
+                reporters.discard(router_id)
+                if not reporters:
+                    del self._link_reporters[link_id]
+                    self._link_seen.pop(link_id, None)
 
     def _forget(self, held: _EdgeChannels, session_id: str) -> None:
         identity_id = held.sessions.pop(session_id, None)

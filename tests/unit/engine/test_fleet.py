@@ -135,3 +135,17 @@ def test_a_router_reporting_a_link_to_itself_is_not_believed() -> None:
     one = connect(fleet, "r1")
     fleet.set_links("r1", one.connection, [LinkReport("l1", "r1", dialed=True), LinkReport("", "r2", True)])
     assert fleet.links() == []
+
+
+def test_a_link_keeps_when_it_was_first_reported() -> None:
+    clock = FixedClock()
+    fleet = Fleet(clock)
+    one, _ = connect(fleet, "r1"), connect(fleet, "r2")
+    fleet.set_links("r1", one.connection, [LinkReport("l1", "r2", dialed=True)])
+    first = fleet.links()[0].created_at
+
+    clock.advance(minutes=5)
+    fleet.set_links("r1", one.connection, [LinkReport("l1", "r2", dialed=True), LinkReport("l2", "r2", True)])
+
+    assert [(k.id, k.created_at) for k in fleet.links()] == [("l1", first), ("l2", clock.now())]
+    assert fleet.link_between("r1", "r2") == fleet.link("l1")
