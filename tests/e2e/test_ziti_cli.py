@@ -23,6 +23,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
+from tests.e2e.dataplane import EMBEDDED, Network, RouterProcess
 from tests.e2e.server import MGMT, Server, free_port, running, tail
 from tests.e2e.ziti_cli import LOCK_TIMEOUT, SKIP_ENV, ZitiCliError, clean_env, ensure_ziti
 
@@ -50,6 +52,7 @@ pytestmark = [
 PASSWORD = "e2e-ziti-cli-admin-password"
 CLI_TIMEOUT = 60.0  # one CLI command; an RSA-4096 enrollment takes a few seconds
 TUNNEL_READY_TIMEOUT = 30.0
+LINK_READY_TIMEOUT = 60.0  # a second router's start, enrollment done, and its link
 ECHO_TIMEOUT = 30.0
 PAYLOAD = 100_000
 
@@ -713,4 +716,185 @@ def test_tunneler_proxy_and_host_carry_tcp_through_the_embedded_router(
     finally:
         for tunnel in [*hosts, *([proxy] if proxy else [])]:
             tunnel.stop()
+        echo.close()
+
+
+# -- ziti fabric: two routers, a link and a live circuit ---------------------------------------
+
+
+@dataclass
+class Fabric:
+    """A server with its embedded router (A, ``#public``) and a second router (B, tunneler-enabled,
+    not ``#public``, so that SDKs reach it only over A's link) as its own process."""
+
+    server: Server
+    a: str
+    b: str
+    router_b: RouterProcess
+
+
+@pytest.fixture(scope="module")
+def fabric_net(ziti: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    base = tmp_path_factory.mktemp("ziti-fabric")
+    with Server(
+        base / "home", password=PASSWORD, unset=["TRELLIS_*"], env={"TRELLIS_ROUTER": "on"}
+    ) as server:
+        server.up()
+        admin = server.login()
+        found = server.expect(
+            server.call("GET", f"{MGMT}/edge-routers", admin, params={"filter": f'name="{EMBEDDED}"'}),
+            200,
+            "find the embedded router",
+        )["data"]
+        assert len(found) == 1, found
+        # RouterProcess asks the management API through a Network; no SDK runs here
+        net = Network(server, admin, base, Path(sys.executable), found[0]["id"])
+        router_b = RouterProcess(net, "router-b", base / "router-b", isTunnelerEnabled=True)
+        router_b.start()
+        try:
+            yield Fabric(server, found[0]["id"], router_b.id, router_b)
+        finally:
+            router_b.stop()
+
+
+def fabric_rows(cli: Cli, kind: str, *filter_: str) -> list[list[str]]:
+    return table_rows(cli.out("fabric", "list", kind, *filter_))
+
+
+def test_fabric_lists_routers_links_circuits_services_and_terminators(
+    ziti: Path, fabric_net: Fabric, tmp_path: Path
+) -> None:
+    cli = Cli(ziti, fabric_net.server, tmp_path)
+    cli.admin()
+    a, b = fabric_net.a, fabric_net.b
+
+    def explain(what: str) -> str:
+        return cli.explain(f"{what}\n{fabric_net.router_b.log_tail()}")
+
+    # routers: ID, Name, Online, Cost, No Traversal, Disabled, Version, Listeners
+    def routers_online() -> list[list[str]]:
+        rows = fabric_rows(cli, "routers")
+        return rows if len(rows) == 2 and all(r[2] == "true" for r in rows) else []
+
+    try:
+        rows = wait_for(routers_online, LINK_READY_TIMEOUT, "both routers are online")
+    except AssertionError as exc:
+        raise AssertionError(explain(str(exc))) from None
+    assert sorted((r[0], r[1]) for r in rows) == sorted([(a, EMBEDDED), (b, "router-b")]), rows
+    for row in rows:
+        assert row[3:6] == ["0", "false", "false"], rows
+        assert " on linux/" in row[6], rows  # the version the router's hello reported
+        assert row[7].startswith("1: tls:127.0.0.1:"), rows  # its link listener
+    text = cli.out("fabric", "list", "routers", "true limit 1")
+    assert len(table_rows(text)) == 1, text
+    assert "results: 1-1 of 2" in text, text
+
+    # links: ID, Dialer, Acceptor, Static Cost, Src Latency, Dst Latency, State, Status, Full Cost
+    try:
+        [link] = wait_for(lambda: fabric_rows(cli, "links"), LINK_READY_TIMEOUT, "the routers link")
+    except AssertionError as exc:
+        raise AssertionError(explain(str(exc))) from None
+    dialer, acceptor = sorted([(a, EMBEDDED), (b, "router-b")])  # the smaller id dials
+    assert link[1:] == [dialer[1], acceptor[1], "1", "0.0ms", "0.0ms", "Connected", "up", "1"], link
+    link_id = link[0]
+
+    # a service router B hosts (host.v1 as its router identity), dialed through router A
+    echo = EchoServer()
+    proxy: Tunnel | None = None
+    try:
+        host_config = json.dumps({"protocol": "tcp", "address": "127.0.0.1", "port": echo.port})
+        cli.out("edge", "create", "config", "fab-echo-host", "host.v1", host_config)
+        cli.out("edge", "create", "service", "fab-echo", "--configs", "fab-echo-host", "-e", "OFF")
+        cli.out("edge", "create", "identity", "fab-dialer", "-a", "fab-dialers", "-o", "fab-dialer.jwt")
+        cli.out("edge", "enroll", "fab-dialer.jwt", "-a", "EC", "-o", "fab-dialer.json")
+        cli.out(
+            "edge",
+            "create",
+            "service-policy",
+            "fab-dial",
+            "Dial",
+            "--identity-roles",
+            "#fab-dialers",
+            "--service-roles",
+            "@fab-echo",
+        )
+        cli.out(  # router B's router identity (the router's id) hosts it
+            "edge",
+            "create",
+            "service-policy",
+            "fab-bind",
+            "Bind",
+            "--identity-roles",
+            f"@{b}",
+            "--service-roles",
+            "@fab-echo",
+        )
+
+        # terminators: ID, Service, Router, Binding, Address, Instance, Cost, Precedence, Dynamic Cost, Host ID
+        try:
+            [terminator] = wait_for(
+                lambda: fabric_rows(cli, "terminators", 'service.name = "fab-echo"'),
+                LINK_READY_TIMEOUT,
+                "router B's terminator of fab-echo",
+            )
+        except AssertionError as exc:
+            raise AssertionError(explain(str(exc))) from None
+        assert terminator[1:4] == ["fab-echo", "router-b", "tunnel"], terminator
+        assert terminator[6:9] == ["0", "default", "0"], terminator
+
+        services = fabric_rows(cli, "services", 'name = "fab-echo"')
+        assert [row[1:] for row in services] == [["fab-echo", "smartrouting"]], services
+        service_id = services[0][0]
+
+        port = free_port()
+        proxy = Tunnel(cli, "fab-proxy", "proxy", f"fab-echo:{port}", "-i", "fab-dialer.json")
+        try:
+            wait_for(lambda: listening(port), TUNNEL_READY_TIMEOUT, "the proxy listens")
+        except AssertionError as exc:
+            raise AssertionError(explain(f"{exc}\n{tail(proxy.text(), 4000)}")) from None
+
+        # a connection held open through the proxy is a live circuit A -> link -> B
+        with socket.create_connection(("127.0.0.1", port), timeout=ECHO_TIMEOUT) as held:
+            held.sendall(b"ping")
+            assert held.recv(100) == b"ping"
+
+            def circuits() -> list[list[str]]:
+                # the proxy's readiness probe made a circuit too, which ends with the probe
+                rows = fabric_rows(cli, "circuits", f'service = "{service_id}"')
+                return rows if len(rows) == 1 else []
+
+            try:
+                [live] = wait_for(circuits, LINK_READY_TIMEOUT, "the held circuit alone is listed")
+            except AssertionError as exc:
+                raise AssertionError(explain(str(exc))) from None
+            # circuits: ID, Client, Service, Terminator, CreatedAt, Path
+            assert live[2:4] == ["fab-echo", terminator[0]], live
+            assert live[5] == f"r/{EMBEDDED} -> l/{link_id} -> r/router-b", live
+
+            done = cli.out("fabric", "delete", "circuit", live[0])
+            assert f"delete of circuit with id {live[0]}: OK" in done, done
+
+            held.settimeout(ECHO_TIMEOUT)
+            try:
+                ended = held.recv(100)
+            except ConnectionResetError:
+                ended = b""
+            assert ended == b"", ended  # the router closed the circuit: the proxy closes its side
+        assert live[0] not in [r[0] for r in fabric_rows(cli, "circuits", "true limit none")]
+
+        # what is not served says why
+        refused = cli.run("fabric", "create", "service", "fab-other", ok=False)
+        said = refused.stdout + refused.stderr
+        assert refused.returncode != 0, said
+        assert "METHOD_NOT_ALLOWED" in said, said
+        assert "/edge/management/v1/services" in said, said
+
+        # router B goes: it is no longer online, and its link goes with it
+        fabric_net.router_b.stop()
+        wait_for(lambda: not fabric_rows(cli, "links"), LINK_READY_TIMEOUT, "the link goes with router B")
+        online = {row[1]: row[2] for row in fabric_rows(cli, "routers")}
+        assert online == {EMBEDDED: "true", "router-b": "false"}, online
+    finally:
+        if proxy is not None:
+            proxy.stop()
         echo.close()
