@@ -30,7 +30,8 @@
 
    - ``version``: ``GET /version`` (no authentication; the app's fixed cost);
    - ``authenticate``: ``POST /edge/client/v1/authenticate?method=password`` as the device
-     (a scrypt verification and a new API session each);
+     (an argon2id verification and a new API session each; ``python -m bench logins`` has both
+     login methods at 8 clients);
    - ``client services``: ``GET /edge/client/v1/services?limit=25&offset=N`` as the device,
      page after page, as the C SDK lists them (its page size is 25): every service it may use
      (100 bench services, plus at tier L those of the tier's ``#all`` service policies: the row
@@ -638,7 +639,7 @@ def scenarios(seeded: Seeded, world: World) -> list[Scenario]:
         Scenario(
             "authenticate",
             [("POST", f"{CLIENT}/authenticate?method=password", "", login)],
-            "password (scrypt), a new API session each",
+            "password (argon2id), a new API session each",
         ),
         Scenario(
             "client services",
