@@ -2,7 +2,7 @@
 ``maxAttempts: 3``, 32 wrong passwords sent in parallel, then the right one, get no API session
 and leave the identity locked; a locked identity answers the right password as a wrong one.
 
-Real threads, each on its own TLS connection, against a real server with its real (scrypt)
+Real threads, each on its own TLS connection, against a real server with its real (argon2id)
 password hash: the window in which concurrent checks overlap is the one an attacker would use.
 """
 
