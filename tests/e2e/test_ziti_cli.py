@@ -10,7 +10,9 @@ the server's CA with ``-y``, a client certificate, an identity file, a token), i
 their enrollment by the CLI itself (``ziti edge enroll``, OTT and UPDB), services, configs,
 policies, ``policy-advisor``, updates, deletes and ``-j`` output. A second server with its embedded
 router carries TCP through ``ziti tunnel host`` and ``ziti tunnel proxy`` (the Go SDK inside the
-tunneler speaks to our Python router), end-to-end encrypted.
+tunneler speaks to our Python router), end-to-end encrypted. A third, with its embedded router and
+a second router process linked to it, answers ``ziti fabric list`` and ``ziti fabric delete
+circuit`` while a ``ziti tunnel proxy`` holds a circuit across the link.
 
 Known incompatibilities are ``xfail(strict=True)`` tests: they pass the day Trellis is fixed,
 which turns them into failures to be promoted to plain tests.
