@@ -95,16 +95,18 @@ def render_api_session(
             "configTypes": session.config_types,
             "identity": ref(identity),
             "identityId": session.identity_id,
-            "improperClientCertChain": False,
             "ipAddress": session.ip_address,
-            "isCertExtendRequested": cert is not None and cert.is_extend_requested,
             "isCertExtendable": cert is not None and cert.is_issued_by_network,
-            "isCertKeyRollRequested": cert is not None and cert.is_key_roll_requested,
             "isMfaComplete": session.is_mfa_complete,
             "isMfaRequired": session.is_mfa_required,
             "lastActivityAt": ts(last),
         }
     )
+    # Go leaves these out when false (``omitempty``); OpenZiti v1.6.0 has neither
+    if cert is not None and cert.is_extend_requested:
+        out["isCertExtendRequested"] = True
+    if cert is not None and cert.is_key_roll_requested:
+        out["isCertKeyRollRequested"] = True
     if token is not None:
         out["token"] = token
         expires = ctrl.api_sessions.expires_at(session)

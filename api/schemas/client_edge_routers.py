@@ -43,6 +43,7 @@ def render_session_edge_router(
 ) -> dict[str, Any]:
     """``sessionEdgeRouter``: the common properties plus ``urls``; ``presence`` None for a router
     offline now (its last reported hostname and protocols, as :func:`edge_router_state`)."""
+    state: dict[str, Any]
     if presence is None:
         state = {
             "hostname": router.hostname,
@@ -58,7 +59,7 @@ def render_session_edge_router(
             "syncStatus": presence.sync_status,
         }
     out = _common(router, state)
-    out["urls"] = dict(state["supportedProtocols"])
+    out["urls"] = dict(state["supportedProtocols"])  # a copy: the two maps are separate values
     return out
 
 

@@ -200,8 +200,6 @@ def identity_form(identity: Identity) -> dict[str, Any]:
             "authPolicyId": policy_id,
             "defaultHostingCost": identity.default_hosting_cost,
             "defaultHostingPrecedence": identity.default_hosting_precedence,
-            "disabledAt": ts(identity.disabled_at),
-            "disabledUntil": ts(identity.disabled_until),
             "envInfo": identity.env_info,
             "externalId": identity.external_id,
             "isAdmin": identity.is_admin,
@@ -218,6 +216,11 @@ def identity_form(identity: Identity) -> dict[str, Any]:
             "typeId": identity.type_id,
         }
     )
+    # null times are left out, as Go's omitempty does (OpenZiti v1.6.0)
+    if identity.disabled_at is not None:
+        out["disabledAt"] = ts(identity.disabled_at)
+    if identity.disabled_until is not None:
+        out["disabledUntil"] = ts(identity.disabled_until)
     return out
 
 

@@ -71,20 +71,27 @@ class EdgeRouterPatch(EdgeRouterCreate):
 
 
 def _enrollment(router: RouterBase) -> dict[str, Any]:
-    """``enrollment*`` fields: only while the router is unverified and has an enrollment."""
+    """``enrollment*`` fields: only while the router is unverified and has an enrollment (Go
+    leaves the null ones out, ``omitempty``, as OpenZiti v1.6.0 answers)."""
     if router.is_verified or router.enrollment_token is None:
-        return {
-            "enrollmentCreatedAt": None,
-            "enrollmentExpiresAt": None,
-            "enrollmentJwt": None,
-            "enrollmentToken": None,
-        }
+        return {}
     return {
         "enrollmentCreatedAt": ts(router.enrollment_created_at),
         "enrollmentExpiresAt": ts(router.enrollment_expires_at),
         "enrollmentJwt": router.enrollment_jwt,
         "enrollmentToken": router.enrollment_token,
     }
+
+
+def _optional(router: RouterBase) -> dict[str, Any]:
+    """``configs`` and ``ctrlChanListeners`` when they hold anything (newer specs' fields, left
+    out when empty by Go's omitempty; OpenZiti v1.6.0 has neither)."""
+    out: dict[str, Any] = {}
+    if router.configs:
+        out["configs"] = list(router.configs)
+    if router.ctrl_chan_listeners:
+        out["ctrlChanListeners"] = router.ctrl_chan_listeners
+    return out
 
 
 def edge_router_state(fleet: Fleet, router: EdgeRouter) -> dict[str, Any]:
@@ -115,9 +122,7 @@ def render_edge_router(ctrl: Controller, router: EdgeRouter) -> dict[str, Any]:
         {
             "appData": router.app_data,
             "certPem": router.cert_pem,
-            "configs": list(router.configs),
             "cost": router.cost,
-            "ctrlChanListeners": router.ctrl_chan_listeners,
             "disabled": router.disabled,
             "fingerprint": router.fingerprint or "",  # OpenZiti: stringz.OrEmpty
             "isTunnelerEnabled": router.is_tunneler_enabled,
@@ -131,6 +136,7 @@ def render_edge_router(ctrl: Controller, router: EdgeRouter) -> dict[str, Any]:
     )
     out.update(edge_router_state(ctrl.managers.fleet, router))
     out.update(_enrollment(router))
+    out.update(_optional(router))
     return out
 
 
@@ -139,9 +145,7 @@ def render_router(ctrl: Controller, router: Router) -> dict[str, Any]:
     out = base(router)
     out.update(
         {
-            "configs": list(router.configs),
             "cost": router.cost,
-            "ctrlChanListeners": router.ctrl_chan_listeners,
             "disabled": router.disabled,
             "fingerprint": router.fingerprint,
             "isOnline": False,
@@ -153,6 +157,7 @@ def render_router(ctrl: Controller, router: Router) -> dict[str, Any]:
         }
     )
     out.update(_enrollment(router))
+    out.update(_optional(router))
     return out
 
 
