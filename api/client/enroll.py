@@ -114,17 +114,22 @@ def _not_acceptable(supported: str) -> FieldError:
     return FieldError("Accept", f"No suitable accept media types were detected, supports: {supported}", None)
 
 
-def certificate_format(req: falcon.Request) -> str:
+def certificate_format(req: falcon.Request, json_body: bool = False) -> str:
     """:data:`PEM` or :data:`JSON` for an ``ott`` answer, as the client's ``Accept`` says.
 
     PEM (the seed's answer) unless the client prefers JSON: a higher q, or the same q with
     ``application/json`` named where PEM is reached only through a wildcard (``application/json,
     */*``; the C SDK sends ``Accept: application/json``). No ``Accept``, ``*/*``, or both named
-    alike: PEM. A client that takes neither is refused before the token is spent.
+    alike: PEM for a PEM CSR body, JSON for the spec's JSON body (``json_body``), as OpenZiti
+    v1.6.0 answers ``POST /enroll/ott {"token", "clientCsr"}``. A client that takes neither is
+    refused before the token is spent.
     """
     ranges = _accept_ranges(req)
     q_json, json_specificity = _quality(ranges, JSON_TYPE)
     q_pem, pem_specificity = _quality(ranges, PEM_TYPE)
+    pem_preferred = q_pem > q_json or (q_pem == q_json and pem_specificity > json_specificity)
+    if json_body and q_json > 0 and not pem_preferred:
+        return JSON
     if q_pem > 0 and (q_pem > q_json or (q_pem == q_json and pem_specificity >= json_specificity)):
         return PEM
     if q_json > 0:
@@ -268,8 +273,9 @@ class TypedEnrollResource:
     @negotiated
     def on_post_ott(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Enroll an identity with a one-time token and a CSR."""
-        fmt = certificate_format(req)
-        if _media_type(req) in LEGACY_TYPES:  # the seed's form: ``?token=``, a PEM CSR as the body
+        legacy = _media_type(req) in LEGACY_TYPES
+        fmt = certificate_format(req, json_body=not legacy)
+        if legacy:  # the seed's form: ``?token=``, a PEM CSR as the body
             token = req.get_param("token")
             csr = read_body(req, req.context.max_body_bytes).decode("utf-8", "replace")
         else:  # the spec's ``{token, clientCsr}`` (the token may still come in the query)

@@ -159,7 +159,8 @@ def enroll_ott(api: Any, name: str, *, key: Key | None = None, **fields: Any) ->
     )
     if enrolled.status_code != 200:
         raise RuntimeError(enrolled.text)
-    return NetworkCert(identity_id=identity_id, chain=enrolled.text, key=leaf_key)  # PEM text (the seed)
+    # the spec's JSON body is answered JSON, as OpenZiti v1.6.0 answers it
+    return NetworkCert(identity_id=identity_id, chain=enrolled.json["data"]["cert"], key=leaf_key)
 
 
 def ca_body(ca: ThirdPartyCa, name: str, **flags: Any) -> dict[str, Any]:
