@@ -141,6 +141,15 @@ def run_router(directory: Path, record: identity.RouterRecord) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve(directory, record, stop)
+        try:
+            await serve(directory, record, stop)
+        finally:
+            # Stopped already: a signal from here on has nothing left to ask. The embedded router
+            # gets a Ctrl-C's SIGINT from the terminal and then serve's SIGTERM; left to the loop,
+            # one landing while it closes found its wake-up socket closed ("Exception ignored
+            # when trying to write to the signal wakeup fd"), as serve's worker once did.
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_IGN)
 
     asyncio.run(main())
