@@ -9,15 +9,26 @@ EOF (the binder's FIN) and
 prints ``ECHO <sent> <received> <same>`` (``same`` is 1 when the bytes came back unchanged), or
 ``DIAL_FAILED <rc> <error>`` when the connect fails. Exit 0 when every echo matched, 5 otherwise,
 3 when the identity does not load. Ends with ``os._exit``.
+
+Before the SDK loads the identity, the driver asks the controller (the client API, with the
+identity's certificate) which services it may dial, and when ``<service>`` is not one prints
+``DIAL_REFUSED <service>: ...`` and exits 5 at once: the C SDK 0.29.3 waits without end in
+``load`` for an identity that has no service at all (README tour, step 6). When the controller
+cannot be asked, the SDK goes on and says what it finds.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
+import json
 import os
 import socket
+import ssl
 import sys
+import tempfile
 import threading
+import urllib.parse
 
 import openziti  # type: ignore[import-not-found]  # only installed in .venv-zsdk
 
@@ -72,8 +83,59 @@ def dial_once(context: object, service: str, size: int) -> bool:
     return same
 
 
+def dialable(identity_file: str, timeout: float = 15.0) -> list[str] | None:
+    """The names of the services the controller says this identity may dial, or None when it
+    cannot be asked (what the SDK would do at load: a certificate login, then the service list;
+    the API session is logged out after)."""
+    try:
+        with open(identity_file, encoding="utf-8") as f:
+            identity = json.load(f)
+        url = urllib.parse.urlsplit(identity["ztAPI"])
+        pems = {k: v.removeprefix("pem:") for k, v in identity["id"].items()}
+        context = ssl.create_default_context(cadata=pems["ca"])
+        with tempfile.TemporaryDirectory() as keys:  # 0700: the key is written only there
+            for name in ("cert", "key"):
+                with open(os.path.join(keys, name), "w", encoding="utf-8", opener=_private) as f:
+                    f.write(pems[name])
+            context.load_cert_chain(os.path.join(keys, "cert"), os.path.join(keys, "key"))
+        api = http.client.HTTPSConnection(
+            url.hostname or "", url.port or 443, context=context, timeout=timeout
+        )
+        try:
+            json_type = {"content-type": "application/json"}
+            api.request("POST", "/edge/client/v1/authenticate?method=cert", body="{}", headers=json_type)
+            token = json.loads(api.getresponse().read())["data"]["token"]
+            session = {"zt-session": token}
+            api.request("GET", "/edge/client/v1/services?limit=500", headers=session)
+            listed = json.loads(api.getresponse().read())
+            api.request("DELETE", "/edge/client/v1/current-api-session", headers=session)
+            api.getresponse().read()
+        finally:
+            api.close()
+        services = listed["data"]
+        if listed["meta"]["pagination"]["totalCount"] > len(services):
+            return None  # more than a page: not worth more requests here, let the SDK look
+        return sorted(s["name"] for s in services if "Dial" in s.get("permissions", []))
+    except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
+        return None
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
 def main() -> int:
     print("SDK", zitilib.version(), flush=True)
+    service = [a for a in sys.argv[1:] if a != "--paced"][1]
+    names = dialable(sys.argv[1])
+    if names is not None and service not in names:
+        held = f"it may dial only {', '.join(names)}" if names else "it may dial no service at all"
+        print(
+            "DIAL_REFUSED",
+            f"{service}: the controller does not let this identity dial it; {held}",
+            flush=True,
+        )
+        return 5
     try:
         context = openziti.load(sys.argv[1])
     except TypeError:
