@@ -145,12 +145,15 @@ def ref(entity: Entity | None, name: str | None = None) -> dict[str, Any] | None
     """An OpenZiti entity reference ``{_links, entity, id, name}``."""
     if entity is None:
         return None
-    return {
+    out = {
         "_links": {"self": link(entity.ENTITY, entity.id)},
         "entity": entity.ENTITY,
         "id": entity.id,
-        "name": name if name is not None else getattr(entity, "name", ""),
     }
+    shown = name if name is not None else getattr(entity, "name", "")
+    if shown:  # Go's omitempty: an entity without a name (an API session) has no ``name``
+        out["name"] = shown
+    return out
 
 
 def base(entity: Entity, *subs: str) -> dict[str, Any]:

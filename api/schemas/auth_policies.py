@@ -109,7 +109,9 @@ def render_auth_policy(policy: AuthPolicy) -> dict[str, Any]:
     if isinstance(ext_jwt, dict) and ext_jwt.get("allowedSigners") is None:
         # Stored as nil (the default policy, a patch to null); OpenZiti renders it as [].
         primary["extJwt"] = {**ext_jwt, "allowedSigners": []}
-    out.update({"name": policy.name, "primary": primary, "secondary": policy.secondary})
+    secondary = {k: v for k, v in policy.secondary.items() if not (k == "requireExtJwtSigner" and v is None)}
+    # a null requireExtJwtSigner is left out, as Go's omitempty does
+    out.update({"name": policy.name, "primary": primary, "secondary": secondary})
     return out
 
 

@@ -91,13 +91,17 @@ def render_authenticator(ctrl: Controller, authenticator: Authenticator) -> dict
                 "certPem": authenticator.cert_pem,
                 "fingerprint": authenticator.fingerprint,
                 "isIssuedByNetwork": authenticator.is_issued_by_network,
-                "isExtendRequested": authenticator.is_extend_requested,
-                "isKeyRollRequested": authenticator.is_key_roll_requested,
-                "extendRequestedAt": ts(authenticator.extend_requested_at),
-                "lastAuthResolvedToRoot": False,
-                "lastExtendRolledKeys": authenticator.last_extend_rolled_keys,
             }
         )
+        # newer specs' optional fields, left out while false or null (Go's omitempty; OpenZiti
+        # v1.6.0 has none of them)
+        optional = {
+            "isExtendRequested": authenticator.is_extend_requested,
+            "isKeyRollRequested": authenticator.is_key_roll_requested,
+            "extendRequestedAt": ts(authenticator.extend_requested_at),
+            "lastExtendRolledKeys": authenticator.last_extend_rolled_keys,
+        }
+        out.update({key: value for key, value in optional.items() if value})
     return out
 
 

@@ -20,8 +20,7 @@ from engine.query import Symbol, SymbolTable, SymbolType
 
 
 def _common(router: EdgeRouter, state: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "appData": router.app_data,
+    out = {
         "cost": router.cost,
         "disabled": router.disabled,
         "hostname": state["hostname"],
@@ -31,6 +30,9 @@ def _common(router: EdgeRouter, state: dict[str, Any]) -> dict[str, Any]:
         "supportedProtocols": state["supportedProtocols"],
         "syncStatus": state["syncStatus"],
     }
+    if router.app_data:  # Go's omitempty: no appData while the router has none
+        out["appData"] = router.app_data
+    return out
 
 
 def render_common_edge_router(fleet: Fleet, router: EdgeRouter) -> dict[str, Any]:
