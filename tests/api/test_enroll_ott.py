@@ -187,7 +187,10 @@ def test_pem_unless_the_client_prefers_json(api: Api, key: Key, accept: str | No
         CLIENT + "/enroll/ott", headers=headers, json={"token": token, "clientCsr": csr_pem(key)}
     )
     assert typed.status_code == 200, typed.text
-    pem_preferred = accept in ("application/x-pem-file;q=1, application/json;q=0.5", "application/json;q=0, */*")
+    pem_preferred = accept in (
+        "application/x-pem-file;q=1, application/json;q=0.5",
+        "application/json;q=0, */*",
+    )
     assert typed.headers["content-type"] == (PEM if pem_preferred else "application/json")
     assert_issued_to(api, identity_id, cert_of(typed))
 
