@@ -242,12 +242,16 @@ class Views:
         def policies(kind: type[Entity], policy_kind: type[Entity]) -> Query:
             return lambda id, req: access.policies_of(kind, id, policy_kind)
 
-        def members(policy_kind: type[Entity], member_kind: type[Entity]) -> SubList:
-            return SubList(
-                member_kind.ENTITY,
-                member_kind,
-                lambda id, req: access.members_of(policy_kind, id, member_kind),
-            )
+        def members(policy_kind: type[Entity], member_kind: type[Entity], lenient: bool = False) -> SubList:
+            """A policy's members; ``lenient`` (service policies only): an empty list for a policy
+            that does not exist (seed 001 lists no 404 there, and OpenZiti answers 200)."""
+
+            def query(id: str, req: falcon.Request) -> Iterable[Entity]:
+                if lenient and m.service_policies.get(id) is None:
+                    return []
+                return access.members_of(policy_kind, id, member_kind)
+
+            return SubList(member_kind.ENTITY, member_kind, query)
 
         self.services = ServiceView(m)
         self.services.sublists = (
@@ -302,7 +306,7 @@ class Views:
             ServicePolicy,
             SERVICE_POLICY_SYMBOLS,
             lambda e: render_service_policy(ctrl, e),
-            tuple(members(ServicePolicy, k) for k in (Identity, Service, PostureCheck)),
+            tuple(members(ServicePolicy, k, lenient=True) for k in (Identity, Service, PostureCheck)),
         )
         self.edge_router_policies: View[EdgeRouterPolicy] = View(
             EdgeRouterPolicy,
@@ -329,7 +333,8 @@ class Views:
             ConfigType,
             CONFIG_TYPE_SYMBOLS,
             render_config_type,
-            (SubList("configs", Config, owned(m.config_types.require, m.configs.of_type)),),
+            # seed 001 lists no 404 here, and OpenZiti answers an unknown type's configs empty
+            (SubList("configs", Config, lambda id, req: m.configs.of_type(id)),),
         )
         self.authenticators: View[Authenticator] = View(
             Authenticator, authenticator_symbols(), lambda e: render_authenticator(ctrl, e)

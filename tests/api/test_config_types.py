@@ -178,10 +178,18 @@ def test_unknown_id_is_not_found(api: Api) -> None:
         api.put("/config-types/nope", json={"name": "x"}),
         api.patch("/config-types/nope", json={"name": "x"}),
         api.delete("/config-types/nope"),
-        api.get("/config-types/nope/configs"),
     ):
         assert result.status_code == 404
         assert result.json["error"]["code"] == "NOT_FOUND"
+
+
+def test_an_unknown_types_configs_are_an_empty_list(api: Api) -> None:
+    """Seed 001 lists no 404 for a config type's configs; OpenZiti v1.6.0 answers 200 and []."""
+    result = api.get("/config-types/nope/configs")
+
+    assert result.status_code == 200
+    assert result.json["data"] == []
+    assert result.json["meta"]["pagination"]["totalCount"] == 0
 
 
 def test_delete_removes_the_type(api: Api) -> None:

@@ -240,3 +240,21 @@ def test_the_client_service_routers_page_with_a_session_token(api: Api, populati
     assert result.status_code == 200, result.text
     assert len(result.json["data"]["edgeRouters"]) == 1
     assert result.json["meta"]["pagination"]["offset"] == 1
+
+
+@pytest.mark.parametrize("member", ["identities", "services", "posture-checks"])
+def test_an_unknown_service_policys_members_are_an_empty_list(api: Api, member: str) -> None:
+    """Seed 001 lists no 404 for a service policy's lists; OpenZiti v1.6.0 answers 200 and []."""
+    result = api.get(f"/service-policies/no-such-policy/{member}")
+
+    assert result.status_code == 200
+    assert result.json["data"] == []
+
+
+@pytest.mark.parametrize("member", ["identities", "edge-routers"])
+def test_an_unknown_edge_router_policys_members_are_not_found(api: Api, member: str) -> None:
+    """Seed 001 lists 404 for an edge router policy's lists (OpenZiti answers 200 and [])."""
+    result = api.get(f"/edge-router-policies/no-such-policy/{member}")
+
+    assert result.status_code == 404
+    assert result.json["error"]["code"] == "NOT_FOUND"
