@@ -5,8 +5,10 @@ through a kill -9, a refused flush and a restore."""
 from __future__ import annotations
 
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,7 @@ from engine.entities.identities import Identity
 from engine.errors import CommitFailedError
 from engine.ports import Delete, Put
 from storage.duckdb import DuckDBStore
+from storage.duckdb import store as store_module
 from storage.duckdb.journal import MAGIC, Entry, Journal, JournalError, Record, segments
 from storage.duckdb.store import continuing, restore_snapshot
 from tests.unit.storage.crash import run_killed
@@ -132,6 +135,51 @@ def test_writes_reach_the_tables_and_change_log_as_without_a_journal(tmp_path: P
         reopened.close()
     assert logs[0] == logs[1]
     assert not segments(tmp_path / "True.duckdb")  # a clean close leaves no journal
+
+
+def test_batches_gather_in_the_journal_before_one_transaction_takes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within the flush delay, batches only wait (durable in the journal); once FLUSH_ENTRIES of
+    them are waiting, the flusher takes them all in one transaction without waiting it out."""
+    monkeypatch.setattr(store_module, "FLUSH_DELAY_SECONDS", 3600.0)
+    monkeypatch.setattr(store_module, "FLUSH_ENTRIES", 3)
+    store = DuckDBStore(tmp_path / "t.duckdb", journal=True)
+    transactions: list[int] = []
+    run = store._db.run
+
+    def counted(statements: Any, on_error: Any = ()) -> Any:
+        transactions.append(len(statements))
+        return run(statements, on_error)
+
+    store._db.run = counted  # type: ignore[method-assign]
+    store.commit([Put(_identity(1))])
+    store.commit([Put(_identity(2))])
+    assert _ids(store) == {"id-1", "id-2"}  # acknowledged and published, not yet in a table
+    assert transactions == []
+    store.commit([Put(_identity(3))])
+    deadline = time.monotonic() + 60
+    while not transactions and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    assert len(transactions) == 1
+    assert _table_ids(store) == {"id-1", "id-2", "id-3"}
+    store.close()
+
+
+def test_closing_does_not_wait_out_the_flush_delay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch still gathering when the store closes goes into the database at once (a wait of an
+    hour would end this test at its timeout)."""
+    monkeypatch.setattr(store_module, "FLUSH_DELAY_SECONDS", 3600.0)
+    path = tmp_path / "t.duckdb"
+    store = DuckDBStore(path, journal=True)
+    store.commit([Put(_identity(1))])
+    store.close()
+
+    assert not segments(path)
+    reopened = DuckDBStore(path)
+    assert _table_ids(reopened) == {"id-1"}
+    reopened.close()
 
 
 def test_acknowledged_writes_survive_kill_9_before_any_flush(tmp_path: Path, writer: str) -> None:
