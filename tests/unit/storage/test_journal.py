@@ -109,6 +109,44 @@ def test_release_deletes_only_segments_wholly_in_the_database(tmp_path: Path) ->
     assert segments(db) == []
 
 
+def test_a_released_segment_number_is_never_used_again(tmp_path: Path) -> None:
+    """Segments are unlinked after the journal's lock is let go, so a new one must never take the
+    number of one that may still be on its way out."""
+    db = tmp_path / "j.duckdb"
+    journal = Journal(db)
+    journal.append(1, [(1, "identities", "a", "{}", False)])
+    journal.close()
+    journal.release(1)  # nothing open: every segment goes
+    journal.append(2, [(2, "identities", "b", "{}", False)])
+    journal.close()
+
+    assert [n for n, _ in segments(db)] == [2]
+    assert [batch for batch, _ in Journal(db).records()] == [2]
+
+
+def test_release_unlinks_segments_without_holding_the_journals_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting a full segment waits on the disk; an append must not wait behind it."""
+    db = tmp_path / "j.duckdb"
+    journal = Journal(db)
+    for batch in (1, 2):
+        journal.append(batch, [(batch, "identities", f"i{batch}", "{}", False)])
+        journal.close()
+    held: list[bool] = []
+    unlink = Path.unlink
+
+    def watched(path: Path, missing_ok: bool = False) -> None:
+        held.append(journal._lock.locked())
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", watched)
+    journal.release(2)
+
+    assert held == [False, False]
+    assert segments(db) == []
+
+
 # -- a store on the journal ----------------------------------------------------------------------
 
 
