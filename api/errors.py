@@ -120,10 +120,16 @@ def handle_controller_error(
 
 
 def field_error_from_validation(ex: ValidationError) -> e.ControllerError:
-    """The first pydantic error as OpenZiti's COULD_NOT_VALIDATE (or COULD_NOT_PARSE_BODY)."""
-    first = ex.errors(include_url=False)[0]
-    if first["type"] == "json_invalid":
-        return e.CouldNotParseBodyError(reason=str(first.get("msg", "")))
+    """The first pydantic error as OpenZiti's COULD_NOT_VALIDATE (or COULD_NOT_PARSE_BODY).
+
+    First as OpenZiti's go-swagger models check: property by property in name order, so that a
+    body missing several required fields names the same one OpenZiti names (``isAdmin`` before
+    ``name`` before ``type``).
+    """
+    errors = ex.errors(include_url=False)
+    if errors[0]["type"] == "json_invalid":
+        return e.CouldNotParseBodyError(reason=str(errors[0].get("msg", "")))
+    first = min(errors, key=lambda err: [str(p) for p in err.get("loc", ()) if not isinstance(p, int)])
     loc = [str(p) for p in first.get("loc", ()) if not isinstance(p, int)]
     field = ".".join(loc) if loc else "body"
     if first["type"] == "missing":

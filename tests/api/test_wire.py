@@ -142,3 +142,19 @@ def test_specs_are_listed_and_served(anon: Api) -> None:
     assert swagger["basePath"] == CLIENT
     assert "/authenticate" in swagger["paths"]
     assert anon.client.simulate_get(MGMT + "/specs/nope").status_code == 404
+
+
+def test_a_body_missing_several_fields_names_the_first_by_name(api: Api) -> None:
+    """OpenZiti's models check properties in name order: the cause is the first missing by name."""
+    identity = api.create("/identities", {"name": "order-check", "type": "Device", "isAdmin": False})
+    for path, field in (
+        (f"/identities/{identity}", "isAdmin"),  # isAdmin, name, type
+        ("/identities", "isAdmin"),
+        ("/configs", "configTypeId"),  # configTypeId, data, name
+        ("/terminators", "address"),  # address, router, service
+    ):
+        result = api.put(path, json={}) if "/identities/" in path else api.post(path, json={})
+
+        assert result.status_code == 400, (path, result.text)
+        assert result.json["error"]["code"] == "COULD_NOT_VALIDATE"
+        assert result.json["error"]["cause"]["field"] == field, (path, result.json)
