@@ -374,6 +374,11 @@ class AccessManager:
                     out[service_id] = NO_GRANT
         return out
 
+    def posture_gated_services(self) -> list[str]:
+        """The services whose sessions posture can end (:meth:`PolicyGraph.posture_gated_services`)."""
+        with self._lock:
+            return self._graph.posture_gated_services()
+
     def has_posture_checks(self) -> bool:
         """Whether any posture check exists (none: posture is not evaluated at all, §6)."""
         with self._lock:

@@ -252,9 +252,15 @@ class SessionManager(EntityManager[Session]):
         """
         if not self.access.has_posture_checks():
             return 0
+        # Only the sessions of services a policy with checks selects: every other session passes
+        # whatever the time. Evaluating every session cost ~10 µs each, holding the GIL, every
+        # 5 s: 120 ms at 12k sessions on an idle server, 90-930 ms on a loaded one, the event
+        # loop getting the GIL back only between the sweep's switch intervals.
+        store = self.env.store
         doomed = [
             s
-            for s in self.env.store.all(Session)
+            for service_id in self.access.posture_gated_services()
+            for s in store.find_by(Session, "service_id", service_id)
             if not self.posture.evaluate(s.identity_id, s.api_session_id, s.service_id, s.type).passed
         ]
         self._end(doomed)

@@ -585,6 +585,19 @@ class PolicyGraph:
             result[cast(str, ids[policy])] = tuple(self._entity_ids(side.table, side.member_bits(policy)))
         return dict(sorted(result.items()))
 
+    def posture_gated_services(self) -> list[str]:
+        """The services some service policy with posture checks selects (either type). A session
+        on any other service is granted only by policies without checks, which pass (§6): posture
+        can end only sessions on these."""
+        side = self._sp_posture
+        gated = side.all_policies if side.table.all_bits else 0
+        for policy, members in enumerate(side.members):
+            if members:
+                gated |= 1 << policy
+        if not gated:
+            return []
+        return self._entity_ids(self._services, self._sp_service.union_of_members(gated))
+
     def posture_policies(self, identity_id: str, service_id: str) -> dict[str, tuple[str, tuple[str, ...]]]:
         """Per service policy of either type granting the pair: its type and its posture check
         ids (:meth:`posture_checks_for` of Dial and Bind in one pass), in policy id order."""

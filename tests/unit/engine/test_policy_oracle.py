@@ -178,6 +178,13 @@ def check_all(graph: PolicyGraph, oracle: Oracle) -> None:
         assert graph.edge_routers_for_service(service) == sorted(
             oracle.linked(SERVICE_EDGE_ROUTER_POLICY, SERVICE, service, EDGE_ROUTER)
         )
+    gated = {
+        service
+        for p in oracle.policies[SERVICE_POLICY]
+        if oracle.members(SERVICE_POLICY, p, POSTURE_CHECK)
+        for service in oracle.members(SERVICE_POLICY, p, SERVICE)
+    }
+    assert graph.posture_gated_services() == sorted(gated)
     for router in ents[EDGE_ROUTER]:
         assert graph.identities_for_edge_router(router) == sorted(
             oracle.linked(EDGE_ROUTER_POLICY, EDGE_ROUTER, router, IDENTITY)
