@@ -294,4 +294,10 @@ def list_response(
 def list_strings(req: falcon.Request, resp: falcon.Response, values: Sequence[str]) -> None:
     """A paged list of plain strings (the role-attribute lists), filterable on ``id``."""
     symbols = SymbolTable({"id": Symbol(SymbolType.STRING, lambda v: v)})
-    list_response(req, resp, sorted(values), symbols, lambda v: v)
+    params = list_params(req, symbols)
+    if params.limit is None and params.query.limit is None:
+        # every attribute unless a limit is asked, as OpenZiti answers (its page limit: the
+        # largest int64): an attribute picker must not see only the first page
+        params = ListParams(params.query, -1, params.offset)
+    rows, meta = page(req, sorted(values), symbols, params)
+    ok(resp, rows, meta)

@@ -374,3 +374,19 @@ def test_service_with_configs_survives_a_restart(app: Any, api: Api, settings: A
     assert after["configs"] == [intercept]
     [row] = [s for s in listed if s["id"] == id]
     assert row["config"] == {"intercept.v1": INTERCEPT}
+
+
+def test_role_attributes_are_listed_whole_unless_a_limit_is_asked(api: Api) -> None:
+    """OpenZiti pages role-attribute lists only when asked (its default limit: the largest int64)."""
+    attributes = [f"many-{i:02d}" for i in range(14)]
+    api.create(
+        "/services", {"name": "many-attributes", "encryptionRequired": True, "roleAttributes": attributes}
+    )
+
+    whole = api.get("/service-role-attributes", params={"filter": 'id contains "many-"'})
+    paged = api.get("/service-role-attributes", params={"filter": 'id contains "many-"', "limit": "5"})
+
+    assert whole.json["data"] == attributes
+    assert whole.json["meta"]["pagination"]["limit"] == 9223372036854775807
+    assert paged.json["data"] == attributes[:5]
+    assert paged.json["meta"]["pagination"]["totalCount"] == 14
