@@ -11,7 +11,7 @@ import falcon
 from api.http import LOOP_READS, empty, list_response, ok, read_model
 from api.middleware import SESSION
 from api.routing import Routes
-from api.schemas.sessions import SYMBOLS, SessionCreate, render_session
+from api.schemas.sessions import SYMBOLS, SessionCreate, render_created_session, render_session
 from engine.managers.sessions import SessionManager
 
 
@@ -30,7 +30,7 @@ class SessionCollection:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = read_model(req, SessionCreate)
         opened = self.manager.open(req.context.session, body.service_id, body.type, body.tags)
-        ok(resp, render_session(opened))
+        ok(resp, render_created_session(opened))
         resp.status = falcon.HTTP_201
 
 

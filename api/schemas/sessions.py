@@ -37,6 +37,14 @@ class SessionCreate(WireModel):
     tags: Tags = None
 
 
+def render_created_session(view: SessionView) -> dict[str, Any]:
+    """``sessionDetail``, what creating a session answers: the session without the policies that
+    granted it (OpenZiti's create answer is not the management detail)."""
+    out = render_session(view)
+    del out["servicePolicies"]
+    return out
+
+
 def render_session(view: SessionView) -> dict[str, Any]:
     """``sessionManagementDetail``: the session, its routers and the policies that granted it."""
     session: Session = view.session

@@ -102,7 +102,8 @@ def test_a_passing_posture_response_opens_the_session(api: Api) -> None:
     assert answer.status_code == 201
     assert answer.json["data"] == {"services": []}
     assert dialed.status_code == 201, dialed.text
-    assert [p["id"] for p in dialed.json["data"]["servicePolicies"]] == [g.dial_policy]
+    session = api.get(f"/sessions/{dialed.json['data']['id']}").json["data"]
+    assert [p["id"] for p in session["servicePolicies"]] == [g.dial_policy]
     assert bound.status_code == 201, bound.text
 
 
