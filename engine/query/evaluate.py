@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -63,8 +63,22 @@ class Symbol:
     related_getter: Callable[[Any], Iterable[Any]] | None = None
 
 
+def _is_system(item: Any) -> bool:
+    return getattr(item, "is_system", False) is True
+
+
+#: The symbol a table of stored entities has unless it names its own ``isSystem``.
+IS_SYSTEM = Symbol(SymbolType.BOOL, _is_system)
+
+
 class SymbolTable:
-    """Named symbols of one entity type; ``tags.<key>`` resolves through ``tags_getter``."""
+    """Named symbols of one entity type; ``tags.<key>`` resolves through ``tags_getter``.
+
+    A table with a ``tags_getter`` is one of stored entities, and has OpenZiti's symbols of every
+    stored entity: ``tags`` is listed among its names (though only ``tags.<key>`` may be filtered
+    on, as OpenZiti answers an unknown symbol for ``tags`` alone) and ``isSystem`` is the item's
+    ``is_system``, false for a kind that has none (unless ``symbols`` names its own).
+    """
 
     def __init__(
         self,
@@ -74,10 +88,14 @@ class SymbolTable:
     ) -> None:
         self._symbols = dict(symbols)
         self._tags_getter = tags_getter
+        if tags_getter is not None:
+            self._symbols.setdefault("isSystem", IS_SYSTEM)
+        listed = [*self._symbols, "tags"] if tags_getter is not None else list(self._symbols)
+        self._names = sorted(set(listed))
 
     def names(self) -> list[str]:
         """Public filterable field names, sorted (``meta.filterableFields``)."""
-        return sorted(self._symbols)
+        return list(self._names)
 
     def resolve(self, name: str, pos: Pos = Pos(1, 0)) -> Symbol:
         """The symbol called ``name``; raises :class:`InvalidFilterError` when there is none."""
@@ -232,10 +250,12 @@ def _elements(target: ql.SetExpr, table: SymbolTable, func: str) -> Callable[[An
 
 
 def _count(values: Iterable[Any]) -> int:
-    return len(values) if isinstance(values, (list, tuple, set, frozenset, dict)) else sum(1 for _ in values)
+    return len(values) if isinstance(values, Sized) else sum(1 for _ in values)
 
 
 def _is_empty(values: Iterable[Any]) -> bool:
+    if isinstance(values, Sized):  # a set read from elsewhere (a policy's members) counts cheaply
+        return len(values) == 0
     return next(iter(values), _SENTINEL) is _SENTINEL
 
 
@@ -259,7 +279,14 @@ def _holds_string(node: ql.Compare | ql.InList | ql.Between) -> Callable[[Iterab
         return lambda values: expected in values
     if isinstance(node, ql.InList) and node.values[0].kind is ValueKind.STRING:
         wanted = frozenset(lit.value for lit in node.values)
-        return lambda values: not wanted.isdisjoint(values)
+
+        def holds_any(values: Iterable[Any]) -> bool:
+            if isinstance(values, Container) and not isinstance(values, (list, tuple)):
+                # a set read from elsewhere (a policy's members): a few membership tests
+                return any(value in values for value in wanted)
+            return not wanted.isdisjoint(values)
+
+        return holds_any
     return None
 
 

@@ -194,7 +194,17 @@ def test_list_filters_on_is_system_and_roles(api: Api, app: Any) -> None:
     assert [p["id"] for p in system["data"]] == ["sys1"]
     assert [p["name"] for p in roles] == ["mine"]
     assert system["meta"]["filterableFields"] == sorted(
-        ["id", "name", "semantic", "identityRoles", "edgeRouterRoles", "isSystem", "createdAt", "updatedAt"]
+        [
+            "id",
+            "name",
+            "semantic",
+            "identityRoles",
+            "edgeRouterRoles",
+            "isSystem",
+            "createdAt",
+            "updatedAt",
+            "tags",
+        ]
     )
 
 

@@ -107,5 +107,15 @@ def test_list_filters_and_pages(api: Api) -> None:
     assert paged["meta"]["pagination"]["totalCount"] == 3
     assert len(paged["data"]) == 1
     assert paged["meta"]["filterableFields"] == sorted(
-        ["id", "name", "semantic", "serviceRoles", "edgeRouterRoles", "createdAt", "updatedAt"]
+        [
+            "id",
+            "name",
+            "semantic",
+            "serviceRoles",
+            "edgeRouterRoles",
+            "createdAt",
+            "updatedAt",
+            "isSystem",
+            "tags",
+        ]
     )

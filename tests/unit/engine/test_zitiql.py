@@ -529,10 +529,66 @@ def test_paging_defaults_and_clauses() -> None:
 
 
 def test_symbol_table_names_and_resolve() -> None:
-    assert TABLE.names() == sorted(["id", "name", "age", "score", "admin", "created", "roles", "friends"])
+    fields = ["id", "name", "age", "score", "admin", "created", "roles", "friends", "isSystem", "tags"]
+    assert TABLE.names() == sorted(fields)
     assert TABLE.resolve("tags.anything").type is SymbolType.ANY
     with pytest.raises(InvalidFilterError, match=r"no such symbol: tags\.x"):
         SymbolTable({}).resolve("tags.x")
+
+
+def test_a_table_of_tagged_entities_has_is_system_and_lists_tags() -> None:
+    """OpenZiti's symbols of every stored entity: ``isSystem`` (false for a kind without
+    ``is_system``) and ``tags``, listed, though only ``tags.<key>`` is filterable."""
+    system = Item("s", "sys", tags={})
+    system.is_system = True  # type: ignore[attr-defined]
+
+    assert ids("isSystem = false", [ALICE, system]) == ["a"]
+    assert ids("isSystem", [ALICE, system]) == ["s"]
+    assert ids("isSystem = true sort by isSystem", ITEMS) == []
+    with pytest.raises(InvalidFilterError, match="no such symbol: tags"):
+        compile_query('tags = "x"', TABLE)
+    assert SymbolTable({"id": Symbol(SymbolType.STRING, attrgetter("id"))}).names() == ["id"]
+
+
+def test_a_tables_own_is_system_wins() -> None:
+    table = SymbolTable({"isSystem": Symbol(SymbolType.BOOL, lambda i: True)}, tags_getter=attrgetter("tags"))
+
+    assert table.names() == ["isSystem", "tags"]
+    assert compile_query("isSystem", table).predicate(ALICE) is True
+
+
+class _Counted:
+    """A set that counts how often it was iterated (a policy's members, read when used)."""
+
+    def __init__(self, values: list[str]) -> None:
+        self.values = values
+        self.iterated = 0
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self) -> Any:
+        self.iterated += 1
+        return iter(self.values)
+
+
+def test_a_sized_set_is_counted_and_tested_without_iterating_it() -> None:
+    members = _Counted(["x", "y"])
+    table = SymbolTable({"members": Symbol(SymbolType.STRING, lambda _: members, is_set=True)})
+
+    for text, expected in [
+        ('anyOf(members) = "x"', True),
+        ('anyOf(members) in ["q", "y"]', True),
+        ('anyOf(members) = "z"', False),
+        ("count(members) = 2", True),
+        ("isEmpty(members)", False),
+    ]:
+        assert compile_query(text, table).predicate(ALICE) is expected, text
+    assert members.iterated == 0
+    assert compile_query('allOf(members) != "z"', table).predicate(ALICE) is True
 
 
 # --- property tests ---------------------------------------------------------------------------
