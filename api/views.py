@@ -32,10 +32,10 @@ from api.schemas.identities import identity_form, identity_symbols, render_ident
 from api.schemas.policies import (
     EDGE_ROUTER_POLICY_SYMBOLS,
     SERVICE_EDGE_ROUTER_POLICY_SYMBOLS,
-    SERVICE_POLICY_SYMBOLS,
     render_edge_router_policy,
     render_service_edge_router_policy,
     render_service_policy,
+    service_policy_symbols,
 )
 from api.schemas.posture import render_policy_posture, render_posture_queries
 from api.schemas.posture_checks import POSTURE_CHECK_SYMBOLS, render_posture_check
@@ -304,7 +304,7 @@ class Views:
         self.routers: View[Router] = View(Router, ROUTER_SYMBOLS, lambda e: render_router(ctrl, e))
         self.service_policies: View[ServicePolicy] = View(
             ServicePolicy,
-            SERVICE_POLICY_SYMBOLS,
+            service_policy_symbols(access, identities=self.identities.symbols, services=SERVICE_SYMBOLS),
             lambda e: render_service_policy(ctrl, e),
             tuple(members(ServicePolicy, k, lenient=True) for k in (Identity, Service, PostureCheck)),
         )

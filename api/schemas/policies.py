@@ -19,6 +19,7 @@ from engine.entities.posture import PostureCheck
 from engine.entities.routers import EdgeRouter
 from engine.entities.services import Service
 from engine.managers._base import EntityManager
+from engine.managers.access import AccessManager
 from engine.query import Symbol, SymbolTable, SymbolType
 from engine.roles import named_roles
 
@@ -107,20 +108,43 @@ class ServiceEdgeRouterPolicyPatch(_PolicyBody):
 
 
 # -- filterable fields ----------------------------------------------------------------------------
-SERVICE_POLICY_SYMBOLS = SymbolTable(
-    {
-        "id": Symbol(SymbolType.STRING, lambda p: p.id),
-        "name": Symbol(SymbolType.STRING, lambda p: p.name),
-        "semantic": Symbol(SymbolType.STRING, lambda p: p.semantic),
-        "type": Symbol(SymbolType.STRING, lambda p: p.type),
-        "identityRoles": Symbol(SymbolType.STRING, lambda p: p.identity_roles, is_set=True),
-        "serviceRoles": Symbol(SymbolType.STRING, lambda p: p.service_roles, is_set=True),
-        "postureCheckRoles": Symbol(SymbolType.STRING, lambda p: p.posture_check_roles, is_set=True),
-        "createdAt": Symbol(SymbolType.DATETIME, lambda p: p.created_at),
-        "updatedAt": Symbol(SymbolType.DATETIME, lambda p: p.updated_at),
-    },
-    tags_getter=lambda p: p.tags,
-)
+def _members(access: AccessManager, kind: type[Entity], table: SymbolTable) -> Symbol:
+    """The ids of the entities of ``kind`` a service policy selects; a subquery (``from
+    identities where ...``) filters the entities themselves with ``table``."""
+    return Symbol(
+        SymbolType.STRING,
+        lambda p: access.member_ids(ServicePolicy, p.id, kind),
+        is_set=True,
+        related=table,
+        related_getter=lambda p: access.load(kind, list(access.member_ids(ServicePolicy, p.id, kind))),
+    )
+
+
+def service_policy_symbols(
+    access: AccessManager, *, identities: SymbolTable, services: SymbolTable
+) -> SymbolTable:
+    """The filterable fields of service policies. ``identities`` and ``services`` are the ids of
+    the identities and services the policy selects now (its roles resolved, as
+    ``/service-policies/{id}/identities`` lists them): ``anyOf(identities) = "<id>"``, or with
+    a subquery on those kinds' own fields (their tables given), ``isEmpty(from identities where
+    name = "x")``."""
+    return SymbolTable(
+        {
+            "id": Symbol(SymbolType.STRING, lambda p: p.id),
+            "name": Symbol(SymbolType.STRING, lambda p: p.name),
+            "semantic": Symbol(SymbolType.STRING, lambda p: p.semantic),
+            "type": Symbol(SymbolType.STRING, lambda p: p.type),
+            "identityRoles": Symbol(SymbolType.STRING, lambda p: p.identity_roles, is_set=True),
+            "serviceRoles": Symbol(SymbolType.STRING, lambda p: p.service_roles, is_set=True),
+            "postureCheckRoles": Symbol(SymbolType.STRING, lambda p: p.posture_check_roles, is_set=True),
+            "identities": _members(access, Identity, identities),
+            "services": _members(access, Service, services),
+            "createdAt": Symbol(SymbolType.DATETIME, lambda p: p.created_at),
+            "updatedAt": Symbol(SymbolType.DATETIME, lambda p: p.updated_at),
+        },
+        tags_getter=lambda p: p.tags,
+    )
+
 
 EDGE_ROUTER_POLICY_SYMBOLS = SymbolTable(
     {

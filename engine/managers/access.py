@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -157,6 +157,42 @@ class AdviceResult:
     common_router_ids: tuple[str, ...]
 
 
+class PolicyMembers(Collection[str]):
+    """The entity ids one side of one policy selects, read from the live graph on each use:
+    ``in`` is one bit test, ``len`` a bit count, and iterating lists the ids, sorted. A policy
+    or entity the graph does not know (one deleted meanwhile) selects nothing."""
+
+    __slots__ = ("_access", "_entity_kind", "_policy_id", "_policy_kind")
+
+    def __init__(
+        self, access: AccessManager, policy_kind: PolicyKind, policy_id: str, entity_kind: EntityKind
+    ) -> None:
+        self._access = access
+        self._policy_kind = policy_kind
+        self._policy_id = policy_id
+        self._entity_kind = entity_kind
+
+    def __contains__(self, entity_id: object) -> bool:
+        if not isinstance(entity_id, str):
+            return False
+        with self._access._lock:
+            graph = self._access._graph
+            return graph.policy_selects(self._policy_kind, self._policy_id, self._entity_kind, entity_id)
+
+    def __len__(self) -> int:
+        with self._access._lock:
+            return self._access._graph.policy_member_count(
+                self._policy_kind, self._policy_id, self._entity_kind
+            )
+
+    def __iter__(self) -> Iterator[str]:
+        with self._access._lock:
+            graph = self._access._graph
+            if not graph.has_policy(self._policy_kind, self._policy_id):
+                return iter(())
+            return iter(graph.policy_members(self._policy_kind, self._policy_id, self._entity_kind))
+
+
 class AccessManager:
     """Reachability, provenance and advice over the live graph, answered with entities.
 
@@ -221,6 +257,10 @@ class AccessManager:
     # -- helpers -------------------------------------------------------------------------------
     def _load(self, kind: type[E], ids: Sequence[str]) -> list[E]:
         return [e for e in (self.store.get(kind, i) for i in ids) if e is not None]
+
+    def load(self, kind: type[E], ids: Sequence[str]) -> list[E]:
+        """The entities of ``kind`` and ``ids`` that exist, in that order."""
+        return self._load(kind, ids)
 
     def _require(self, kind: type[E], id: str) -> E:
         entity = self.store.get(kind, id)
@@ -291,6 +331,16 @@ class AccessManager:
                 POLICY_KINDS[policy_kind.ENTITY][0], policy_id, ENTITY_KINDS[member_kind.ENTITY][0]
             )
         return self._load(member_kind, ids)
+
+    def member_ids(
+        self, policy_kind: type[Entity], policy_id: str, member_kind: type[Entity]
+    ) -> PolicyMembers:
+        """The ids of the entities of ``member_kind`` a policy's roles select, asked of the graph
+        only when used (a filter's ``anyOf(identities) = "x"`` over every policy tests one bit
+        per policy instead of listing each one's members)."""
+        return PolicyMembers(
+            self, POLICY_KINDS[policy_kind.ENTITY][0], policy_id, ENTITY_KINDS[member_kind.ENTITY][0]
+        )
 
     # -- lists ---------------------------------------------------------------------------------
     def role_filter(self, kind: type[Entity], roles: Sequence[str], semantic: str) -> set[str]:

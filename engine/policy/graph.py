@@ -535,6 +535,25 @@ class PolicyGraph:
         side = self._side(policy_kind, entity_kind)
         return self._entity_ids(side.table, side.member_bits(self._policy_slot(policy_kind, policy_id)))
 
+    def policy_selects(
+        self, policy_kind: PolicyKind, policy_id: str, entity_kind: EntityKind, entity_id: str
+    ) -> bool:
+        """Whether the policy's side selects the entity (one bit test; False when either is
+        unknown)."""
+        side = self._side(policy_kind, entity_kind)
+        policy = self._policy_table(policy_kind).slot_of.get(policy_id)
+        entity = side.table.slot_of.get(entity_id)
+        if policy is None or entity is None:
+            return False
+        return bool((side.member_bits(policy) >> entity) & 1)
+
+    def policy_member_count(self, policy_kind: PolicyKind, policy_id: str, entity_kind: EntityKind) -> int:
+        """How many entities :meth:`policy_members` names, without listing them (0 for an
+        unknown policy)."""
+        side = self._side(policy_kind, entity_kind)
+        policy = self._policy_table(policy_kind).slot_of.get(policy_id)
+        return 0 if policy is None else side.member_bits(policy).bit_count()
+
     def _pair_policies(self, identity_id: str, service_id: str) -> int:
         return self._identity_cache.get(identity_id)[1] & self._service_cache.get(service_id)[1]
 

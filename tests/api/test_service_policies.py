@@ -375,8 +375,12 @@ def test_list_filters_and_pages(api: Api) -> None:
             "identityRoles",
             "serviceRoles",
             "postureCheckRoles",
+            "identities",
+            "services",
             "createdAt",
             "updatedAt",
+            "isSystem",
+            "tags",
         ]
     )
 
