@@ -88,11 +88,15 @@ def current_identity_edge_router_symbols(fleet: Fleet) -> SymbolTable:
     """What the client lists of edge routers filter and sort on: only fields their entries show
     (a filter on a hidden field, such as the routers' ``roleAttributes``, would read the hidden
     value one guess at a time; any other symbol is refused as unknown, 400 ``INVALID_FILTER``).
-    ``/current-identity/edge-routers`` shows the base entity fields too."""
+    ``/current-identity/edge-routers`` shows the base entity fields too, and filters on
+    OpenZiti's ``connected`` and ``online`` (the shown ``isOnline`` under its other names)."""
+    common = _common_symbols(fleet)
     return SymbolTable(
         {
             "id": Symbol(SymbolType.STRING, lambda r: r.id),
-            **_common_symbols(fleet),
+            **common,
+            "connected": common["isOnline"],
+            "online": common["isOnline"],
             "createdAt": Symbol(SymbolType.DATETIME, lambda r: r.created_at),
             "updatedAt": Symbol(SymbolType.DATETIME, lambda r: r.updated_at),
         },

@@ -162,13 +162,17 @@ def render_router(ctrl: Controller, router: Router) -> dict[str, Any]:
 
 
 def edge_router_symbols(fleet: Fleet) -> SymbolTable:
-    """The filterable fields of edge routers; ``isOnline`` asks the fleet."""
+    """The filterable fields of edge routers; ``isOnline`` asks the fleet, and so do OpenZiti's
+    ``connected`` and ``online`` (true while the control connection is up, as ``isOnline``)."""
+    online = Symbol(SymbolType.BOOL, lambda r: fleet.is_online(r.id))
     return SymbolTable(
         {
             "id": Symbol(SymbolType.STRING, lambda r: r.id),
             "name": Symbol(SymbolType.STRING, lambda r: r.name),
             "roleAttributes": Symbol(SymbolType.STRING, lambda r: r.role_attributes, is_set=True),
-            "isOnline": Symbol(SymbolType.BOOL, lambda r: fleet.is_online(r.id)),
+            "isOnline": online,
+            "connected": online,
+            "online": online,
             "isVerified": Symbol(SymbolType.BOOL, lambda r: r.is_verified),
             "isTunnelerEnabled": Symbol(SymbolType.BOOL, lambda r: r.is_tunneler_enabled),
             "cost": Symbol(SymbolType.NUMBER, lambda r: r.cost),
