@@ -115,12 +115,45 @@ def render_auth_policy(policy: AuthPolicy) -> dict[str, Any]:
     return out
 
 
+def _field(stype: SymbolType, path: str) -> Symbol:
+    """The policy's field at ``path`` (``primary.updb.maxAttempts``), None where it has none."""
+    head, *keys = path.split(".")
+
+    def get(policy: AuthPolicy) -> Any:
+        value: Any = policy.primary if head == "primary" else policy.secondary
+        for key in keys:
+            if not isinstance(value, dict):
+                return None
+            value = value.get(key)
+        return value
+
+    return Symbol(stype, get)
+
+
+#: OpenZiti's auth policy symbols, typed as the fields are: its store declares
+#: ``primary.updb.maxAttempts`` a bool and ``primary.updb.requireNumberChar`` a number, so that no
+#: comparison with either's real values is accepted there.
+_POLICY_FIELDS = {
+    "primary.cert.allowed": SymbolType.BOOL,
+    "primary.cert.allowExpiredCerts": SymbolType.BOOL,
+    "primary.extJwt.allowed": SymbolType.BOOL,
+    "primary.updb.allowed": SymbolType.BOOL,
+    "primary.updb.maxAttempts": SymbolType.NUMBER,
+    "primary.updb.minPasswordLength": SymbolType.NUMBER,
+    "primary.updb.requireMixedCase": SymbolType.BOOL,
+    "primary.updb.requireNumberChar": SymbolType.BOOL,
+    "primary.updb.requireSpecialChar": SymbolType.BOOL,
+    "secondary.requireExtJwtSigner": SymbolType.STRING,
+    "secondary.requireTotp": SymbolType.BOOL,
+}
+
 AUTH_POLICY_SYMBOLS = SymbolTable(
     {
         "id": Symbol(SymbolType.STRING, lambda e: e.id),
         "name": Symbol(SymbolType.STRING, lambda e: e.name),
         "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
         "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
+        **{path: _field(stype, path) for path, stype in _POLICY_FIELDS.items()},
     },
     tags_getter=lambda e: e.tags,
 )

@@ -115,6 +115,7 @@ EXTERNAL_JWT_SIGNER_SYMBOLS = SymbolTable(
         "useExternalId": Symbol(SymbolType.BOOL, lambda e: e.use_external_id),
         "clientId": Symbol(SymbolType.STRING, lambda e: e.client_id),
         "targetToken": Symbol(SymbolType.STRING, lambda e: e.target_token),
+        "scopes": Symbol(SymbolType.STRING, lambda e: e.scopes, is_set=True),
         "notAfter": Symbol(SymbolType.DATETIME, lambda e: e.not_after),
         "notBefore": Symbol(SymbolType.DATETIME, lambda e: e.not_before),
     },
@@ -123,6 +124,8 @@ EXTERNAL_JWT_SIGNER_SYMBOLS = SymbolTable(
 
 
 def client_external_jwt_signer_symbols() -> SymbolTable:
+    """What the client list of signers filters on: the fields its entries show (OpenZiti's
+    ``scopes`` and ``targetToken`` among them), none of the hidden ones."""
     string, when = SymbolType.STRING, SymbolType.DATETIME
     return SymbolTable(
         {
@@ -133,6 +136,8 @@ def client_external_jwt_signer_symbols() -> SymbolTable:
             "externalAuthUrl": Symbol(string, lambda s: s.external_auth_url),
             "clientId": Symbol(string, lambda s: s.client_id),
             "audience": Symbol(string, lambda s: s.audience),
+            "scopes": Symbol(string, lambda s: s.scopes, is_set=True),
+            "targetToken": Symbol(string, lambda s: s.target_token),
         },
         tags_getter=lambda s: s.tags,
     )

@@ -253,12 +253,25 @@ def render_posture_check_type(check_type: PostureCheckType) -> dict[str, Any]:
     return out
 
 
+def _mfa_flag(field: str) -> Symbol:
+    """An MFA check's ``promptOnUnlock`` / ``promptOnWake`` (false when never set), null for a
+    check of another type: OpenZiti keeps them only on MFA checks (its ``= null`` matches the
+    others)."""
+
+    def get(check: PostureCheck) -> bool | None:
+        return check.details.get(field) is True if check.type_id == MFA else None
+
+    return Symbol(SymbolType.BOOL, get)
+
+
 POSTURE_CHECK_SYMBOLS = SymbolTable(
     {
         "id": Symbol(SymbolType.STRING, lambda e: e.id),
         "name": Symbol(SymbolType.STRING, lambda e: e.name),
         "typeId": Symbol(SymbolType.STRING, lambda e: e.type_id),
         "roleAttributes": Symbol(SymbolType.STRING, lambda e: e.role_attributes, is_set=True),
+        "promptOnUnlock": _mfa_flag("promptOnUnlock"),
+        "promptOnWake": _mfa_flag("promptOnWake"),
         "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
         "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
     },
