@@ -107,7 +107,11 @@ class CurrentIdentityResource:
         ok(resp, render_identity(self.ctrl, req.context.identity))
 
 
-def api_session_symbols() -> SymbolTable:
+def api_session_symbols(sessions: ApiSessionManager) -> SymbolTable:
+    """The filterable fields of API sessions: OpenZiti's (``authenticator``, ``lastActivityAt``:
+    the activity the list shows, cached or stored) and the wire names ``identityId`` and
+    ``authenticatorId``. Not OpenZiti's ``token``: only its hash is kept."""
+    authenticator = Symbol(SymbolType.STRING, lambda s: s.authenticator_id)
     return SymbolTable(
         {
             "id": Symbol(SymbolType.STRING, lambda s: s.id),
@@ -116,7 +120,9 @@ def api_session_symbols() -> SymbolTable:
             "identity": Symbol(SymbolType.STRING, lambda s: s.identity_id),
             "identityId": Symbol(SymbolType.STRING, lambda s: s.identity_id),
             "ipAddress": Symbol(SymbolType.STRING, lambda s: s.ip_address),
-            "authenticatorId": Symbol(SymbolType.STRING, lambda s: s.authenticator_id),
+            "authenticator": authenticator,
+            "authenticatorId": authenticator,
+            "lastActivityAt": Symbol(SymbolType.DATETIME, sessions.last_activity),
         },
         tags_getter=lambda s: s.tags,
     )
@@ -134,7 +140,7 @@ def register(routes: Routes) -> None:
         entity="api-sessions",
         manager=sessions,
         render=lambda s: render_api_session(ctrl, s),
-        symbols=api_session_symbols(),
+        symbols=api_session_symbols(sessions),
         list_items=lambda req: sessions.active(),
         auth=ADMIN,
     )

@@ -107,10 +107,13 @@ class CurrentAuthenticators:
 
 
 def session_certificate_symbols() -> SymbolTable:
+    """The filterable fields of the current API session's certificates; ``apiSession`` (OpenZiti's)
+    is the caller's own session, whose id ``/current-api-session`` shows."""
     string, when = SymbolType.STRING, SymbolType.DATETIME
     return SymbolTable(
         {
             "id": Symbol(string, lambda c: c.id),
+            "apiSession": Symbol(string, lambda c: c.api_session_id),
             "createdAt": Symbol(when, lambda c: c.created_at),
             "updatedAt": Symbol(when, lambda c: c.updated_at),
             "subject": Symbol(string, lambda c: c.subject),

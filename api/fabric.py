@@ -233,7 +233,7 @@ def register(routes: Routes) -> None:
     def service_terminators(service_id: str) -> Iterable[Any]:
         return terminators.of_service(service_id)
 
-    t_symbols = terminator_symbols(terminators)
+    t_symbols = terminator_symbols(terminators, controller_id=routes.ctrl.instance_id)
     r_symbols = router_symbols(fleet)
 
     routes.fabric("/routers", FabricCollection("routers", all_routers, r_symbols, show_router))

@@ -48,6 +48,7 @@ SYMBOLS = SymbolTable(
         "name": Symbol(SymbolType.STRING, lambda e: e.name),
         "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
         "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
+        "certPem": Symbol(SymbolType.STRING, lambda e: e.cert_pem),
         "ctrlAddress": Symbol(SymbolType.STRING, lambda e: e.ctrl_address),
         "fingerprint": Symbol(SymbolType.STRING, lambda e: e.fingerprint),
         "isOnline": Symbol(SymbolType.BOOL, lambda e: e.is_online),

@@ -64,7 +64,7 @@ class ServiceTerminators:
 
 def register(routes: Routes) -> None:
     manager = routes.managers.terminators
-    symbols = terminator_symbols(manager)
+    symbols = terminator_symbols(manager, controller_id=routes.ctrl.instance_id)
     mount(
         routes,
         Family(
@@ -79,5 +79,6 @@ def register(routes: Routes) -> None:
         ),
     )
     routes.management("/services/{id}/terminators", ServiceTerminators(manager, symbols, client=False))
-    client_symbols = client_terminator_symbols(manager)  # only the fields the client detail shows
+    # only the fields the client detail shows
+    client_symbols = client_terminator_symbols(manager, controller_id=routes.ctrl.instance_id)
     routes.client("/services/{id}/terminators", ServiceTerminators(manager, client_symbols, client=True))

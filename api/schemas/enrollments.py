@@ -80,8 +80,15 @@ def render_enrollment(ctrl: Controller, enrollment: Enrollment) -> dict[str, Any
     return out
 
 
+def _no_router(enrollment: Enrollment) -> None:
+    return None
+
+
 def enrollment_symbols() -> SymbolTable:
-    """The filterable fields of enrollments (OpenZiti's store symbols plus wire-name aliases)."""
+    """The filterable fields of enrollments (OpenZiti's store symbols plus wire-name aliases).
+    ``edgeRouter`` and ``transitRouter`` are null, as their detail shows: the enrollments listed
+    here are identities' (a router's own enrollment is kept on the router), and OpenZiti's are
+    null too on an identity's enrollment."""
     string, when = SymbolType.STRING, SymbolType.DATETIME
     return SymbolTable(
         {
@@ -96,6 +103,8 @@ def enrollment_symbols() -> SymbolTable:
             "ca": Symbol(string, lambda e: e.ca_id),
             "caId": Symbol(string, lambda e: e.ca_id),
             "username": Symbol(string, lambda e: e.username),
+            "edgeRouter": Symbol(string, _no_router),
+            "transitRouter": Symbol(string, _no_router),
         },
         tags_getter=lambda e: e.tags,
     )

@@ -139,7 +139,13 @@ def render_client_terminator(
     return out
 
 
-def _terminator_symbols(terminators: TerminatorManager) -> dict[str, Symbol]:
+def _terminator_symbols(terminators: TerminatorManager, controller_id: str) -> dict[str, Symbol]:
+    def source_ctrl(terminator: Terminator) -> str:
+        """OpenZiti's ``sourceCtrl``: the controller that made it from a router's request (an
+        SDK's bind, a router's hosting: those name their hosting identity), "" for an
+        administrator's."""
+        return controller_id if terminator.identity else ""
+
     def service_name(terminator: Terminator) -> str | None:
         service = terminators.service_of(terminator)
         return service.name if service is not None else None
@@ -161,22 +167,26 @@ def _terminator_symbols(terminators: TerminatorManager) -> dict[str, Symbol]:
         "cost": Symbol(SymbolType.NUMBER, lambda t: t.cost),
         "precedence": Symbol(SymbolType.STRING, lambda t: t.precedence),
         "hostId": Symbol(SymbolType.STRING, lambda t: t.host_id),
+        "sourceCtrl": Symbol(SymbolType.STRING, source_ctrl),
         "createdAt": Symbol(SymbolType.DATETIME, lambda t: t.created_at),
         "updatedAt": Symbol(SymbolType.DATETIME, lambda t: t.updated_at),
     }
 
 
-def terminator_symbols(terminators: TerminatorManager) -> SymbolTable:
+def terminator_symbols(terminators: TerminatorManager, *, controller_id: str) -> SymbolTable:
     """Filterable terminator fields (OpenZiti's terminator store symbols; ``service`` and
-    ``router`` are ids, ``service.name`` and ``router.name`` the referenced names)."""
-    return SymbolTable(_terminator_symbols(terminators), tags_getter=lambda t: t.tags)
+    ``router`` are ids, ``service.name`` and ``router.name`` the referenced names, ``sourceCtrl``
+    ``controller_id`` or "")."""
+    return SymbolTable(_terminator_symbols(terminators, controller_id), tags_getter=lambda t: t.tags)
 
 
 #: What the client's limited detail shows, so all a client may filter and sort on: a filter on a
 #: field it cannot see (``address``, ``binding``, ``cost``, ``precedence``, ``hostId``, the
 #: router's name) would read the hidden value one guess at a time. ``service`` / ``router`` /
 #: ``identity`` / ``instanceId`` are ``serviceId`` / ``routerId`` / ``identity`` under their store
-#: names; ``service.name`` is the shown service reference's name.
+#: names; ``service.name`` is the shown service reference's name. ``sourceCtrl`` is not shown
+#: but tells nothing hidden: it is "" or the controller's id, which the client's ``/controllers``
+#: shows.
 CLIENT_TERMINATOR_FIELDS = (
     "id",
     "createdAt",
@@ -186,10 +196,11 @@ CLIENT_TERMINATOR_FIELDS = (
     "router",
     "identity",
     "instanceId",
+    "sourceCtrl",
 )
 
 
-def client_terminator_symbols(terminators: TerminatorManager) -> SymbolTable:
+def client_terminator_symbols(terminators: TerminatorManager, *, controller_id: str) -> SymbolTable:
     """The filterable fields of the client API's terminator list (``tags.*`` included: shown)."""
-    every = _terminator_symbols(terminators)
+    every = _terminator_symbols(terminators, controller_id)
     return SymbolTable({name: every[name] for name in CLIENT_TERMINATOR_FIELDS}, tags_getter=lambda t: t.tags)
