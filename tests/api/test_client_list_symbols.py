@@ -23,7 +23,20 @@ from tests.conftest import CLIENT, Api
 api = shared_admin_api("client-list-symbols")
 
 #: Store names of symbols that stand for a differently named field of the rendering.
-ALIASES = {"instanceId": "identity", "updbUsername": "username", "certFingerprint": "fingerprint"}
+ALIASES = {
+    "instanceId": "identity",
+    "updbUsername": "username",
+    "certFingerprint": "fingerprint",
+    "connected": "isOnline",
+    "online": "isOnline",
+}
+#: OpenZiti's symbols that a client list offers though its entries do not show them, because
+#: their value is known to the caller anyway (each checked below).
+KNOWN = {
+    "isSystem": "false on every kind a client lists (only edge router policies are system ones)",
+    "apiSession": "the caller's own API session, whose id /current-api-session shows",
+    "sourceCtrl": "\"\" or the controller's id, which the client's /controllers shows",
+}
 
 
 @dataclasses.dataclass
@@ -65,6 +78,8 @@ def setup(api: Api) -> Setup:
 def shown(field: str, items: list[dict[str, Any]]) -> bool:
     """Whether some item shows ``field`` (``service`` as ``serviceId``, ``service.name`` inside
     ``service``, a store alias under its wire name)."""
+    if field in KNOWN:
+        return True
     name = ALIASES.get(field, field)
     for item in items:
         if name in item or f"{name}Id" in item:
@@ -100,6 +115,63 @@ def test_every_filterable_field_of_a_client_list_is_shown(api: Api, setup: Setup
     hidden = [f for f in body["meta"]["filterableFields"] if not shown(f, body["data"])]
 
     assert hidden == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/services",
+        "/services/{service}/terminators",
+        "/sessions",
+        "/current-identity/edge-routers",
+        "/current-api-session/certificates",
+        "/external-jwt-signers",
+        "/controllers",
+        "/current-identity/authenticators",
+    ],
+)
+def test_is_system_tells_a_client_nothing(api: Api, setup: Setup, path: str) -> None:
+    every = listed(api, setup, path)["meta"]["pagination"]["totalCount"]
+
+    system = listed_with(api, setup, path, "isSystem = true")
+    other = listed_with(api, setup, path, "isSystem = false")
+
+    assert "isSystem" in system["meta"]["filterableFields"]
+    assert (system["meta"]["pagination"]["totalCount"], other["meta"]["pagination"]["totalCount"]) == (
+        0,
+        every,
+    )
+
+
+def test_the_certificates_api_session_is_the_callers_own(api: Api, setup: Setup) -> None:
+    path = "/current-api-session/certificates"
+    own = client_get(api, "/current-api-session", setup.world.user.token).json["data"]["id"]
+    every = [c["id"] for c in listed(api, setup, path)["data"]]
+
+    mine = listed_with(api, setup, path, f'apiSession = "{own}"')
+    other = listed_with(api, setup, path, f'apiSession != "{own}"')
+
+    assert [c["id"] for c in mine["data"]] == every
+    assert other["data"] == []
+
+
+def test_a_client_terminators_source_ctrl_is_empty_or_the_listed_controller(api: Api, setup: Setup) -> None:
+    controller = listed(api, setup, "/controllers")["data"][0]["id"]
+    path = "/services/{service}/terminators"
+
+    empty = listed_with(api, setup, path, 'sourceCtrl = ""')
+    other = listed_with(api, setup, path, f'sourceCtrl != "" and sourceCtrl != "{controller}"')
+
+    assert [t["id"] for t in empty["data"]] == [setup.terminator]  # an administrator made it
+    assert other["data"] == []
+
+
+def listed_with(api: Api, setup: Setup, path: str, expression: str) -> Any:
+    result = client_get(
+        api, path.format(service=setup.world.service), setup.world.user.token, params={"filter": expression}
+    )
+    assert result.status_code == 200, result.text
+    return result.json
 
 
 def test_every_filterable_field_of_the_own_authenticators_is_shown(api: Api, setup: Setup) -> None:
@@ -187,7 +259,19 @@ def test_client_terminators_advertise_only_shown_fields(api: Api, setup: Setup) 
     fields = terminators(api, setup).json["meta"]["filterableFields"]
 
     assert fields == sorted(
-        ["createdAt", "id", "identity", "instanceId", "router", "service", "service.name", "updatedAt"]
+        [
+            "createdAt",
+            "id",
+            "identity",
+            "instanceId",
+            "isSystem",
+            "router",
+            "service",
+            "service.name",
+            "sourceCtrl",
+            "tags",
+            "updatedAt",
+        ]
     )
 
 
