@@ -16,7 +16,7 @@ FUZZ_SECONDS ?= 600
 # where the environment says not to write bytecode: that costs every run some 10 s otherwise.
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(JOBS) --dist worksteal
 
-.PHONY: help run init serve settings test test-fast fuzz check bench clean
+.PHONY: help run init serve settings test test-fast test-diff fuzz check bench clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -e 's/\$$\$$/$$/g' | awk -F ':.*## ' '{ printf "%-10s %s\n", $$1, $$2 }'
@@ -46,6 +46,9 @@ test: $(STAMP)  ## every test (what CI runs): unit, API, e2e, bench smoke runs, 
 
 test-fast: $(STAMP)  ## the edit loop: unit and API tests (in memory; no server, no fuzz)
 	$(PYTEST) -m 'not slow' tests/unit tests/api $(ARGS)
+
+test-diff: $(STAMP)  ## the differential tier alone: Trellis beside OpenZiti v1.6.0 (builds ziti once)
+	$(BIN)/pytest -q -n 0 tests/differential $(ARGS)
 
 fuzz: $(STAMP)  ## the schemathesis fuzz alone, for longer (FUZZ_SECONDS)
 	TRELLIS_FUZZ_SECONDS=$(FUZZ_SECONDS) $(BIN)/pytest -q -n 0 tests/e2e/test_schemathesis.py $(ARGS)
