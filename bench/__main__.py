@@ -13,9 +13,11 @@ Falcon app served the same way (see :mod:`bench.http`);
 against a real server (see :mod:`bench.logins`);
 ``python -m bench dataplane`` bytes through the edge router against a direct TLS connection, dial
 set-up time and connections held, with ``trellis serve`` and its router running (see
-:mod:`bench.dataplane`).
+:mod:`bench.dataplane`);
+``python -m bench peer`` the same seeded topology on OpenZiti v1.6.0 and on Trellis, measured side
+by side and reported as ratios (see :mod:`bench.peer`).
 
-``writes``, ``http``, ``logins`` and ``dataplane`` write their JSON into ``bench/results/local/``
+``writes``, ``http``, ``logins``, ``dataplane`` and ``peer`` write their JSON into ``bench/results/local/``
 (ignored by git), into the committed ``bench/results/`` only with ``--publish`` (see
 :mod:`bench.output`).
 Nothing is installed on the system unless asked (``http --install-wrk``); what a run fetches it
@@ -27,7 +29,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import dataplane, engine, http, logins, serving, startup, updates, writes
+from bench import dataplane, engine, http, logins, peer, serving, startup, updates, writes
 from bench.topology import TIERS
 
 
@@ -63,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     dataplane.add_arguments(
         commands.add_parser("dataplane", help="the edge router's throughput, dial time and connections held")
     )
+    peer.add_arguments(
+        commands.add_parser("peer", help="the same topology on OpenZiti v1.6.0 and on Trellis, side by side")
+    )
     args = parser.parse_args(argv)
     if args.command == "engine":
         run_baseline = args.baseline if args.baseline is not None else args.tier != "XL"
@@ -82,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         print(logins.main(args), flush=True)
     elif args.command == "dataplane":
         print(dataplane.main(args), flush=True)
+    elif args.command == "peer":
+        print(peer.main(args), flush=True)
     return 0
 
 
