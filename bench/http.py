@@ -19,8 +19,10 @@
    127.0.0.1 with the per-client budgets off (``TRELLIS_RATE_AUTH_PER_MINUTE=0``,
    ``TRELLIS_RATE_WRITE_PER_MINUTE=0``). Its start time is from the process's start to the
    first ``GET /version`` answered (polled every 50 ms); its memory is the resident set of the
-   gunicorn master, its worker and the worker's database writer process just after start, and the
-   worker's peak at the end; its CPU is theirs together.
+   gunicorn master, its worker and the worker's database writer process just after start, the
+   worker's peak at the end, and at the end each process's resident and proportional sets (RSS,
+   and PSS, which counts a library the processes share once); its CPU is theirs together. The
+   control listener gets a free port too (another server may hold 6262).
 4. **Set-up over HTTP** (a few calls): the ``bench-device`` identity (``#bench-client``, a
    password through an ``updb`` enrollment), an admin API session, and the device's API sessions
    for the Dial scenario (see below).
@@ -396,6 +398,19 @@ def _status(pid: int) -> dict[str, int]:
     return out
 
 
+def _rss_pss(pid: int) -> dict[str, float]:
+    """``pid``'s resident set (RSS) and proportional set (PSS: each shared page divided among the
+    processes that map it, so that the sum over processes counts a shared library once), in MB,
+    from ``/proc/<pid>/smaps_rollup``; empty where it cannot be read."""
+    out: dict[str, float] = {}
+    with suppress(OSError, ValueError, IndexError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+            key, _, value = line.partition(":")
+            if key in ("Rss", "Pss"):
+                out[f"{key.lower()}_mb"] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
 def _children(pid: int) -> list[int]:
     found: list[int] = []
     with suppress(OSError, ValueError):
@@ -450,6 +465,22 @@ class Running:
         peaks = [_status(pid).get("VmHWM", 0) for pid in _children(self.pid)]
         return round(max(peaks, default=0) / 1024, 1)
 
+    def memory(self) -> dict[str, dict[str, float]]:
+        """Per process of the server (``master``, ``worker``, ``writer``, ``router``), its resident
+        and proportional sets in MB (:func:`_rss_pss`)."""
+        out: dict[str, dict[str, float]] = {}
+        for pid in self.pids():
+            with suppress(OSError):
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                role = (
+                    "master" if pid == self.pid
+                    else "writer" if "storage.duckdb.writer" in command
+                    else "router" if " router " in command
+                    else "worker"
+                )  # fmt: skip
+                out[role if role not in out else f"{role} {pid}"] = _rss_pss(pid)
+        return out
+
 
 @contextmanager
 def serving(home: Path, name: str, command: Sequence[str], ready_path: str) -> Iterator[Running]:
@@ -458,6 +489,9 @@ def serving(home: Path, name: str, command: Sequence[str], ready_path: str) -> I
     port = free_port()
     ca = str(home / "pki" / "ca-bundle.pem")
     env = dict(os.environ, TRELLIS_HOME=str(home), TRELLIS_BIND=f"{HOST}:{port}", **SERVER_ENV)
+    # The control listener on a free port too: another server on this machine (a test's, or
+    # OpenZiti's quickstart) may hold the default 6262, and serve would stop at once.
+    env["TRELLIS_CTRL_BIND"] = f"{HOST}:{free_port()}"
     env.pop("TRELLIS_ADMIN_PASSWORD", None)
     env.pop("TRELLIS_ADMIN_PASSWORD_FILE", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
@@ -885,6 +919,20 @@ class Report:
             f"trellis serve ({self.worker} worker): started in {trellis.get('start_seconds', 0):.2f} s "
             f"(process start to first answer), {trellis.get('rss_mb_at_start', 0):.0f} MB resident after start "
             f"(master, worker and database writer), worker peak {trellis.get('worker_peak_rss_mb', 0):.0f} MB.",
+        ]
+        after = trellis.get("memory_after") or {}
+        if after:
+            parts = ", ".join(
+                f"{role} {mem.get('rss_mb', 0):.0f} / {mem.get('pss_mb', 0):.0f}"
+                for role, mem in after.items()
+            )
+            rss = sum(mem.get("rss_mb", 0) for mem in after.values())
+            pss = sum(mem.get("pss_mb", 0) for mem in after.values())
+            lines.append(
+                f"resident after the scenarios, RSS / PSS MB: {parts}; together {rss:.0f} / {pss:.0f} "
+                "(RSS counts a library shared by processes in each, PSS once)."
+            )
+        lines += [
             f"machine: {m['cores']} cores, load average {m['load_before']} before and "
             f"{m['load_after']} after; Python {m['python']}; {m['platform']}; {m['wrk']}.",
         ]
@@ -995,6 +1043,7 @@ def run(
                 "start_seconds": server.start_seconds,
                 "rss_mb_at_start": server.rss_mb_at_start,
                 "worker_peak_rss_mb": server.worker_peak_rss_mb(),
+                "memory_after": server.memory(),
                 "device_services": world.device_services,
                 "dial_api_sessions": len(world.dial_tokens),
             }

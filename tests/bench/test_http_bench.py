@@ -50,6 +50,9 @@ def test_http_bench_runs_every_scenario_at_tier_s(tmp_path: Path, capsys: pytest
     trellis = report["servers"]["trellis"]
     assert trellis["start_seconds"] > 0
     assert trellis["rss_mb_at_start"] > 0
+    memory = trellis["memory_after"]
+    assert {"master", "worker", "writer"} <= set(memory)
+    assert all(0 < m["pss_mb"] <= m["rss_mb"] for m in memory.values()), memory
     assert trellis["device_services"] == http.BENCH_SERVICES
     assert report["machine"]["cores"] >= 1
     assert report["machine"]["wrk"].startswith("wrk")
