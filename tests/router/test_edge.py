@@ -623,6 +623,85 @@ async def test_the_dialers_channel_closing_ends_the_binders_connection(pki: Pki)
         assert router.controller.removed == []
 
 
+# -- closing: who sends StateClosed when (docs/dataplane.md §4, issue 24) ---------------------------
+async def drained(sdk: Sdk) -> list[Message]:
+    """Everything the router sent ``sdk`` so far: a latency probe's answer comes after it all."""
+    assert (await sdk.ask(Message(LATENCY))).content_type == RESULT
+    got = []
+    while not sdk.inbox.empty():
+        got.append(sdk.inbox.get_nowait())
+    return got
+
+
+def wire(messages: list[Message]) -> list[tuple[str, int | None, bytes, bytes | None]]:
+    """(kind, conn id, body, flags) of each message, for comparing whole sequences."""
+    names = {DATA: "Data", STATE_CLOSED: "StateClosed", STATE_CONNECTED: "StateConnected"}
+    return [
+        (names.get(m.content_type, str(m.content_type)), m.u32(CONN_ID), m.body, m.headers.get(FLAGS))
+        for m in messages
+    ]
+
+
+FIN_FLAGS = b"\x01\x00\x00\x00"
+
+
+@pytest.mark.parametrize("closer", ["binder", "dialer"])
+@run_async
+async def test_the_sdk_that_closes_is_sent_nothing_more_and_the_other_gets_data_fin_closed(
+    pki: Pki, closer: str
+) -> None:
+    """What the Go tunneler does at the end of every TCP connection: Data, FIN, StateClosed from
+    one side, then the other side's own FIN and StateClosed crossing the router's."""
+    async with Router(pki) as router:
+        binder, dialer = await router.sdk("binder"), await router.sdk("dialer")
+        await bind(binder)
+        router.controller.route("dial-1", "bind-1")
+        await dial(dialer, binder, conn_id=5, new_conn=9)
+        sdks = {"binder": (binder, 9), "dialer": (dialer, 5)}
+        (first, first_id), (other, other_id) = sdks.pop(closer), sdks.popitem()[1]
+
+        first.channel.send(data(first, first_id, b"echo"))
+        first.channel.send(data(first, first_id, b"", fin=True))
+        first.channel.send(first.edge(STATE_CLOSED, first_id))
+        got = [await other.next() for _ in range(3)]
+
+        assert wire(got) == [
+            ("Data", other_id, b"echo", None),
+            ("Data", other_id, b"", FIN_FLAGS),
+            ("StateClosed", other_id, b"", None),
+        ]
+        seqs = [m.u32(SEQ) or 0 for m in got]
+        assert seqs == sorted(set(seqs))  # one sequence for Data and StateClosed, as OpenZiti's
+        # the other side's own FIN and StateClosed, already on their way: passed to nobody
+        other.channel.send(data(other, other_id, b"", fin=True))
+        other.channel.send(other.edge(STATE_CLOSED, other_id))
+        assert await drained(other) == []
+        assert await drained(first) == []  # never a StateClosed back to the SDK that closed
+        assert router.side("dialer").conns == {}
+        assert list(router.side("binder").conns) == [0]  # the bind remains
+
+
+@run_async
+async def test_a_fin_after_the_sdks_own_state_closed_is_dropped(pki: Pki) -> None:
+    """The Go SDK's Close() and CloseWrite() race: its StateClosed may go before its FIN."""
+    async with Router(pki) as router:
+        binder, dialer = await router.sdk("binder"), await router.sdk("dialer")
+        await bind(binder)
+        router.controller.route("dial-1", "bind-1")
+        await dial(dialer, binder, conn_id=5, new_conn=9)
+
+        binder.channel.send(data(binder, 9, b"echo"))
+        binder.channel.send(binder.edge(STATE_CLOSED, 9))
+        binder.channel.send(data(binder, 9, b"", fin=True))
+
+        assert wire(await drained(binder)) == []
+        got = [await dialer.next() for _ in range(2)]
+        assert wire(got) == [("Data", 5, b"echo", None), ("StateClosed", 5, b"", None)]
+        dialer.channel.send(dialer.edge(STATE_CLOSED, 5))
+        assert await drained(dialer) == []
+        assert await drained(binder) == []
+
+
 @run_async
 async def test_a_slow_reader_holds_back_its_writer(pki: Pki) -> None:
     async with Router(pki) as router:
