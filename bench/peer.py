@@ -32,10 +32,15 @@
      per run): policy advice (``GET /identities/{id}/policy-advice/{svc}``); the client's
      ``GET /services`` in pages of 25 as the C SDK asks (``peer-client``'s API session from a
      certificate login); ``GET /identities?limit=10``, with ``filter=name="..."`` and with
-     ``filter=anyOf(roleAttributes)="..."``; admin lists of 500 (``GET /identities?limit=500``);
-     Dial session creation (``POST /edge/client/v1/sessions``) rotating over (API session,
-     service) pairs that have no session yet (both controllers answer an open pair's session
-     again without a write), counted by what ``GET /sessions`` totals after minus before;
+     ``filter=anyOf(roleAttributes)="..."``; Dial session creation (``POST
+     /edge/client/v1/sessions``) rotating over (API session, service) pairs that have no
+     session yet (both controllers answer an open pair's session again without a write),
+     counted by what ``GET /sessions`` totals after minus before. The API sessions each side
+     holds meanwhile are counted too (the run's set-up logs in some 360 for the Dial sessions):
+     OpenZiti queries the API sessions for every identity it renders, so its identity lists
+     slow down as they grow;
+   - admin lists of 500 (``GET /identities?limit=500``), ``--list-requests`` (5) one at a time
+     per side and round: OpenZiti takes seconds for one, so a wrk run would finish none;
    - password and certificate logins at ``--clients`` (8) concurrent clients (the client of
      :mod:`bench.logins`);
    - a policy change until visible: ``PATCH`` ``peer-watch``'s role attributes to add
@@ -556,6 +561,8 @@ class Seeding:
     entities: int
     seconds: float
     per_second: float
+    #: Per kind (the REST path): [created, seconds].
+    kinds: dict[str, list[float]] = field(default_factory=dict)
 
 
 def _roles(roles: Sequence[str], ids: dict[str, str]) -> list[str]:
@@ -607,9 +614,16 @@ def seed(api: Api, topology: Topology, writers: int) -> Seeding:
                 {"name": f"peer-host-{i:05d}", "configTypeId": config_types["host.v1"], "data": host},
             )
         )
-    ids.update(api.create_many("/identities", identities, writers))
-    ids.update(api.create_many("/edge-routers", routers, writers))
-    ids.update(api.create_many("/configs", configs, writers))
+    kinds: dict[str, list[float]] = {}
+
+    def create(path: str, bodies: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        started = time.perf_counter()
+        ids.update(api.create_many(path, bodies, writers))
+        kinds[path.strip("/")] = [len(bodies), round(time.perf_counter() - started, 2)]
+
+    create("/identities", identities)
+    create("/edge-routers", routers)
+    create("/configs", configs)
     services = [
         (
             e.id,
@@ -622,7 +636,7 @@ def seed(api: Api, topology: Topology, writers: int) -> Seeding:
         )
         for i, e in enumerate(topology.services)
     ]
-    ids.update(api.create_many("/services", services, writers))
+    create("/services", services)
     policies = [
         (
             p.id,
@@ -661,14 +675,14 @@ def seed(api: Api, topology: Topology, writers: int) -> Seeding:
         )
         for i, p in enumerate(topology.service_edge_router_policies)
     ]
-    api.create_many("/service-policies", policies, writers)
-    api.create_many("/edge-router-policies", erps, writers)
-    api.create_many("/service-edge-router-policies", serps, writers)
+    create("/service-policies", policies)
+    create("/edge-router-policies", erps)
+    create("/service-edge-router-policies", serps)
     seconds = time.perf_counter() - began
     count = (
         len(identities) + len(routers) + len(configs) + len(services) + len(policies) + len(erps) + len(serps)
     )
-    return Seeding(count, round(seconds, 2), round(count / seconds, 1))
+    return Seeding(count, round(seconds, 2), round(count / seconds, 1), kinds)
 
 
 # -- enrollment ------------------------------------------------------------------------------------
@@ -1175,7 +1189,6 @@ def wrk_scenarios(net: Net, round_: int) -> list[Scenario]:
         Scenario(ROW_NAMES[2], [("GET", f"{MGMT}/identities?limit=10", admin, "")]),
         Scenario(ROW_NAMES[3], [("GET", f"{MGMT}/identities?limit=10&filter={name}", admin, "")]),
         Scenario(ROW_NAMES[4], [("GET", f"{MGMT}/identities?limit=10&filter={attribute}", admin, "")]),
-        Scenario(ROW_NAMES[5], [("GET", f"{MGMT}/identities?limit=500", admin, "")]),
         Scenario(ROW_NAMES[6], dials, f"{len(dials):,} (API session, service) pairs"),
     ]
 
@@ -1191,10 +1204,11 @@ def wrk_figure(rows: list[WrkRow], created: list[int] | None = None) -> Figure:
     if created is not None:
         for run_, made in zip(runs, created, strict=True):
             run_["created"] = made
+    answered = [r for r in rows if r.requests] or rows
     return Figure(
         value=round(value, 1),
-        p50_ms=round(statistics.median(r.p50_ms for r in rows), 2),
-        p99_ms=round(statistics.median(r.p99_ms for r in rows), 2),
+        p50_ms=round(statistics.median(r.p50_ms for r in answered), 2),
+        p99_ms=round(statistics.median(r.p99_ms for r in answered), 2),
         count=requests if created is None else sum(created),
         errors=sum(r.errors for r in rows),
         cpu_percent=round(statistics.mean(cpus), 1) if cpus else None,
@@ -1212,6 +1226,7 @@ def measure_wrk(
 ) -> list[Row]:
     runs: dict[tuple[str, str], list[WrkRow]] = {}
     created: dict[str, list[int]] = {side: [] for side in SIDES}
+    api_sessions: dict[tuple[str, str], list[int]] = {}
     notes: dict[str, str] = {}
     names = [s.name for s in wrk_scenarios(next(iter(nets.values())), 0)]
     for round_ in range(rounds):
@@ -1221,9 +1236,19 @@ def measure_wrk(
                 scenario = next(s for s in wrk_scenarios(net, round_) if s.name == scenario_name)
                 settle_both(nets)
                 before = _sessions(net) if scenario_name == ROW_NAMES[6] else 0
+                # OpenZiti renders each identity with a query of the API sessions: say how many
+                api_sessions.setdefault((scenario_name, side), []).append(
+                    net.api.total(f"{MGMT}/api-sessions")
+                )
                 say(f"round {round_ + 1}/{rounds}: {scenario_name} on {side}")
                 row = run_wrk(
-                    wrk, net.running(), scenario, workdir, seconds=seconds, connections=connections, threads=1
+                    wrk,
+                    net.running(),
+                    scenario,
+                    workdir,
+                    seconds=seconds,
+                    connections=connections,
+                    threads=1,
                 )
                 runs.setdefault((scenario_name, side), []).append(row)
                 if scenario_name == ROW_NAMES[6]:
@@ -1236,8 +1261,14 @@ def measure_wrk(
             side: wrk_figure(runs[(scenario_name, side)], created[side] if is_sessions else None)
             for side in SIDES
         }
+        for side in SIDES:
+            for run_, count in zip(figures[side].runs, api_sessions[(scenario_name, side)], strict=True):
+                run_["api_sessions"] = count
         unit = "sessions/s" if is_sessions else "req/s"
         note = f"wrk -t1 -c{connections}, {rounds} x {seconds:g} s"
+        if scenario_name.startswith("identities"):
+            counts = [n for side in SIDES for n in api_sessions[(scenario_name, side)]]
+            note += f"; {min(counts):,}-{max(counts):,} API sessions on each side"
         if scenario_name == ROW_NAMES[1]:
             note += f"; {notes[f'{scenario_name} {OPENZITI}']} on OpenZiti, {notes[f'{scenario_name} {TRELLIS}']} on Trellis"
         if is_sessions:
@@ -1299,39 +1330,95 @@ def _latency_figure(samples: list[float], errors: int, runs: list[Any] | None = 
     )
 
 
-def watch_change(net: Net, on: bool) -> float:
+def watch_change(net: Net, on: bool) -> tuple[float, dict[str, float]]:
     """PATCH ``peer-watch``'s roles (``on``: with the one that gives it ``peer-watched``), then
-    poll its client services until the change shows: seconds from the PATCH sent."""
+    poll its client services until the change shows: seconds from the PATCH sent, and the
+    PATCH's own milliseconds and the polls it took."""
     roles = ["peer-watch", "peer-watch-on"] if on else ["peer-watch"]
     path = f"{CLIENT}/services?filter={WATCHED_FILTER}"
     began = time.perf_counter()
     net.api.patch(f"/identities/{net.watch_id}", {"roleAttributes": roles})
+    patched = time.perf_counter() - began
     deadline = time.monotonic() + WAIT
+    polls = 0
     while time.monotonic() < deadline:
         status, _, body = net.api.client.request("GET", path, net.watch_token)
+        polls += 1
         if status == 200 and bool(body["data"]) == on:
-            return time.perf_counter() - began
+            seconds = time.perf_counter() - began
+            return seconds, {
+                "ms": round(seconds * 1000, 2),
+                "patch_ms": round(patched * 1000, 2),
+                "polls": polls,
+            }
     raise BenchError(f"{net.name}: peer-watched did not {'appear' if on else 'go'} within {WAIT:.0f} s")
+
+
+def measure_lists(nets: dict[str, Net], rounds: int, requests: int) -> Row:
+    """Admin lists of 500 identities, one at a time (``requests`` per side and round): OpenZiti
+    takes seconds for one, so a concurrent run of a few seconds would finish none."""
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    errors = dict.fromkeys(SIDES, 0)
+    api_sessions: dict[str, list[int]] = {side: [] for side in SIDES}
+    for round_ in range(rounds):
+        for side in order(round_ + 1):
+            net = nets[side]
+            settle_both(nets)
+            api_sessions[side].append(net.api.total(f"{MGMT}/api-sessions"))
+            say(f"round {round_ + 1}/{rounds}: {requests} lists of 500 identities on {side}, one at a time")
+            for _ in range(requests):
+                began = time.perf_counter()
+                status, _, body = net.api.client.request("GET", f"{MGMT}/identities?limit=500", net.api.admin)
+                if status == 200 and len(body["data"]) == min(500, body["meta"]["pagination"]["totalCount"]):
+                    times[side].append(time.perf_counter() - began)
+                else:
+                    errors[side] += 1
+    figures = {}
+    for side in SIDES:
+        figure = _latency_figure(times[side], errors[side])
+        total = sum(times[side])
+        figure.runs = [
+            {
+                "per_second": round(len(times[side]) / total, 2) if total else 0.0,
+                "api_sessions": api_sessions[side],
+            }
+        ]
+        figures[side] = figure
+    counts = [n for side in SIDES for n in api_sessions[side]]
+    note = (
+        f"GET /identities?limit=500 one at a time, {rounds} x {requests} on each side, "
+        f"{min(counts):,}-{max(counts):,} API sessions on each side (p50)"
+    )
+    return make_row(ROW_NAMES[5], "ms", False, figures, note)
 
 
 def measure_policy_change(nets: dict[str, Net], changes: int) -> list[Row]:
     times: dict[tuple[bool, str], list[float]] = {}
+    details: dict[tuple[bool, str], list[dict[str, float]]] = {}
     errors: dict[tuple[bool, str], int] = {}
     say(f"policy change until visible: {changes} times each way on each side")
     for i in range(changes):
         for side in order(i):
             for on in (True, False):
                 try:
-                    times.setdefault((on, side), []).append(watch_change(nets[side], on))
+                    seconds, detail = watch_change(nets[side], on)
+                    times.setdefault((on, side), []).append(seconds)
+                    details.setdefault((on, side), []).append(detail)
                 except BenchError as exc:
                     say(str(exc))
                     errors[(on, side)] = errors.get((on, side), 0) + 1
     rows = []
     for on, name in ((True, ROW_NAMES[9]), (False, ROW_NAMES[10])):
         figures = {
-            side: _latency_figure(times.get((on, side), []), errors.get((on, side), 0)) for side in SIDES
+            side: _latency_figure(
+                times.get((on, side), []), errors.get((on, side), 0), details.get((on, side), [])
+            )
+            for side in SIDES
         }
-        note = "PATCH of the identity's roleAttributes sent to its client GET /services showing it (p50)"
+        note = (
+            "PATCH of the identity's roleAttributes sent to its client GET /services showing it "
+            f"(p50 of {changes}; each try's PATCH time and polls in the JSON)"
+        )
         rows.append(make_row(name, "ms", False, figures, note))
     return rows
 
@@ -1551,6 +1638,7 @@ class Options:
     changes: int
     restarts: int
     session_pairs: int
+    list_requests: int
 
 
 QUICK = {
@@ -1565,6 +1653,7 @@ QUICK = {
     "changes": 2,
     "restarts": 1,
     "session_pairs": 200,
+    "list_requests": 1,
 }
 
 
@@ -1644,6 +1733,7 @@ def run(options: Options, out: Path | None = None) -> Report:
         settle_both(nets)
         idle = {side: memory_figure(controllers[side].memory()) for side in SIDES}
         rows += measure_wrk(nets, wrk, work, options.rounds, options.seconds, options.connections)
+        rows.append(measure_lists(nets, options.rounds, options.list_requests))
         rows += measure_logins(nets, options.rounds, options.seconds, options.clients)
         rows += measure_policy_change(nets, options.changes)
         for side in SIDES:
@@ -1686,6 +1776,7 @@ def run(options: Options, out: Path | None = None) -> Report:
                 f"{options.writers} concurrent writers, one side after the other (not interleaved)",
             )
         )
+    rows.sort(key=lambda row: ROW_NAMES.index(row.name))
     machine["load_after"] = [round(x, 2) for x in os.getloadavg()]
     counts = {
         "identities": len(topology.identities),
@@ -1737,6 +1828,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="(API session, service) pairs per side and round for Dial session creation (default 12,000)",
     )
     parser.add_argument(
+        "--list-requests",
+        type=int,
+        default=5,
+        help="lists of 500 identities per side and round, one at a time (default 5)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="the smoke test's sizes: 40 identities, 1 round of 1 s, a few dials",
@@ -1759,6 +1856,7 @@ def options_of(args: argparse.Namespace) -> Options:
         "changes": args.changes,
         "restarts": args.restarts,
         "session_pairs": args.session_pairs,
+        "list_requests": args.list_requests,
     }
     if args.quick:
         values.update(QUICK)
@@ -1777,7 +1875,7 @@ def options_of(args: argparse.Namespace) -> Options:
     ):
         if getattr(options, name) < 1:
             raise SystemExit(f"--{flags[name]} must be 1 or more")
-    for name in ("restarts", "session_pairs"):
+    for name in ("restarts", "session_pairs", "list_requests"):
         if getattr(options, name) < 1:
             raise SystemExit(f"--{flags[name]} must be 1 or more")
     if options.seconds <= 0 or options.bulk_mb <= 0:
