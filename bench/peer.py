@@ -563,6 +563,8 @@ class Seeding:
     per_second: float
     #: Per kind (the REST path): [created, seconds].
     kinds: dict[str, list[float]] = field(default_factory=dict)
+    #: The controller's processes meanwhile, % of one core.
+    cpu_percent: float | None = None
 
 
 def _roles(roles: Sequence[str], ids: dict[str, str]) -> list[str]:
@@ -1003,7 +1005,9 @@ def set_up(
     api.login()
     router_online(api, START_TIMEOUT)
     say(f"{controller.name}: seeding {len(topology.identities):,} identities through REST, {writers} writers")
+    cpu = controller.cpu()
     seeding = seed(api, topology, writers)
+    seeding.cpu_percent = round(100 * (controller.cpu() - cpu) / seeding.seconds, 1)
     say(f"{controller.name}: {seeding.entities:,} entities in {seeding.seconds:.1f} s")
     (workdir / "user").mkdir(parents=True, exist_ok=True)
     host_type = next(
@@ -1133,6 +1137,8 @@ class Figure:
     errors: int = 0
     cpu_percent: float | None = None
     runs: list[Any] = field(default_factory=list)
+    #: A rate's value per CPU-second of the controller's processes (``cpu_percent``).
+    per_cpu_second: float | None = None
 
 
 @dataclass
@@ -1145,6 +1151,9 @@ class Row:
     ratio: float | None
     verdict: str
     note: str = ""
+    #: Trellis / OpenZiti of the rate per CPU-second of each controller's processes: what each
+    #: request costs, whatever share of the cores each got while others ran.
+    cpu_ratio: float | None = None
 
 
 def make_row(name: str, unit: str, higher: bool, figures: dict[str, Figure], note: str = "") -> Row:
@@ -1154,7 +1163,14 @@ def make_row(name: str, unit: str, higher: bool, figures: dict[str, Figure], not
     if ratio is not None:
         better = ratio if higher else (1 / ratio if ratio else math.inf)
         verdict = "ahead" if better > 1.1 else "behind" if better < 1 / 1.1 else "level"
-    return Row(name, unit, higher, ozt, tls, ratio, verdict, note)
+    if unit.endswith("/s"):
+        for figure in (ozt, tls):
+            if figure.cpu_percent:
+                figure.per_cpu_second = round(figure.value / (figure.cpu_percent / 100), 1)
+    cpu_ratio = None
+    if ozt.per_cpu_second and tls.per_cpu_second:
+        cpu_ratio = round(tls.per_cpu_second / ozt.per_cpu_second, 3)
+    return Row(name, unit, higher, ozt, tls, ratio, verdict, note, cpu_ratio)
 
 
 def settle_both(nets: dict[str, Net]) -> None:
@@ -1567,13 +1583,16 @@ class Report:
 
     def table(self) -> str:
         lines = [
-            f"| measure | {LABELS[OPENZITI]} | {LABELS[TRELLIS]} | Trellis / OpenZiti | Trellis |",
-            "| --- | --- | --- | --- | --- |",
+            f"| measure | {LABELS[OPENZITI]} | {LABELS[TRELLIS]} | Trellis / OpenZiti | Trellis "
+            "| per CPU-second |",
+            "| --- | --- | --- | --- | --- | --- |",
         ]
         for row in self.rows:
             ratio = "?" if row.ratio is None else f"{row.ratio:.2f}"
+            per_cpu = "" if row.cpu_ratio is None else f"{row.cpu_ratio:.2f}"
             lines.append(
-                f"| {row.name} | {cell(row, row.openziti)} | {cell(row, row.trellis)} | {ratio} | {row.verdict} |"
+                f"| {row.name} | {cell(row, row.openziti)} | {cell(row, row.trellis)} | {ratio} "
+                f"| {row.verdict} | {per_cpu} |"
             )
         load = ", ".join(f"{x:.2f}" for x in self.machine["load_before"])
         after = ", ".join(f"{x:.2f}" for x in self.machine["load_after"])
@@ -1585,7 +1604,9 @@ class Report:
             f"{self.topology['service_edge_router_policies']:,} policies on each; "
             f"{self.options['rounds']} rounds interleaved; {self.machine['cores']} cores, load average "
             f"before {load}, after {after}.",
-            "A rate's ratio above 1 is Trellis ahead, a time's or memory's below 1; 'level' is within 10 %.",
+            "A rate's ratio above 1 is Trellis ahead, a time's or memory's below 1; 'level' is within 10 %. "
+            "CPU: the controller's processes (% of one core) during the measure; per CPU-second: "
+            "Trellis / OpenZiti of the rate per CPU-second they used.",
         ]
         return "\n".join(lines)
 
@@ -1617,7 +1638,8 @@ def cell(row: Row, figure: Figure) -> str:
         value = f"{_n(figure.value)}/s"
     else:
         value = f"{_n(figure.value)} {row.unit}"
-    return ", ".join(x for x in (value, latency) if x) + errors
+    cpu = f"{figure.cpu_percent:.0f} % CPU" if figure.cpu_percent is not None else ""
+    return ", ".join(x for x in (value, latency, cpu) if x) + errors
 
 
 # == the run ========================================================================================
@@ -1763,6 +1785,7 @@ def run(options: Options, out: Path | None = None) -> Report:
             side: Figure(
                 value=nets[side].seeding.per_second,
                 count=nets[side].seeding.entities,
+                cpu_percent=nets[side].seeding.cpu_percent,
                 runs=[asdict(nets[side].seeding)],
             )
             for side in SIDES

@@ -58,7 +58,9 @@ def test_peer_bench_measures_every_row_on_both_sides(
     assert len(memory["trellis"]["runs"][0]["processes"]) == 4  # serve, its worker, the writer, the router
 
     printed = capsys.readouterr().out
-    assert "| measure | OpenZiti v1.6.0 | Trellis | Trellis / OpenZiti | Trellis |" in printed
+    assert (
+        "| measure | OpenZiti v1.6.0 | Trellis | Trellis / OpenZiti | Trellis | per CPU-second |" in printed
+    )
     for name in ROW_NAMES:
         assert f"| {name} | " in printed
     assert str(out) in printed
