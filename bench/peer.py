@@ -236,7 +236,8 @@ def process_memory(pid: int) -> list[dict[str, Any]]:
             {
                 "pid": p,
                 "name": name,
-                "command": " ".join(a for a in args[:6] if a)[:160],
+                # paths shortened to their last part: results name no directory of the machine
+                "command": " ".join(Path(a).name if a.startswith("/") else a for a in args[:6] if a)[:160],
                 "rss_mb": round(_kb(f"/proc/{p}/status", "VmRSS") / 1024, 1),
                 "pss_mb": round(_kb(f"/proc/{p}/smaps_rollup", "Pss") / 1024, 1),
             }
