@@ -11,9 +11,10 @@
    Trellis runs with its per-client budgets off (``TRELLIS_RATE_AUTH_PER_MINUTE=0``,
    ``TRELLIS_RATE_WRITE_PER_MINUTE=0``), as :mod:`bench.http` runs it; OpenZiti with the
    quickstart's configuration (its adaptive authentication limiter only refuses when 250 logins
-   queue, which 8 clients never reach). This module imports the build helper
-   (``ensure_ziti``, ``clean_env``) from ``tests/e2e/ziti_cli.py``: the benchmark needs the same
-   binary the tests build, and that module is its one owner.
+   queue, which 8 clients never reach). This module imports the build helper (``ensure_ziti``)
+   from ``tests/e2e/ziti_cli.py`` and the quickstart's command line and environment from
+   ``tests/e2e/openziti.py``: the benchmark runs the same binary the same way the tests do, and
+   those modules are their one owners.
 2. **The same topology, through the REST API.** :func:`bench.topology.generate` with ``N``
    identities (``--identities``), ``N/10`` services with two configs each (``intercept.v1`` and
    ``host.v1``), ``N/100`` edge routers, ``N/20`` service policies (Dial and Bind, AnyOf and
@@ -121,8 +122,9 @@ from bench.output import add_output_arguments, results_path
 from bench.serving import timed
 from bench.topology import Tier, Topology, generate
 from bench.writes import Client, SetupError, percentile
+from tests.e2e.openziti import quickstart_argv, ziti_env
 from tests.e2e.ziti_cli import VERSION as ZITI_VERSION
-from tests.e2e.ziti_cli import clean_env, ensure_ziti
+from tests.e2e.ziti_cli import ensure_ziti
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The results file's name (where: bench.output).
@@ -374,27 +376,8 @@ class OpenZitiController(Controller):
 
     def command(self) -> tuple[list[str], dict[str, str], Path]:
         self.user.mkdir(parents=True, exist_ok=True)
-        argv = [
-            str(self.binary),
-            "edge",
-            "quickstart",
-            "--home",
-            str(self.home),
-            "--ctrl-address",
-            HOST,
-            "--ctrl-port",
-            str(self.port),
-            "--router-address",
-            HOST,
-            "--router-port",
-            str(self.router_port),
-            "--username",
-            ADMIN,
-            "--password",
-            ADMIN_PASSWORD,
-        ]
-        env = cli_env(self.user)
-        return argv, env, self.directory
+        argv = quickstart_argv(self.binary, self.home, self.port, self.router_port, ADMIN_PASSWORD)
+        return argv, ziti_env(self.user), self.directory
 
 
 class TrellisController(Controller):
@@ -442,15 +425,6 @@ class TrellisController(Controller):
 
     def command(self) -> tuple[list[str], dict[str, str], Path]:
         return [sys.executable, "-m", "api.cli", "serve"], self.env(), ROOT
-
-
-def cli_env(user: Path) -> dict[str, str]:
-    """The environment of a ``ziti`` process: ours without Go's and ziti's variables, with a home
-    and config directory of its own (nothing read from or left in the machine's user)."""
-    env = clean_env(HOME=str(user), ZITI_CONFIG_DIR=str(user / "ziti"))
-    for name in [k for k in env if k.startswith("ZITI_") and k != "ZITI_CONFIG_DIR"]:
-        del env[name]
-    return env
 
 
 # == REST set-up ====================================================================================
@@ -761,7 +735,7 @@ def enroll_tunneler(api: Api, binary: Path, name: str, roles: Sequence[str], wor
     out = workdir / f"{name}.json"
     done = subprocess.run(
         [str(binary), "edge", "enroll", str(jwt), "-a", "EC", "-o", str(out)],
-        env=cli_env(workdir / "user"),
+        env=ziti_env(workdir / "user"),
         cwd=workdir,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -855,7 +829,7 @@ class Tunneler:
         with self.log.open("wb") as sink:
             self.proc = subprocess.Popen(
                 [str(binary), "tunnel", *args, "--cli-agent=false"],
-                env=cli_env(workdir / "user"),
+                env=ziti_env(workdir / "user"),
                 cwd=workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=sink,

@@ -35,6 +35,42 @@ STOP_TIMEOUT = 20.0
 ADMIN = "admin"
 
 
+def quickstart_argv(
+    binary: Path, home: Path, port: int, router_port: int, password: str, *, router: bool = True
+) -> list[str]:
+    """``ziti edge quickstart`` on 127.0.0.1: controller on ``port``, router on ``router_port``
+    (none without ``router``), the admin ``admin`` with ``password``, everything in ``home``."""
+    argv = [
+        str(binary),
+        "edge",
+        "quickstart",
+        "--home",
+        str(home),
+        "--ctrl-address",
+        HOST,
+        "--ctrl-port",
+        str(port),
+        "--router-address",
+        HOST,
+        "--router-port",
+        str(router_port),
+        "--username",
+        ADMIN,
+        "--password",
+        password,
+    ]
+    return argv if router else [*argv, "--no-router"]
+
+
+def ziti_env(user: Path) -> dict[str, str]:
+    """The environment of a ``ziti`` process: ours without Go's and ziti's variables, with a home
+    and config directory of its own in ``user`` (nothing read from or left in the machine's user)."""
+    env = clean_env(HOME=str(user), ZITI_CONFIG_DIR=str(user / "ziti"))
+    for name in [k for k in env if k.startswith("ZITI_") and k != "ZITI_CONFIG_DIR"]:
+        del env[name]
+    return env
+
+
 class OpenZiti:
     """``ziti edge quickstart`` in ``directory`` (created), on free ports of 127.0.0.1."""
 
@@ -68,31 +104,10 @@ class OpenZiti:
         self.directory.mkdir(parents=True, exist_ok=True)
         user = self.directory / "user"
         user.mkdir(exist_ok=True)
-        argv = [
-            str(binary),
-            "edge",
-            "quickstart",
-            "--home",
-            str(self.home),
-            "--ctrl-address",
-            HOST,
-            "--ctrl-port",
-            str(self.port),
-            "--router-address",
-            HOST,
-            "--router-port",
-            str(self.router_port),
-            "--username",
-            ADMIN,
-            "--password",
-            self.password,
-        ]
-        if not self.router:
-            argv.append("--no-router")
-        env = clean_env(HOME=str(user), ZITI_CONFIG_DIR=str(user / "ziti"))
-        for name in [k for k in env if k.startswith("ZITI_")]:
-            if name != "ZITI_CONFIG_DIR":
-                del env[name]
+        argv = quickstart_argv(
+            binary, self.home, self.port, self.router_port, self.password, router=self.router
+        )
+        env = ziti_env(user)
         with self.log.open("ab") as sink:
             self.proc = subprocess.Popen(
                 argv,
