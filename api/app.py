@@ -27,7 +27,7 @@ from api.json_schemas import JsonSchemaChecker
 from api.maintenance import Maintenance
 from api.management import register_all as register_management
 from api.middleware import RequestMiddleware
-from api.routing import Routes
+from api.routing import Routes, SharedRouter
 from api.server.limits import RequestLimits
 from api.server.tls import TlsTrust
 from api.settings import Settings
@@ -224,7 +224,7 @@ def create_app(
         jwt_verifier=jwt_verifier,
     )
     limits = RequestLimits(settings)
-    app = TrellisApp(middleware=[RequestMiddleware(ctrl, limits)], cors_enable=False)
+    app = TrellisApp(middleware=[RequestMiddleware(ctrl, limits)], cors_enable=False, router=SharedRouter())
     app.ctrl = ctrl
     app.limits = limits
     app.maintenance = Maintenance(

@@ -7,6 +7,8 @@ built against OpenZiti finds the same types here. The schemas state the same rul
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +24,11 @@ class BuiltinConfigType:
     name: str
     schema: Schema
     target: str = "service"
+
+    @functools.cached_property
+    def schema_text(self) -> str:
+        """The schema as JSON text: what each new database's copy is made from."""
+        return json.dumps(self.schema)
 
 
 def ref(name: str, description: str | None = None) -> Schema:
