@@ -44,8 +44,8 @@ run: init serve  ## init if needed, then serve in the foreground (Ctrl-C stops)
 test: $(STAMP)  ## every test (what CI runs): unit, API, e2e, bench smoke runs, a short fuzz (TEST_FUZZ_SECONDS)
 	TRELLIS_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) $(PYTEST) $(ARGS)
 
-test-fast: $(STAMP)  ## the edit loop: unit and API tests (in memory; no server, no fuzz)
-	$(PYTEST) -m 'not slow' tests/unit tests/api $(ARGS)
+test-fast: $(STAMP)  ## the edit loop: unit and API tests (in memory; no server, no fuzz; property tests on a quarter of their examples)
+	TRELLIS_EXAMPLES_SCALE=0.25 $(PYTEST) -m 'not slow' tests/unit tests/api $(ARGS)
 
 test-diff: $(STAMP)  ## the differential tier alone: Trellis beside OpenZiti v1.6.0 (builds ziti once)
 	$(BIN)/pytest -q -n 0 tests/differential $(ARGS)

@@ -66,6 +66,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+#: The share of each property test's examples to run: 1 in ``make test``, less in ``make
+#: test-fast`` (the edit loop), where the same properties run on fewer inputs.
+EXAMPLES_SCALE = float(os.environ.get("TRELLIS_EXAMPLES_SCALE", "1") or "1")
+
+
+def examples(count: int) -> int:
+    """``count`` examples for a hypothesis test, scaled by ``TRELLIS_EXAMPLES_SCALE`` (at least 10)."""
+    return max(10, round(count * EXAMPLES_SCALE)) if EXAMPLES_SCALE < 1 else count
+
+
 @pytest.fixture(scope="session")
 def pki_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A PKI generated once (key generation is slow) and linked into each test's home."""

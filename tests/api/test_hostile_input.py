@@ -21,7 +21,7 @@ from engine.query.zitiql import MAX_NESTING
 from tests.api.certs import csr_pem, unique
 from tests.api.conftest import shared_admin_api
 from tests.api.session_helpers import user
-from tests.conftest import CLIENT, Api
+from tests.conftest import CLIENT, Api, examples
 
 api = shared_admin_api("hostile-input")
 
@@ -350,7 +350,7 @@ def test_any_legacy_enrollment_body_is_a_client_error_and_spends_no_token(api: A
             headers={"content-type": media},
         )
 
-    @settings(max_examples=60, deadline=None, derandomize=True, database=None)
+    @settings(max_examples=examples(60), deadline=None, derandomize=True, database=None)
     @given(body=pem_like, media=st.sampled_from(LEGACY_MEDIA))
     def refused(body: bytes, media: str) -> None:
         result = enroll(body, media)

@@ -34,6 +34,7 @@ from engine.policy import (
     UnknownPolicyError,
 )
 from engine.policy.sides import Side
+from tests.conftest import examples
 
 ENTITY_POOLS: dict[str, list[str]] = {
     IDENTITY: [f"i{n}" for n in range(12)],
@@ -442,7 +443,7 @@ class PolicyMachine(RuleBasedStateMachine):
 
 
 PolicyMachine.TestCase.settings = settings(
-    max_examples=100,
+    max_examples=examples(100),
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -29,6 +29,7 @@ from engine.query import (
 )
 from engine.query.plan import HEAP_SHARE, ordered_page
 from storage.memory import MemoryStore
+from tests.conftest import examples
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -338,7 +339,7 @@ sorts = st.none() | st.sampled_from(
 
 
 @settings(
-    max_examples=500,
+    max_examples=examples(500),
     deadline=None,
     derandomize=True,
     database=None,
@@ -370,7 +371,7 @@ def test_the_indexed_page_is_the_scanned_page(
     assert fast == scan
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(300), deadline=None, derandomize=True, database=None)
 @given(
     size=st.integers(0, 40),
     text=st.sampled_from(

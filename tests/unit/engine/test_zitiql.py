@@ -28,6 +28,7 @@ from engine.query import (
     parse,
 )
 from engine.query import zitiql as ql
+from tests.conftest import examples
 
 POSITION = re.compile(r"line \d+:\d+")
 
@@ -682,7 +683,7 @@ trees: st.SearchStrategy[Atom] = st.recursive(
 )
 
 PROPERTY_SETTINGS = settings(
-    max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(200), deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 

@@ -28,9 +28,10 @@ from engine.query import (
     parse_sort_param,
 )
 from engine.query.zitiql import MAX_NESTING
+from tests.conftest import examples
 
 FUZZ = settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     derandomize=True,
     database=None,

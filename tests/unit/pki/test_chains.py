@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from engine import ports
 from engine.errors import CertificateIsNotCaError, FieldError
 from pki import CertificateAuthority, certificate_pem
+from tests.conftest import examples
 from tests.unit.pki.conftest import CsrFactory, der_tlv
 
 CertPair = tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
@@ -311,7 +312,7 @@ def test_no_leaf_has_no_issuer(port: ports.CertificateAuthority, acme: CertPair,
 
 # A flipped sign bit makes a negative serial number, which cryptography still loads with a warning.
 @pytest.mark.filterwarnings("ignore::cryptography.utils.CryptographyDeprecationWarning")
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(position=st.integers(min_value=0), mask=st.integers(min_value=1, max_value=255), cut=st.booleans())
 def test_corrupted_certificates_never_raise_library_errors(
     port: ports.CertificateAuthority, ca: CertificateAuthority, position: int, mask: int, cut: bool

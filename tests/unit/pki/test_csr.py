@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from engine.errors import FieldError
 from pki import CertificateAuthority, load_csr
 from pki.csr import CSR_PARSE_REASON, CSR_SIGNATURE_REASON, MAX_CSR_CHARS, csr_der
+from tests.conftest import examples
 from tests.unit.pki.conftest import CsrFactory, MbedtlsCsrFactory, der_tlv, pem_csr
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -292,7 +293,7 @@ def test_every_truncation_is_a_field_error(
             assert _outcome(ca, der[:end].decode("latin-1")) == "error"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(position=st.integers(min_value=0), mask=st.integers(min_value=1, max_value=255), mbedtls=st.booleans())
 def test_corrupted_csrs_never_raise_anything_but_field_errors(
     ca: CertificateAuthority,
@@ -308,20 +309,20 @@ def test_corrupted_csrs_never_raise_anything_but_field_errors(
     _outcome(ca, pem_csr(bytes(der)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.binary(max_size=600))
 def test_random_bytes_are_field_errors(ca: CertificateAuthority, data: bytes) -> None:
     for text in (pem_csr(data), base64.b64encode(data).decode(), data.decode("latin-1")):
         assert _outcome(ca, text) == "error"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(text=st.text(max_size=300))
 def test_random_text_is_a_field_error(ca: CertificateAuthority, text: str) -> None:
     assert _outcome(ca, text) == "error"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.binary(min_size=2, max_size=400))
 def test_random_sequences_are_field_errors(ca: CertificateAuthority, data: bytes) -> None:
     """Random content in a well-formed outer SEQUENCE reaches the DER rewriter."""

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pki import _der
+from tests.conftest import examples
 from tests.unit.pki.conftest import CsrFactory, MbedtlsCsrFactory, der_tlv
 
 
@@ -97,7 +98,7 @@ def test_shapes_that_are_no_csr_are_der_errors(data: bytes) -> None:
         _der.drop_null_parameters(data)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(data=st.binary(max_size=200))
 def test_random_bytes_only_ever_raise_der_errors(data: bytes) -> None:
     try:
@@ -107,7 +108,7 @@ def test_random_bytes_only_ever_raise_der_errors(data: bytes) -> None:
         pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(tag=st.integers(min_value=0, max_value=0x1E), value=st.binary(max_size=300))
 def test_any_element_round_trips(tag: int, value: bytes) -> None:
     tlv = _der.read_one(_der.encode(tag, value))

@@ -27,10 +27,11 @@ from pki import CertificateAuthority, JwtSigner, _der
 from pki.certs import cert_info, is_ca, parse_certificates, proxied_certificates
 from pki.csr import MAX_CSR_CHARS, load_csr, requested_sans
 from pki.jwks import JwksVerifier, jwks_keys
+from tests.conftest import examples
 from tests.unit.pki.conftest import CertFactory, CsrFactory, MbedtlsCsrFactory, pem_csr
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     derandomize=True,
     database=None,

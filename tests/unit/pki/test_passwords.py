@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pki import Argon2idPasswordHasher, ScryptPasswordHasher, generate_password
+from tests.conftest import examples
 
 ENCODED = re.compile(r"^scrypt\$(\d+)\$(\d+)\$(\d+)\$([A-Za-z0-9+/=]+)\$([A-Za-z0-9+/=]+)$")
 
@@ -364,7 +365,7 @@ def test_argon2id_a_password_that_is_not_utf8_does_not_verify(argon: Argon2idPas
 
 
 @given(st.text(max_size=300))
-@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(200), deadline=None, derandomize=True, database=None)
 def test_argon2id_verify_never_raises_on_arbitrary_encodings(tail: str) -> None:
     hasher = Argon2idPasswordHasher()
     for encoded in (tail, "$argon2id$v=19$" + tail, "$argon2id$v=19$m=3072,t=1,p=4$" + tail):

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage.layered import Layered
+from tests.conftest import examples
 
 KEYS = st.integers(0, 40)
 OPS = st.lists(
@@ -29,7 +30,7 @@ def _same(layered: Layered[int, int], expected: dict[int, int]) -> None:
         assert (key in layered) == (key in expected)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(start=st.dictionaries(KEYS, st.integers(), max_size=30), ops=OPS)
 def test_a_layered_map_answers_as_a_dict_and_its_old_versions_stay(
     start: dict[int, int], ops: list[tuple[str, int, int]]
