@@ -9,9 +9,12 @@ STAMP := $(VENV)/.installed
 JOBS ?= auto
 ARGS ?=
 # Seconds of schemathesis fuzzing (tests/e2e/test_schemathesis.py, TRELLIS_FUZZ_SECONDS) in
-# `make test` and in `make fuzz`: `make fuzz FUZZ_SECONDS=1800`.
-TEST_FUZZ_SECONDS ?= 100
+# `make test` and in `make fuzz`: `make fuzz FUZZ_SECONDS=1800`. Seconds of the mixed soak
+# (tests/e2e/test_soak.py, TRELLIS_SOAK_SECONDS) in `make test`. Both load both cores for their
+# whole length: `make test` keeps them short, the targets of their own run them long.
+TEST_FUZZ_SECONDS ?= 60
 FUZZ_SECONDS ?= 600
+TEST_SOAK_SECONDS ?= 30
 # Test modules are compiled (and their asserts rewritten) once and cached in __pycache__, even
 # where the environment says not to write bytecode: that costs every run some 10 s otherwise.
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(JOBS) --dist worksteal
@@ -42,7 +45,7 @@ settings: $(STAMP)  ## print the settings table of docs/operations.md from api/s
 run: init serve  ## init if needed, then serve in the foreground (Ctrl-C stops)
 
 test: $(STAMP)  ## every test (what CI runs): unit, API, e2e, bench smoke runs, a short fuzz (TEST_FUZZ_SECONDS)
-	TRELLIS_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) $(PYTEST) $(ARGS)
+	TRELLIS_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) TRELLIS_SOAK_SECONDS=$(TEST_SOAK_SECONDS) $(PYTEST) $(ARGS)
 
 test-fast: $(STAMP)  ## the edit loop: unit and API tests (in memory; no server, no fuzz; property tests on a quarter of their examples)
 	TRELLIS_EXAMPLES_SCALE=0.25 $(PYTEST) -m 'not slow' tests/unit tests/api $(ARGS)
