@@ -241,3 +241,33 @@ def api(app: Any) -> Api:
 def anon(app: Any) -> Api:
     """The app with nobody logged in."""
     return Api(app)
+
+
+# -- PostgreSQL (storage/postgres): a throwaway server per test process ---------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """A PostgreSQL server of this test process's own (:mod:`tests.postgres`: under pytest-xdist,
+    one per worker), stopped and removed at the end of the session; the tests that use it are
+    skipped where PostgreSQL is not installed."""
+    from tests.postgres import PostgresServer, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip(
+            "PostgreSQL is not installed (no initdb and postgres from pg_config --bindir, "
+            "/usr/lib/postgresql/*/bin or PATH): the PostgreSQL store's tests need them"
+        )
+    server = PostgresServer(bindir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: Any) -> str:
+    """A new, empty database on the session's PostgreSQL server: its URL."""
+    return str(postgres_server.new_database())

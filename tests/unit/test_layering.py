@@ -13,7 +13,7 @@ STDLIB = set(sys.stdlib_module_names)
 
 ALLOWED = {
     "engine": {"engine", "networkx"},
-    "storage": {"engine", "storage", "duckdb", "orjson"},
+    "storage": {"engine", "storage", "duckdb", "orjson", "psycopg"},
     "pki": {"engine", "pki", "cryptography", "jwt", "pyotp", "argon2"},
     # the wire format both the controller and the router speak
     "channel": {"channel", "pki"},

@@ -1,0 +1,124 @@
+"""Numbered schema migrations of the PostgreSQL store. Never edit a released migration: add the next.
+
+The layout is the DuckDB store's (:mod:`storage.duckdb.migrations`), as of its latest version:
+one table per entity kind, ``(id text PRIMARY KEY, doc json NOT NULL)``, the document being the
+entity's fields as :mod:`storage.codec` encodes them; ``settings``; the ``change_log``. Two
+things are PostgreSQL's own:
+
+* ``doc`` is ``json``, not ``jsonb``: PostgreSQL keeps a ``json`` value as the text it was
+  given, so a document reads back byte for byte as it was written (``jsonb`` would rewrite
+  numbers such as ``1e300`` into another form, and refuses the escape ``\\u0000`` that a string
+  may hold). SQL reads every field all the same: ``SELECT id, doc->>'name' FROM identities``;
+  cast to ``jsonb`` for containment and the other ``jsonb`` operators.
+* ``log_head``: one row holding the ``seq`` of the last change committed. Every batch moves it
+  from the ``seq`` before its first change to its last, with a compare-and-set in the batch's
+  transaction (``PostgresStore``): a second process writing the same database is refused,
+  never interleaved.
+
+All migrations pending run in one transaction, under a transaction-level advisory lock, so two
+processes opening a new database at once migrate it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg
+
+#: The entity tables, in the order the DuckDB store gained them.
+ENTITY_TABLES_V1 = (
+    "identities",
+    "authenticators",
+    "enrollments",
+    "api_sessions",
+    "services",
+    "config_types",
+    "configs",
+    "edge_routers",
+    "transit_routers",
+    "service_policies",
+    "edge_router_policies",
+    "service_edge_router_policies",
+    "posture_checks",
+    "cas",
+    "external_jwt_signers",
+    "auth_policies",
+    "api_session_certificates",
+    "sessions",
+    "terminators",
+    "mfas",
+)
+
+CHANGE_LOG_TABLE = "change_log"
+LOG_HEAD_TABLE = "log_head"
+SETTINGS_TABLE = "settings"
+MIGRATIONS_TABLE = "schema_migrations"
+
+#: The advisory lock key migrations take (``pg_advisory_xact_lock``): "trellis" in ASCII.
+MIGRATION_LOCK = 0x7472656C6C6973
+
+
+def table_name(entity: str) -> str:
+    """The table of an entity kind (``edge-routers`` -> ``edge_routers``), as in DuckDB."""
+    return entity.replace("-", "_")
+
+
+def _v1(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
+    """Every table the DuckDB store's migrations 1 to 5 make, at once.
+
+    ``change_log``: ``seq`` numbers changes without gaps in commit order; ``batch`` is the
+    ``seq`` of the batch's last change (a follower applies whole batches); ``kind`` the entity's
+    table; ``op`` ``put`` (``doc`` the entity as its table holds it) or ``delete`` (``doc``
+    NULL); ``origin`` the process that wrote it (``host:pid:random``: a commit whose answer was
+    lost is looked up by it); ``committed_at`` the commit's time (``now()``: the transaction's
+    start, one per batch).
+    ``log_head``: one row, ``seq`` the last change committed (0 for none).
+    """
+    for table in ENTITY_TABLES_V1:
+        cur.execute(f"CREATE TABLE {table} (id text PRIMARY KEY, doc json NOT NULL)")
+    cur.execute(f"CREATE TABLE {SETTINGS_TABLE} (key text PRIMARY KEY, value text NOT NULL)")
+    cur.execute(
+        f"CREATE TABLE {CHANGE_LOG_TABLE} (seq bigint PRIMARY KEY, batch bigint NOT NULL, "
+        "kind text NOT NULL, id text NOT NULL, op text NOT NULL CHECK (op IN ('put', 'delete')), "
+        "doc json, origin text NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
+        "CHECK ((op = 'put') = (doc IS NOT NULL)))"
+    )
+    cur.execute(
+        f"CREATE TABLE {LOG_HEAD_TABLE} (id integer PRIMARY KEY CHECK (id = 1), "
+        "seq bigint NOT NULL CHECK (seq >= 0))"
+    )
+    cur.execute(f"INSERT INTO {LOG_HEAD_TABLE} (id, seq) VALUES (1, 0)")
+
+
+Migration = Callable[["psycopg.Cursor[tuple[object, ...]]"], None]
+MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1)]
+LATEST = MIGRATIONS[-1][0]
+
+
+class SchemaTooNewError(RuntimeError):
+    """The database was migrated by a newer Trellis than this one."""
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    """Apply every migration newer than the database's version, all in one transaction; return
+    the final version. ``conn`` is in autocommit mode (the transaction is this function's)."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+        cur.execute(
+            f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (version integer PRIMARY KEY, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        cur.execute(f"SELECT coalesce(max(version), 0) FROM {MIGRATIONS_TABLE}")
+        row = cur.fetchone()
+        current = int(str(row[0])) if row else 0
+        if current > LATEST:
+            raise SchemaTooNewError(
+                f"the database has schema version {current}; this Trellis knows up to {LATEST}"
+            )
+        for version, step in MIGRATIONS:
+            if version <= current:
+                continue
+            step(cur)
+            cur.execute(f"INSERT INTO {MIGRATIONS_TABLE} (version) VALUES (%s)", [version])
+            current = version
+    return current

@@ -1,0 +1,544 @@
+"""The PostgreSQL store: every entity in memory for reads, every write made durable first, on a
+PostgreSQL server (``TRELLIS_DATABASE_URL``).
+
+The write path is the group commit's (:mod:`storage.group_commit`): a committer thread takes the
+staged batches in order and makes each durable in one PostgreSQL transaction: the entity tables
+take each key's last change, ``change_log`` every change, numbered, and ``log_head`` moves from
+the number before the batch's first change to its last with a compare-and-set. Only once that
+transaction has committed are the changes published in memory and the writers answered.
+
+The compare-and-set is a fence, not a lock: one process serves a database for now. A second
+process writing the same database (a second controller by mistake, or one that lost a commit's
+answer and has not reloaded) finds ``log_head`` moved, and its batch is refused whole
+(:class:`LogHeadMovedError`, ``COMMIT_FAILED``) instead of interleaving its changes with the
+other's. Restarting it reloads the database as it is.
+
+A database that fails (the server gone, the connection cut) refuses the batch in hand and all
+staged after it, as a full disk does to the DuckDB store; the next batch opens a new connection.
+Each connection attempt is bounded (``connect_timeout``), and so is each statement
+(``statement_timeout``, below the writers' own wait), so a writer is answered, never left hanging.
+A connection lost while the server was committing leaves the outcome unknown: the store then
+looks for the batch in ``change_log`` (by its ``origin``) on a new connection, and answers from
+what it finds; if the server cannot be reached to tell, the batch is refused, and should it have
+landed after all, the fence refuses the batches after it until the process is restarted.
+
+The connection string may carry a password: it is never logged nor put in an error; what names
+the database in the log is :func:`describe`'s form of it, without the password.
+
+There is no file to copy: :meth:`PostgresStore.snapshot` refuses, and backups are PostgreSQL's
+own (``pg_dump`` and ``pg_restore``, or the server's base backups and WAL archiving).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import IsolationLevel
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import TupleRow
+
+from engine.entities import ALL_KINDS, Entity
+from engine.ports import Change, LogProblem, Put, SnapshotUnsupportedError
+from storage.codec import UnstorableValueError, decode, encode
+from storage.group_commit import COMMIT_WAIT_SECONDS, GroupCommitStore
+from storage.postgres.migrations import (
+    CHANGE_LOG_TABLE,
+    LOG_HEAD_TABLE,
+    SETTINGS_TABLE,
+    SchemaTooNewError,
+    migrate,
+    table_name,
+)
+
+log = logging.getLogger(__name__)
+
+Connection = psycopg.Connection[TupleRow]
+
+#: Change-log entries kept by default (as the DuckDB store's ``CHANGE_LOG_RETAIN``).
+CHANGE_LOG_RETAIN = 100_000
+#: How long a statement may run on the server before it is cancelled, in milliseconds: below the
+#: time a writer waits for its batch (``COMMIT_WAIT_SECONDS``), so a stuck server refuses the
+#: batch before its writers give up on it. The load at open and the integrity check have none.
+STATEMENT_TIMEOUT_MS = 30_000
+assert STATEMENT_TIMEOUT_MS < COMMIT_WAIT_SECONDS * 1000
+#: Connection parameters Trellis sets unless the connection string does: a bounded connection
+#: attempt, TCP keep-alives and a bound on unacknowledged data, so that a server that vanished
+#: from the network is noticed within seconds instead of the system's minutes.
+CONNECT_DEFAULTS = {
+    "connect_timeout": "10",
+    "application_name": "trellis",
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
+#: Set whatever the connection string says: documents are UTF-8 text.
+CONNECT_FIXED = {"client_encoding": "UTF8"}
+
+_Rows = tuple[list[int], list[str], list[str], list[str], list[str | None]]
+
+
+class DatabaseUrlError(ValueError):
+    """The connection string cannot be parsed (the message never repeats it: it may hold a
+    password)."""
+
+
+class StoreOpenError(RuntimeError):
+    """The database cannot be opened (unreachable, refused, not UTF-8, too new a schema); the
+    message names it without its password."""
+
+
+class LogHeadMovedError(RuntimeError):
+    """The batch was refused: the database's ``log_head`` is not where this process left it."""
+
+
+def parse_url(url: str) -> dict[str, str]:
+    """The parameters of ``url`` (a ``postgresql://`` URL or ``key=value`` pairs), as libpq reads
+    them; :class:`DatabaseUrlError` when it cannot."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        # libpq's message may quote a piece of the string, which may be the password.
+        raise DatabaseUrlError(
+            "libpq cannot parse it: give a postgresql:// URL or key=value pairs "
+            "(check the quoting and the percent-encoding)"
+        ) from None
+    return {str(key): str(value) for key, value in params.items() if value is not None}
+
+
+def describe(url: str) -> str:
+    """``url`` as the log and the errors show it: its parameters, the password masked."""
+    try:
+        params = parse_url(url)
+    except DatabaseUrlError:
+        return "(an unparsable connection string)"
+    if "password" in params:
+        params["password"] = "***"
+    return make_conninfo("", **params) or "(libpq's defaults)"
+
+
+class PostgresStore(GroupCommitStore):
+    """A group-commit ``Store`` on a PostgreSQL database (see the module docstring).
+
+    ``url``: a libpq connection string (``postgresql://user@host/db`` or ``host=... dbname=...``;
+    libpq's ``PG*`` variables and password file fill in what it leaves out). Opening runs the
+    migrations, then loads every entity in one ``REPEATABLE READ READ ONLY`` transaction, and
+    numbering goes on from ``log_head``.
+    """
+
+    def __init__(self, url: str, *, change_log_retain: int = CHANGE_LOG_RETAIN) -> None:
+        super().__init__(background=True)
+        params = parse_url(url)
+        self.description = describe(url)
+        for key, value in CONNECT_DEFAULTS.items():
+            params.setdefault(key, value)
+        params.update(CONNECT_FIXED)
+        self._conninfo = make_conninfo("", **params)
+        self.change_log_retain = max(1, change_log_retain)
+        #: Names this process's batches in ``change_log`` (a lost commit answer is looked up by it).
+        self.origin = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        #: Documents encoded at staging, by entity object, until their batch is written.
+        self._encoded: dict[int, tuple[Entity, str]] = {}
+        #: The committer's connection (and the settings'); the reads' one (change log, checks).
+        self._write_conn: Connection | None = None
+        self._writer_lock = threading.Lock()
+        self._read_conn: Connection | None = None
+        self._reader_lock = threading.Lock()
+        self._logged = 0
+        self._said_synchronous = False
+        try:
+            with self._writer_lock:
+                conn = self._connection_for_writes()
+                self._check_encoding(conn)
+                self.schema_version = migrate(conn)
+                self._load_all(conn)
+        except (psycopg.Error, SchemaTooNewError) as ex:
+            self._close_connections()
+            raise StoreOpenError(f"cannot open the PostgreSQL database {self.description}: {ex}") from ex
+        except BaseException:
+            self._close_connections()
+            raise
+        log.info(
+            "opened the PostgreSQL database %s (schema version %d, change %d)",
+            self.description,
+            self.schema_version,
+            self._seq,
+        )
+
+    # -- connections -------------------------------------------------------------------------
+    def _connect(self) -> Connection:
+        """A new connection in autocommit mode (transactions are explicit), its statements bounded
+        and its commits durable: a server whose ``synchronous_commit`` is ``off`` answers a
+        commit before it is on disk, so a crash of the server could lose an acknowledged write;
+        Trellis's connections then set it ``on`` (any stronger setting, for a synchronous
+        replica, is kept)."""
+        conn = psycopg.connect(self._conninfo, autocommit=True)
+        try:
+            conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+            row = conn.execute("SELECT current_setting('synchronous_commit')").fetchone()
+            if row is not None and str(row[0]) == "off":
+                conn.execute("SET synchronous_commit = on")
+                if not self._said_synchronous:
+                    self._said_synchronous = True
+                    log.warning(
+                        "the database's synchronous_commit is off: Trellis sets it on for its own "
+                        "connections, so that no acknowledged write can be lost"
+                    )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _usable(conn: Connection | None) -> bool:
+        return conn is not None and not conn.closed and not conn.broken
+
+    def _connection_for_writes(self) -> Connection:
+        """The writer connection (under ``_writer_lock``), a new one if the last has failed."""
+        conn = self._write_conn
+        if conn is None or not self._usable(conn):
+            if conn is not None:
+                conn.close()
+            self._write_conn = None
+            conn = self._write_conn = self._connect()
+        return conn
+
+    def _connection_for_reads(self) -> Connection:
+        """The reader connection (under ``_reader_lock``), a new one if the last has failed."""
+        conn = self._read_conn
+        if conn is None or not self._usable(conn):
+            if conn is not None:
+                conn.close()
+            self._read_conn = None
+            conn = self._read_conn = self._connect()
+        return conn
+
+    def _close_connections(self) -> None:
+        for lock, name in ((self._writer_lock, "_write_conn"), (self._reader_lock, "_read_conn")):
+            with lock:
+                conn: Connection | None = getattr(self, name)
+                setattr(self, name, None)
+                if conn is not None:
+                    conn.close()
+
+    @staticmethod
+    def _check_encoding(conn: Connection) -> None:
+        row = conn.execute("SHOW server_encoding").fetchone()
+        encoding = str(row[0]) if row else ""
+        if encoding.upper() != "UTF8":
+            raise StoreOpenError(
+                f"the database's encoding is {encoding}, not UTF8: create it with ENCODING 'UTF8'"
+            )
+
+    # -- open --------------------------------------------------------------------------------
+    def _load_all(self, conn: Connection) -> None:
+        """Every entity and setting, and ``log_head``, as of one moment."""
+        conn.isolation_level = IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SET LOCAL statement_timeout = 0")
+                cur.execute(f"SELECT seq FROM {LOG_HEAD_TABLE} WHERE id = 1")
+                row = cur.fetchone()
+                if row is None:
+                    raise StoreOpenError(f"{self.description}: the {LOG_HEAD_TABLE} row is missing")
+                head = int(row[0])
+                for kind in ALL_KINDS:
+                    cur.execute(f"SELECT id, doc::text FROM {table_name(kind.ENTITY)}")
+                    self.load([decode(kind, str(i), str(doc)) for i, doc in cur.fetchall()])
+                cur.execute(f"SELECT key, value FROM {SETTINGS_TABLE}")
+                self._settings.update({str(k): str(v) for k, v in cur.fetchall()})
+                cur.execute(f"SELECT count(*) FROM {CHANGE_LOG_TABLE}")
+                counted = cur.fetchone()
+                self._logged = int(counted[0]) if counted else 0
+        finally:
+            conn.isolation_level = None
+            conn.read_only = None
+        self._seq = head
+        self.load([])  # the published state carries the last sequence number
+
+    # -- staging -----------------------------------------------------------------------------
+    def _prepare(self, changes: Sequence[Change]) -> None:
+        """Encode each put's document now, on the writer's thread, and check each id: a value
+        that cannot be stored (``UnstorableValueError``, a 400) refuses its own request, never
+        its batch. PostgreSQL's text holds no NUL character, and a key is text."""
+        for change in changes:
+            entity_id = change.entity.id if isinstance(change, Put) else change.id
+            if "\x00" in entity_id:
+                raise UnstorableValueError("id", "text must not contain NUL characters")
+            try:
+                entity_id.encode("utf-8")
+            except UnicodeEncodeError:
+                raise UnstorableValueError("id", "text is not valid UTF-8") from None
+        encoded = [(change.entity, encode(change.entity)) for change in changes if isinstance(change, Put)]
+        for entity, doc in encoded:
+            self._encoded[id(entity)] = (entity, doc)
+
+    def _doc(self, entity: Entity) -> str:
+        cached = self._encoded.get(id(entity))
+        return cached[1] if cached is not None and cached[0] is entity else encode(entity)
+
+    def _expected_failure(self, error: BaseException) -> bool:
+        """The database failing or refusing (``psycopg.Error``, the fence) is expected."""
+        return isinstance(error, (OSError, psycopg.Error, LogHeadMovedError))
+
+    # -- the batch's transaction -------------------------------------------------------------
+    def _persist(self, entries: Sequence[tuple[int, Change]]) -> None:
+        try:
+            self._write_batch(entries)
+        except BaseException:
+            # The batch and everything staged after it are refused: none of their documents
+            # will be written (and a write staged meanwhile encodes its own again if need be).
+            self._encoded.clear()
+            raise
+        finally:
+            for _, change in entries:
+                if isinstance(change, Put):
+                    self._encoded.pop(id(change.entity), None)
+
+    def _rows(
+        self, entries: Sequence[tuple[int, Change]]
+    ) -> tuple[dict[str, list[str]], dict[str, tuple[list[str], list[str]]], _Rows]:
+        """The batch as statements take it: the ids each table deletes, the ids and documents
+        each upserts (each key's last change), and the change log's columns (every change)."""
+        final: dict[tuple[str, str], str | None] = {}
+        log_rows: _Rows = ([], [], [], [], [])
+        for seq, change in entries:
+            if isinstance(change, Put):
+                table, entity_id, doc = (
+                    table_name(change.entity.ENTITY),
+                    change.entity.id,
+                    self._doc(change.entity),
+                )
+            else:
+                table, entity_id, doc = table_name(change.kind.ENTITY), change.id, None
+            final[table, entity_id] = doc
+            log_rows[0].append(seq)
+            log_rows[1].append(table)
+            log_rows[2].append(entity_id)
+            log_rows[3].append("delete" if doc is None else "put")
+            log_rows[4].append(doc)
+        deletes: dict[str, list[str]] = {}
+        upserts: dict[str, tuple[list[str], list[str]]] = {}
+        for (table, entity_id), doc in final.items():
+            if doc is None:
+                deletes.setdefault(table, []).append(entity_id)
+            else:
+                ids, docs = upserts.setdefault(table, ([], []))
+                ids.append(entity_id)
+                docs.append(doc)
+        return deletes, upserts, log_rows
+
+    def _write_batch(self, entries: Sequence[tuple[int, Change]]) -> None:
+        first, last = entries[0][0], entries[-1][0]
+        deletes, upserts, log_rows = self._rows(entries)
+        with self._writer_lock:
+            conn = self._connection_for_writes()
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("BEGIN")
+                    # First: it takes the head row's lock, so a second writer waits here for the
+                    # first's commit and then finds the head moved.
+                    cur.execute(
+                        f"UPDATE {LOG_HEAD_TABLE} SET seq = %s WHERE id = 1 AND seq = %s", [last, first - 1]
+                    )
+                    if cur.rowcount != 1:
+                        cur.execute(f"SELECT seq FROM {LOG_HEAD_TABLE} WHERE id = 1")
+                        row = cur.fetchone()
+                        raise LogHeadMovedError(
+                            f"the database's change log is at {row[0] if row else 'no head'}, this "
+                            f"process's at {first - 1}: another process has written to it (or a commit "
+                            "whose answer was lost did land); batch refused: restart to reload the database"
+                        )
+                    for table, ids in deletes.items():
+                        cur.execute(f"DELETE FROM {table} WHERE id = ANY(%s::text[])", [ids])
+                    for table, (ids, docs) in upserts.items():
+                        cur.execute(
+                            f"INSERT INTO {table} (id, doc) SELECT i, d::json "
+                            "FROM unnest(%s::text[], %s::text[]) AS u(i, d) "
+                            "ON CONFLICT (id) DO UPDATE SET doc = EXCLUDED.doc",
+                            [ids, docs],
+                        )
+                    cur.execute(
+                        f"INSERT INTO {CHANGE_LOG_TABLE} (seq, batch, kind, id, op, doc, origin) "
+                        "SELECT s, %s, k, i, o, d::json, %s "
+                        "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[]) "
+                        "AS u(s, k, i, o, d)",
+                        [last, self.origin, *log_rows],
+                    )
+            except BaseException:
+                self._rollback(conn)
+                raise
+            try:
+                conn.execute("COMMIT")
+            except psycopg.Error as ex:
+                if not self._landed(last, len(entries)):
+                    raise
+                log.warning("the commit of changes %d to %d lost its answer (%s) but landed", first, last, ex)
+            self._written(len(entries), last)
+
+    @staticmethod
+    def _rollback(conn: Connection) -> None:
+        if conn.closed or conn.broken:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except psycopg.Error as ex:
+            log.debug("ignored while rolling back: %s", ex)
+
+    def _landed(self, last: int, count: int) -> bool:
+        """Whether this process's batch ending at ``last`` is in the database (after its commit
+        lost its answer): asked on a new connection; False when that cannot be told."""
+        try:
+            conn = self._connection_for_writes()
+            row = conn.execute(
+                f"SELECT count(*) FROM {CHANGE_LOG_TABLE} WHERE batch = %s AND origin = %s",
+                [last, self.origin],
+            ).fetchone()
+        except psycopg.Error as ex:
+            log.error("a commit's outcome is unknown (the database cannot be asked: %s)", ex)
+            return False
+        return row is not None and int(row[0]) == count
+
+    def _written(self, entries: int, last: int) -> None:
+        """``entries`` more changes are in the change log (under ``_writer_lock``)."""
+        self._logged += entries
+        if self._logged >= self.change_log_retain + max(1, self.change_log_retain // 2):
+            self._trim_change_log(last)
+
+    def _trim_change_log(self, last: int) -> None:
+        """Keep the newest ``change_log_retain`` entries. A failure loses nothing: it is tried
+        again after the next batch."""
+        conn = self._write_conn
+        if conn is None:
+            return
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute(
+                    f"DELETE FROM {CHANGE_LOG_TABLE} WHERE seq <= %s", [last - self.change_log_retain]
+                )
+                cur.execute(f"SELECT count(*) FROM {CHANGE_LOG_TABLE}")
+                row = cur.fetchone()
+            self._logged = int(row[0]) if row else 0
+        except psycopg.Error as ex:
+            log.warning("could not trim the change log (retried later): %s", ex)
+
+    def _persist_setting(self, key: str, value: str) -> None:
+        with self._writer_lock:
+            conn = self._connection_for_writes()
+            conn.execute(
+                f"INSERT INTO {SETTINGS_TABLE} (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                [key, value],
+            )
+
+    # -- reads of the database ---------------------------------------------------------------
+    def change_log(
+        self, after: int = 0, limit: int = 1000
+    ) -> list[tuple[int, int, str, str, str, str | None]]:
+        """Change-log entries with ``seq`` above ``after``, oldest first: (seq, batch, kind, id,
+        op, doc). What a replica follows."""
+        with self._reader_lock:
+            rows = (
+                self._connection_for_reads()
+                .execute(
+                    f"SELECT seq, batch, kind, id, op, doc::text FROM {CHANGE_LOG_TABLE} "
+                    "WHERE seq > %s ORDER BY seq LIMIT %s",
+                    [after, limit],
+                )
+                .fetchall()
+            )
+        return [
+            (int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), None if r[5] is None else str(r[5]))
+            for r in rows
+        ]
+
+    def change_log_problems(self) -> list[LogProblem]:
+        """Where the change log disagrees with the tables: gaps in its numbering, a ``log_head``
+        that is not its last entry, or a key whose newest logged change is not what its table
+        holds (a put of another document, a delete of a row that is there). Entries trimmed
+        away are not compared. Read in one snapshot of the database."""
+        known = {table_name(kind.ENTITY): kind.ENTITY for kind in ALL_KINDS}
+        problems: list[LogProblem] = []
+        with self._reader_lock:
+            conn = self._connection_for_reads()
+            conn.isolation_level = IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.execute("SET LOCAL statement_timeout = 0")
+                    cur.execute(f"SELECT count(*), min(seq), max(seq) FROM {CHANGE_LOG_TABLE}")
+                    counted = cur.fetchone()
+                    cur.execute(f"SELECT seq FROM {LOG_HEAD_TABLE} WHERE id = 1")
+                    head_row = cur.fetchone()
+                    cur.execute(f"SELECT DISTINCT kind FROM {CHANGE_LOG_TABLE} ORDER BY kind")
+                    tables = [str(r[0]) for r in cur.fetchall()]
+                    found: list[tuple[str, list[tuple[Any, ...]]]] = []
+                    for table in tables:
+                        if table not in known:
+                            continue
+                        cur.execute(
+                            "WITH last AS (SELECT DISTINCT ON (id) id, op, doc::text AS doc "
+                            f"FROM {CHANGE_LOG_TABLE} WHERE kind = %s ORDER BY id, seq DESC) "
+                            f"SELECT last.id, last.op, t.id IS NOT NULL FROM last LEFT JOIN {table} t "
+                            "ON t.id = last.id WHERE (last.op = 'delete' AND t.id IS NOT NULL) "
+                            "OR (last.op = 'put' AND (t.id IS NULL OR t.doc::text <> last.doc)) "
+                            "ORDER BY last.id",
+                            [table],
+                        )
+                        found.append((table, cur.fetchall()))
+            finally:
+                conn.isolation_level = None
+                conn.read_only = None
+        if counted and counted[0]:
+            count, low, high = int(counted[0]), int(counted[1]), int(counted[2])
+            if high - low + 1 != count:
+                problems.append(
+                    LogProblem(
+                        f"change log: {high - low + 1 - count} sequence numbers missing between {low} and {high}"
+                    )
+                )
+        else:
+            high = 0
+        head = int(head_row[0]) if head_row else None
+        if head is None:
+            problems.append(LogProblem(f"change log: the {LOG_HEAD_TABLE} row is missing"))
+        elif head != high and (high or head):
+            ends = f"ends at {high}" if high else "is empty"
+            problems.append(LogProblem(f"change log: {LOG_HEAD_TABLE} is at {head} but the log {ends}"))
+        for table in tables:
+            if table not in known:
+                problems.append(LogProblem(f"change log: entries of an unknown kind {table!r}"))
+        for table, rows in found:
+            for entity_id, op, present in rows:
+                if op == "delete":
+                    state = "is deleted in the change log but present in its table"
+                elif present:
+                    state = "differs from its newest change-log entry"
+                else:
+                    state = "is in the change log but missing from its table"
+                problems.append(
+                    LogProblem(f"change log: {table} {entity_id} {state}", known[table], str(entity_id))
+                )
+        return problems
+
+    def snapshot(self, at: datetime) -> str:
+        """PostgreSQL keeps no file of Trellis's to copy: refused, naming PostgreSQL's own tools."""
+        raise SnapshotUnsupportedError(
+            "the PostgreSQL store has no database file to snapshot: back the database up with "
+            "pg_dump (and restore it with pg_restore), or with the server's base backups"
+        )
+
+    def close(self) -> None:
+        """Commit what is queued, stop the committer, close the connections."""
+        super().close()
+        self._close_connections()
