@@ -149,6 +149,11 @@ def restore(settings: Settings, snapshot: Path, *, out: TextIO = sys.stdout) -> 
     """
     from storage.duckdb import RestoreError, restore_snapshot
 
+    if settings.database_url:
+        raise SettingError(
+            "restore puts back a snapshot of the DuckDB database; the data is in PostgreSQL "
+            "(TRELLIS_DATABASE_URL): restore it with pg_restore"
+        )
     restrict_umask()
     home.check(settings.home, "restore")
     home.refuse_while_served(settings.home)
@@ -191,7 +196,7 @@ def router_enroll(settings: Settings, jwt_file: Path, *, out: TextIO = sys.stdou
     )
 
 
-def router_run(settings: Settings) -> None:
+def router_run(settings: Settings, *, await_controller: bool = False) -> None:
     """Run the router enrolled in ``TRELLIS_ROUTER_HOME`` until stopped."""
     from router import identity
     from router.main import run_router
@@ -202,23 +207,49 @@ def router_run(settings: Settings) -> None:
         raise SettingError(f"TRELLIS_ROUTER_HOME: {ex}") from None
     if settings.router_ctrl:
         record = dataclasses.replace(record, ctrl=settings.router_ctrl)
-    run_router(settings.router_home, record)
+    run_router(settings.router_home, record, await_controller=await_controller)
+
+
+def check_serve_home(settings: Settings) -> None:
+    """Refuse a home ``serve`` cannot use. With ``TRELLIS_DATABASE_URL`` the data is in
+    PostgreSQL and the home holds the PKI (and the embedded router), not ``trellis.duckdb``."""
+    if not settings.database_url:
+        home.check(settings.home, "serve")
+        return
+    home.check(settings.home, "init")  # neither a file nor a directory of other files
+    state, lacking = home.examine(settings.home)
+    lacking = [name for name in lacking if name != home.DB_FILE]
+    if state == home.MISSING:
+        raise SettingError(
+            f"TRELLIS_HOME {home.shown(settings.home)} does not exist: run `trellis init` first"
+        )
+    if lacking:
+        raise SettingError(
+            f"TRELLIS_HOME {home.shown(settings.home)} is not initialised (no {', '.join(lacking)}): "
+            "run `trellis init` first"
+        )
 
 
 def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
-    """Check the home, take its server lock, check the address, then serve until stopped."""
-    home.check(settings.home, "serve")
+    """Check the home, take its server lock, check the address and the database, then serve
+    until stopped."""
+    check_serve_home(settings)
     secure_home(settings)
     lock = home.hold(settings.home)  # held until this process (and its worker) exits
     home.wait_for_database(settings.db_path)
     from api.server import serve as serving  # gunicorn and the app's modules: once the home is fine
 
     serving.check_bind(settings)
+    database = ""
+    if settings.database_url:  # reachable and usable, before the worker starts (nothing loaded)
+        from api.app import check_database
+
+        database = f", database {check_database(settings)}"
     from api import embedded_router
 
-    print(f"serving https://{settings.bind} (home {settings.home})", file=out, flush=True)
+    print(f"serving https://{settings.bind} (home {settings.home}{database})", file=out, flush=True)
     router = embedded_router.EmbeddedRouter(settings)
-    router.start()  # once the control listener accepts; stopped first when serve is told to stop
+    router.start()  # with serve, connecting once the control listener accepts; stopped first
     try:
         serving.serve(settings, router)
     except serving.StartFailed as ex:
@@ -317,11 +348,17 @@ def build_parser() -> argparse.ArgumentParser:
                 formatter_class=raw,
             )
             enroll.add_argument("jwt", type=Path, help="a file holding the enrollment JWT")
-            actions.add_parser(
+            run_action = actions.add_parser(
                 "run",
                 help="run the enrolled router",
                 epilog=_settings_epilog("router-run"),
                 formatter_class=raw,
+            )
+            run_action.add_argument(
+                "--await-controller",
+                action="store_true",
+                help="connect to the controller only once its control listener accepts connections, "
+                "trying quietly until then (how trellis serve starts its embedded router)",
             )
     return parser
 
@@ -345,7 +382,7 @@ def run(args: argparse.Namespace) -> int:
     elif command == "router-enroll":
         router_enroll(settings, args.jwt)
     elif command == "router-run":
-        router_run(settings)
+        router_run(settings, await_controller=args.await_controller)
     return 0
 
 

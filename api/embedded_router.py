@@ -11,9 +11,10 @@ keep the policies they have (``all-identities-public-routers``, ``all-services-a
 ``AllOf``, which with one role each grant the same): nothing renames them.
 
 ``trellis serve`` then runs it as its own process (``trellis router run``): relaying bytes never
-competes with API requests for the worker's interpreter. It is started once the control listener
-accepts connections, started again when it ends on its own, and stopped first when ``serve`` is
-told to stop (and with ``serve`` even when ``serve`` is killed).
+competes with API requests for the worker's interpreter. It is started with ``serve`` and
+connects once the control listener accepts connections, started again when it ends on its own,
+and stopped first when ``serve`` is told to stop (and with ``serve`` even when ``serve`` is
+killed).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import TextIO
 
 from api.controller import Controller
@@ -117,8 +117,10 @@ def _default_policies(ctrl: Controller) -> None:
 class EmbeddedRouter:
     """The embedded router's process, kept running while ``serve`` runs.
 
-    It is started once the control listener accepts connections (serve's worker opens it when the
-    app has loaded), so that its first attempts are not logged as failures. It is started again
+    It is started with ``serve`` and connects once the control listener accepts connections
+    (``trellis router run --await-controller``: serve's worker opens the listener when the app
+    has loaded), so that its start overlaps the worker's and no early attempt is logged as a
+    failure. It is started again
     (after 1 s, doubling to 30 s while it keeps failing) whenever it ends on its own, and not when
     ``serve`` stops: ``serve`` calls :meth:`stop` as soon as it is told to stop, before its worker
     stops. A router that ended cleanly (status 0, as it does on SIGINT: a Ctrl-C reaches the whole
@@ -136,7 +138,6 @@ class EmbeddedRouter:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
-        self._control_accepts: Callable[[], bool] = lambda: True
         #: gunicorn's worker is a fork of ``serve``: what it inherits of this object is not its own.
         self._owner = os.getpid()
 
@@ -150,19 +151,9 @@ class EmbeddedRouter:
         return process.pid if process is not None and process.poll() is None else None
 
     def start(self) -> bool:
-        """Start watching for the control listener, then run it (if it is on and enrolled);
-        whether it will run. Call it before gunicorn forks its worker (the comment below says why)."""
+        """Run it (if it is on and enrolled) and keep it running; whether it will run."""
         if not self.enabled:
             return False
-        # What the thread runs is imported here, on the calling thread: gunicorn forks its worker
-        # while the thread runs, and a fork while the thread holds a module's import lock leaves
-        # that lock held in the worker for ever (its app hung on its first import of the
-        # module). The first attempt imports what connecting needs too (the idna codec).
-        from router.main import control_accepts
-
-        directory, address = self.settings.embedded_router_dir, ctrl_address(self.settings)
-        self._control_accepts = lambda: control_accepts(directory, address)
-        self._control_accepts()
         self._thread = threading.Thread(
             target=self._keep_running, name="trellis-embedded-router", daemon=True
         )
@@ -181,8 +172,6 @@ class EmbeddedRouter:
         # PR_SET_PDEATHSIG follows the thread that forked it.
         pause = RESTART_FIRST
         while True:
-            if not self._wait_for_control():
-                return
             with self._lock:
                 if self._stopping.is_set():
                     return
@@ -202,14 +191,6 @@ class EmbeddedRouter:
             if self._stopping.wait(pause):
                 return
             pause = min(pause * 2, RESTART_MAX)
-
-    def _wait_for_control(self) -> bool:
-        """Wait until the control listener accepts connections; False once :meth:`stop` is called."""
-        while not self._stopping.is_set():
-            if self._control_accepts():
-                return True
-            self._stopping.wait(PROBE_SECONDS)
-        return False
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop it: SIGTERM, then SIGKILL after ``timeout`` seconds; no restart. Only in the
@@ -233,8 +214,8 @@ class EmbeddedRouter:
 #: Seconds before the embedded router is started again after it ended: the first pause, the
 #: longest, and how long a run must last for the next failure to start from the first again.
 RESTART_FIRST, RESTART_MAX, RESTART_RESET = 1.0, 30.0, 60.0
-#: How often the router's process is looked at, and the control listener tried before the start.
-WATCH_SECONDS, PROBE_SECONDS = 0.2, 0.2
+#: How often the router's process is looked at.
+WATCH_SECONDS = 0.2
 #: The statuses of a router that was told to stop (it stops cleanly on SIGINT and SIGTERM), and
 #: how long such a router waits for serve's own stop before it counts as ended on its own.
 STOPPED = (0, -signal.SIGINT, -signal.SIGTERM)
@@ -247,7 +228,7 @@ def _popen(settings: Settings) -> subprocess.Popen[bytes]:
     env["TRELLIS_ROUTER_HOME"] = str(settings.embedded_router_dir)
     env["TRELLIS_ROUTER_CTRL"] = ctrl_address(settings)  # the listener of this run, wherever it moved
     return subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "router", "run"],
+        [sys.executable, "-m", "api.cli", "router", "run", "--await-controller"],
         env=env,
         stdin=subprocess.DEVNULL,
         start_new_session=False,

@@ -68,8 +68,17 @@ def control_accepts(directory: Path, address: str, timeout: float = 2.0) -> bool
     return True
 
 
-async def serve(directory: Path, record: identity.RouterRecord, stop: asyncio.Event) -> None:
-    """Run until ``stop`` is set."""
+#: How often a router started with ``await_controller`` tries the control listener.
+AWAIT_SECONDS = 0.05
+
+
+async def serve(
+    directory: Path, record: identity.RouterRecord, stop: asyncio.Event, *, await_controller: bool = False
+) -> None:
+    """Run until ``stop`` is set. With ``await_controller`` the control connection is first made
+    once the control listener accepts connections (:func:`control_accepts`, tried quietly every
+    :data:`AWAIT_SECONDS`): ``serve`` starts its embedded router with its own start, so that the
+    router's start overlaps the controller's instead of following it."""
     sessions = ApiSessions()
     ctrl_host, _ = parse_address(record.ctrl)
     client = ControlClient(
@@ -120,6 +129,12 @@ async def serve(directory: Path, record: identity.RouterRecord, stop: asyncio.Ev
         record.link_url or "(none)",
         record.ctrl,
     )
+    if await_controller:
+        while not await asyncio.to_thread(control_accepts, directory, record.ctrl, AWAIT_SECONDS * 20):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), AWAIT_SECONDS)
+            if stop.is_set():
+                break
     control = asyncio.create_task(client.run(), name="control")
     try:
         await stop.wait()
@@ -133,8 +148,8 @@ async def serve(directory: Path, record: identity.RouterRecord, stop: asyncio.Ev
         log.info("router %s stopped", record.name)
 
 
-def run_router(directory: Path, record: identity.RouterRecord) -> None:
-    """Serve until SIGTERM or SIGINT."""
+def run_router(directory: Path, record: identity.RouterRecord, *, await_controller: bool = False) -> None:
+    """Serve until SIGTERM or SIGINT (``await_controller``: see :func:`serve`)."""
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -142,7 +157,7 @@ def run_router(directory: Path, record: identity.RouterRecord) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await serve(directory, record, stop)
+            await serve(directory, record, stop, await_controller=await_controller)
         finally:
             # Stopped already: a signal from here on has nothing left to ask. The embedded router
             # gets a Ctrl-C's SIGINT from the terminal and then serve's SIGTERM; left to the loop,

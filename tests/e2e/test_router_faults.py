@@ -167,7 +167,7 @@ def _alive(pid: int) -> bool:
 
 
 #: Generous deadlines for what a loaded 2-core machine may make slow: the embedded router's process
-#: appearing (serve starts it once the control listener accepts, again 1 s after a crash, and
+#: appearing (serve starts it with itself, again 1 s after a crash, and
 #: Python starts slowly under load), its hello accepted, and its end with serve.
 PROCESS_TIMEOUT = 60.0
 #: What the server logs when it accepts the embedded router's hello (api/control/server.py).

@@ -103,10 +103,10 @@ FALSE_ALARMS = (
 
 
 def test_the_embedded_router_starts_and_stops_quietly(tmp_path: Path) -> None:
-    """serve starts its router once the control listener accepts, so the router's first attempt
-    succeeds; and it stops the router first, whichever way it is stopped (Ctrl-C, which reaches
-    the whole process group, or SIGINT or SIGTERM to serve alone), with no restart. Read from
-    the real server's output."""
+    """serve starts its router with itself, and the router connects once the control listener
+    accepts, so no early attempt is logged as a failure; and serve stops the router first,
+    whichever way it is stopped (Ctrl-C, which reaches the whole process group, or SIGINT or
+    SIGTERM to serve alone), with no restart. Read from the real server's output."""
     stops = {
         "Ctrl-C": lambda pid: os.killpg(pid, signal.SIGINT),
         "SIGINT": lambda pid: os.kill(pid, signal.SIGINT),
