@@ -11,7 +11,8 @@ import asyncio
 import concurrent.futures
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import falcon
@@ -30,7 +31,7 @@ from api.middleware import RequestMiddleware
 from api.routing import Routes, SharedRouter
 from api.server.limits import RequestLimits
 from api.server.tls import TlsTrust
-from api.settings import Settings
+from api.settings import SettingError, Settings
 from api.system import ShortIds, SystemClock
 from api.views import Views
 from engine.entities import all as _all_kinds  # noqa: F401  (registers every entity kind)
@@ -44,6 +45,14 @@ log = logging.getLogger("trellis")
 
 
 def open_store(settings: Settings) -> Store:
+    """The store of ``settings``: the PostgreSQL database of ``TRELLIS_DATABASE_URL`` when set,
+    else the DuckDB file in ``TRELLIS_HOME``. A PostgreSQL database that cannot be opened stops
+    the command in one line (:class:`SettingError`), its password never shown."""
+    if settings.database_url:
+        from storage.postgres import PostgresStore
+
+        with _database_url_refused():
+            return PostgresStore(settings.database_url, change_log_retain=settings.change_log_retain)
     from storage.duckdb import DuckDBStore
 
     return DuckDBStore(
@@ -53,6 +62,32 @@ def open_store(settings: Settings) -> Store:
         writer=settings.db_writer,
         journal=settings.db_journal,
     )
+
+
+def check_database(settings: Settings) -> str:
+    """Where ``settings`` keep the data, checked without loading it (what ``trellis serve`` does
+    before its worker starts): the PostgreSQL database of ``TRELLIS_DATABASE_URL`` must be
+    reachable and usable, else :class:`SettingError`; its description, password masked (the
+    DuckDB file's path when there is none)."""
+    if not settings.database_url:
+        return str(settings.db_path)
+    from storage.postgres import probe
+
+    with _database_url_refused():
+        return probe(settings.database_url)
+
+
+@contextmanager
+def _database_url_refused() -> Iterator[None]:
+    """The PostgreSQL store's refusals as one-line :class:`SettingError`s (never the password)."""
+    from storage.postgres import DatabaseUrlError, StoreOpenError
+
+    try:
+        yield
+    except DatabaseUrlError as ex:
+        raise SettingError(f"TRELLIS_DATABASE_URL: {ex}") from None
+    except StoreOpenError as ex:
+        raise SettingError(f"TRELLIS_DATABASE_URL: {' '.join(str(ex).split())}") from None
 
 
 def load_pki(settings: Settings) -> CertificateAuthority:

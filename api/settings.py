@@ -275,6 +275,28 @@ def parse_origins(raw: str) -> tuple[str, ...]:
 
 ORIGINS_FORM = "comma-separated origins (scheme://host[:port]) or *"
 
+DATABASE_URL_FORM = "a postgresql:// URL or libpq key=value pairs"
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def database_url(text: str) -> str:
+    """A PostgreSQL connection string as libpq takes it: ``postgresql://`` (or ``postgres://``)
+    URL, or ``key=value`` pairs (empty: none); libpq parses it when the store opens. It may hold
+    a password, so a refusal never repeats it: a :class:`SettingError` naming the variable, and
+    the scheme when that is all that is wrong."""
+    if not text:
+        return ""
+    scheme, sep, _ = text.partition("://")
+    if sep:
+        if scheme.lower() in ("postgresql", "postgres"):
+            return text
+        what = f"a {scheme}:// URL" if _URL_SCHEME.fullmatch(scheme) else "a URL of another scheme"
+    elif "=" in text:
+        return text
+    else:
+        what = "text of neither form (not shown: it may hold a password)"
+    raise SettingError(f"TRELLIS_DATABASE_URL must be {DATABASE_URL_FORM}, not {what}")
+
 
 # -- every setting -------------------------------------------------------------------------------
 
@@ -355,6 +377,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "TRELLIS_TIMEOUT_KEEPALIVE_SECONDS", "keepalive_timeout", "5", seconds_form(zero=True),
         "idle keep-alive connections are closed after this (0: no keep-alive)", parser=seconds(zero=True),
+    ),
+    Setting(
+        "TRELLIS_DATABASE_URL", "database_url", "", DATABASE_URL_FORM,
+        "the PostgreSQL database holding the data instead of `trellis.duckdb` (the PKI stays in "
+        "`TRELLIS_HOME`); `postgresql://user@host:5432/trellis`",
+        ALL, database_url, shown_default="none: DuckDB in `TRELLIS_HOME`",
+        detail="One server per database for now: a second one is refused at its first write. A password "
+        "in it is never logged; libpq's `PGPASSWORD` or password file keep it out of the URL. Back up "
+        "with `pg_dump` (see Snapshots and restore)",
     ),
     Setting(
         "TRELLIS_DB_MEMORY_LIMIT", "db_memory_limit", "1GB", "a size such as 512MB, 1GB, 2GiB or 50%",
@@ -513,6 +544,9 @@ class Settings:
     session_timeout: timedelta = DEFAULTS["TRELLIS_SESSION_TIMEOUT_MINUTES"]
     enrollment_duration: timedelta = timedelta(minutes=180)
     max_body_bytes: int = 1024 * 1024
+    #: A PostgreSQL connection string (storage.postgres); empty: DuckDB in ``home``. Not in the
+    #: repr: it may hold a password.
+    database_url: str = field(default=DEFAULTS["TRELLIS_DATABASE_URL"], repr=False)
     db_memory_limit: str = DEFAULTS["TRELLIS_DB_MEMORY_LIMIT"]
     #: See storage.duckdb.writer.
     db_writer: str = DEFAULTS["TRELLIS_DB_WRITER"]

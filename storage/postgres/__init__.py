@@ -7,6 +7,7 @@ from storage.postgres.store import (
     StoreOpenError,
     describe,
     parse_url,
+    probe,
 )
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "StoreOpenError",
     "describe",
     "parse_url",
+    "probe",
 ]

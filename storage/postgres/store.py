@@ -51,7 +51,9 @@ from storage.codec import UnstorableValueError, decode, encode
 from storage.group_commit import COMMIT_WAIT_SECONDS, GroupCommitStore
 from storage.postgres.migrations import (
     CHANGE_LOG_TABLE,
+    LATEST,
     LOG_HEAD_TABLE,
+    MIGRATIONS_TABLE,
     SETTINGS_TABLE,
     SchemaTooNewError,
     migrate,
@@ -124,6 +126,30 @@ def describe(url: str) -> str:
     if "password" in params:
         params["password"] = "***"
     return make_conninfo("", **params) or "(libpq's defaults)"
+
+
+def probe(url: str) -> str:
+    """Check, without loading anything, that the database of ``url`` can be opened: reachable,
+    UTF-8, not of a schema newer than this code's (what ``trellis serve`` asks before it starts
+    its worker). Its description (:func:`describe`); :class:`DatabaseUrlError` or
+    :class:`StoreOpenError` when it cannot be used."""
+    params = parse_url(url)
+    described = describe(url)
+    params.setdefault("connect_timeout", CONNECT_DEFAULTS["connect_timeout"])
+    try:
+        with psycopg.connect(make_conninfo("", **params), autocommit=True) as conn:
+            PostgresStore._check_encoding(conn)
+            row = conn.execute(f"SELECT to_regclass('{MIGRATIONS_TABLE}') IS NOT NULL").fetchone()
+            if row is not None and row[0]:
+                counted = conn.execute(f"SELECT coalesce(max(version), 0) FROM {MIGRATIONS_TABLE}").fetchone()
+                version = int(counted[0]) if counted else 0
+                if version > LATEST:
+                    raise SchemaTooNewError(
+                        f"the database has schema version {version}; this Trellis knows up to {LATEST}"
+                    )
+    except (psycopg.Error, SchemaTooNewError) as ex:
+        raise StoreOpenError(f"cannot open the PostgreSQL database {described}: {ex}") from ex
+    return described
 
 
 class PostgresStore(GroupCommitStore):
