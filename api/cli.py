@@ -234,17 +234,17 @@ def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
     """Check the home, take its server lock, check the address and the database, then serve
     until stopped."""
     check_serve_home(settings)
+    database = ""
+    if settings.database_url:  # reachable and usable, before the worker starts (nothing loaded)
+        from api.app import check_database
+
+        database = f", database {check_database(settings)}"
     secure_home(settings)
     lock = home.hold(settings.home)  # held until this process (and its worker) exits
     home.wait_for_database(settings.db_path)
     from api.server import serve as serving  # gunicorn and the app's modules: once the home is fine
 
     serving.check_bind(settings)
-    database = ""
-    if settings.database_url:  # reachable and usable, before the worker starts (nothing loaded)
-        from api.app import check_database
-
-        database = f", database {check_database(settings)}"
     from api import embedded_router
 
     print(f"serving https://{settings.bind} (home {settings.home}{database})", file=out, flush=True)

@@ -70,7 +70,10 @@ class PostgresServer:
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
         self.as_root = os.geteuid() == 0
-        self.directory = Path(tempfile.mkdtemp(prefix="trellis-pg-"))
+        # In /tmp where there is one, whatever TMPDIR says: the socket's path must stay short (a
+        # unix socket's is limited to about 100 bytes) and uid 65534 must be able to reach it.
+        base = "/tmp" if os.path.isdir("/tmp") else None
+        self.directory = Path(tempfile.mkdtemp(prefix="trellis-pg-", dir=base))
         self.data = self.directory / "data"
         self.logfile = self.directory / "server.log"
         self.process: subprocess.Popen[bytes] | None = None

@@ -228,6 +228,24 @@ def test_restore_refuses_with_the_data_in_postgresql(
     assert "s3cret" not in err
 
 
+def test_serve_stops_in_one_line_when_the_database_cannot_be_reached(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from api.cli import main
+
+    monkeypatch.setenv("TRELLIS_HOME", str(home))
+    monkeypatch.setenv(
+        "TRELLIS_DATABASE_URL",
+        "postgresql://trellis:s3cret@/trellis?host=/nonexistent-trellis-socket-dir&connect_timeout=2",
+    )
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trellis: TRELLIS_DATABASE_URL: cannot open the PostgreSQL database user=trellis ")
+    assert err.count("\n") == 1
+    assert "s3cret" not in err
+    assert not (home / "serve.lock").exists()  # refused before it took the home
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_init_and_serve_on_an_empty_database(tmp_path: Path, postgres_url: str) -> None:
