@@ -34,6 +34,7 @@ STATUS: dict[type[e.ControllerError], int] = {
     e.InvalidCertPemError: 400,
     e.RequestEntityTooLargeError: 413,
     e.RateLimitedError: 429,
+    e.SnapshotNotSupportedError: 409,
     e.EnrollmentError: 400,
     e.AlreadyEnrolledError: 409,
     e.EnrollmentNotAllowedError: 409,

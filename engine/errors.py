@@ -46,6 +46,7 @@ The tree (HTTP statuses live only in ``api/errors.py``)::
     ├── NameConflictError                   COULD_NOT_VALIDATE (duplicate unique field)
     ├── RequestEntityTooLargeError          REQUEST_ENTITY_TOO_LARGE
     ├── RateLimitedError                    RATE_LIMITED (a database snapshot or integrity run)
+    ├── SnapshotNotSupportedError           SNAPSHOT_NOT_SUPPORTED (a store with no file to copy)
     ├── MfaExistsError                      MFA_EXISTS
     ├── MfaInvalidTokenError                MFA_INVALID_TOKEN
     ├── MfaNotEnrolledError                 MFA_NOT_ENROLLED
@@ -214,6 +215,15 @@ class InvalidCertPemError(ControllerError):
 class RequestEntityTooLargeError(ControllerError):
     code = "REQUEST_ENTITY_TOO_LARGE"
     default_message = "The request body is too large"
+
+
+class SnapshotNotSupportedError(ControllerError):
+    """``POST /database/snapshot`` on a store that keeps no database file of its own to copy
+    (PostgreSQL, whose backups are ``pg_dump``'s; the in-memory store): Trellis's own refusal,
+    OpenZiti's bbolt store always has a file."""
+
+    code = "SNAPSHOT_NOT_SUPPORTED"
+    default_message = "This controller's store keeps no database file to snapshot"
 
 
 class RateLimitedError(ControllerError):

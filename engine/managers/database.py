@@ -12,8 +12,9 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta
 
-from engine.errors import RateLimitedError
+from engine.errors import RateLimitedError, SnapshotNotSupportedError
 from engine.managers._base import Env
+from engine.ports import SnapshotUnsupportedError
 
 #: OpenZiti's ``DbSnapshotTooFrequentError``: "may snapshot database at most once per minute".
 MIN_INTERVAL = timedelta(minutes=1)
@@ -29,12 +30,16 @@ class DatabaseManager:
 
     def snapshot(self) -> str:
         """Take a snapshot now and return its path (what ``POST /database/snapshot`` answers);
-        ``RateLimitedError`` within a minute of the last."""
+        ``RateLimitedError`` within a minute of the last; ``SnapshotNotSupportedError`` (with the
+        store's reason) where the store keeps no file to copy."""
         with self._lock:
             now = self.env.clock.now()
             if self._last is not None and now < self._last + MIN_INTERVAL:
                 raise RateLimitedError()
-            path = self.env.store.snapshot(now)
+            try:
+                path = self.env.store.snapshot(now)
+            except SnapshotUnsupportedError as ex:
+                raise SnapshotNotSupportedError(str(ex) or None) from None
             self._last = now
             return path
 

@@ -274,3 +274,11 @@ def test_init_and_serve_on_an_empty_database(tmp_path: Path, postgres_url: str) 
         server.stop()
         log = server.log.read_text()
         assert ", database user=postgres dbname=trellis_test_" in log
+
+
+def test_a_snapshot_is_refused_with_a_409_naming_pg_dump(pg_api: Api) -> None:
+    refused = pg_api.post("/database/snapshot")
+
+    assert refused.status_code == 409, refused.text
+    assert refused.json["error"]["code"] == "SNAPSHOT_NOT_SUPPORTED"
+    assert "pg_dump" in refused.json["error"]["cause"]["message"]
