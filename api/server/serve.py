@@ -214,9 +214,10 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         try:
             self._app = create_app(self.settings)
             gc.freeze()
-        except (duckdb.Error, OSError) as ex:
+        except (duckdb.Error, OSError, SettingError) as ex:
             # The data underneath cannot be used (a corrupt or unreadable database file, a
-            # journal that cannot be replayed, a PKI file gone): one line, no traceback, and the
+            # journal that cannot be replayed, a PKI file gone, a PostgreSQL database gone since
+            # serve checked it): one line, no traceback, and the
             # exit status gunicorn gives "the app failed to load", which stops it at once (the
             # CLI's exit status 1). gunicorn prints this error's text, itself, on stderr.
             reason = " ".join(str(ex).split()) or type(ex).__name__

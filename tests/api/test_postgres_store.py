@@ -282,3 +282,29 @@ def test_a_snapshot_is_refused_with_a_409_naming_pg_dump(pg_api: Api) -> None:
     assert refused.status_code == 409, refused.text
     assert refused.json["error"]["code"] == "SNAPSHOT_NOT_SUPPORTED"
     assert "pg_dump" in refused.json["error"]["cause"]["message"]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_database_the_worker_cannot_open_stops_serve_with_one_line_and_no_retries(
+    tmp_path: Path, postgres_server: Any, postgres_url: str
+) -> None:
+    """serve's check passes (reachable, a known schema) but the worker cannot load the data (its
+    log_head row is gone): one ``trellis:`` line, exit status 1, no traceback, no second worker."""
+    from tests.e2e.test_cli import serve_env, trellis
+
+    home = tmp_path / "home"
+    env = {"TRELLIS_DATABASE_URL": postgres_url, "TRELLIS_ADMIN_PASSWORD": "an-admin-password-1"}
+    made = trellis("init", env={"TRELLIS_HOME": str(home), **env})
+    assert made.returncode == 0, made.stderr
+    postgres_server.execute(postgres_url, "DELETE FROM log_head")
+
+    done = trellis("serve", env=serve_env(home, **env))
+
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    ours = [line for line in done.stderr.splitlines() if line.startswith("trellis: ")]
+    assert len(ours) == 1, done.stderr
+    assert ours[0].startswith(f"trellis: cannot start on {home}: "), done.stderr
+    assert "log_head" in ours[0], ours
+    assert done.stderr.count("Booting worker") == 1, done.stderr
