@@ -143,10 +143,8 @@ def build_controller(
         session_timeout=settings.session_timeout,
         code_backoff=Backoff(settings.mfa_free_failures, settings.mfa_backoff, settings.mfa_backoff_max),
     )
-    instance_id = store.get_setting("instance_id")
-    if instance_id is None:
-        instance_id = ids.new_id()
-        store.put_setting("instance_id", instance_id)
+    # several workers may start at once on a new shared database: the first one's id for all
+    instance_id = store.get_setting("instance_id") or store.setdefault_setting("instance_id", ids.new_id())
     return Controller(
         settings=settings,
         managers=managers,

@@ -482,6 +482,31 @@ class Store(StoreView, Protocol):
 
     def put_setting(self, key: str, value: str) -> None: ...
 
+    def setdefault_setting(self, key: str, value: str) -> str:
+        """``key``'s setting, set to ``value`` first if it has none (atomically, for a store that
+        several processes share: each gets the first one's)."""
+        ...
+
+    @property
+    def replaying(self) -> bool:
+        """Whether this thread is publishing a batch another process committed (a store shared
+        by several processes): its listeners see it as any batch, but must not commit follow-ups
+        for it (the sessions a policy change ends): the process that committed it does, and they
+        arrive through the log. Writing while replaying raises."""
+        ...
+
+    def catch_up(self) -> bool:
+        """Apply at once what other processes sharing the store had committed when this was
+        called (one bounded round trip, coalesced with others asking at the same time); whether
+        anything new was applied. A request pinned to a state reads the new one after it. False
+        at once for a store no other process shares."""
+        ...
+
+    def lead(self) -> bool:
+        """Whether this process runs what one process of those sharing the store runs (the
+        control listener, the maintenance ticker); True for a store no other process shares."""
+        ...
+
     def snapshot(self, at: datetime) -> str:
         """A consistent copy of the durable database, next to it, named for ``at``; its path.
 

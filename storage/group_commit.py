@@ -279,6 +279,32 @@ class GroupCommitStore:
     def get_setting(self, key: str) -> str | None:
         return self._settings.get(key)
 
+    def setdefault_setting(self, key: str, value: str) -> str:
+        """``key``'s setting, set to ``value`` first if it has none."""
+        with self._lock:
+            current = self._settings.get(key)
+            if current is not None:
+                return current
+            self._persist_setting(key, value)
+            self._settings[key] = value
+            return value
+
+    @property
+    def replaying(self) -> bool:
+        """Whether this thread is publishing a batch another process committed (a shared store's
+        follower): listeners must not commit follow-ups for it (its origin does)."""
+        return bool(getattr(self._local, "replaying", False))
+
+    def catch_up(self) -> bool:
+        """Apply what other processes committed up to now; whether anything was. Nothing shares
+        a memory or DuckDB store: False at once."""
+        return False
+
+    def lead(self) -> bool:
+        """Whether this process runs the duties one process runs (the control listener, the
+        maintenance ticker): always, for a store only this process opens."""
+        return True
+
     @property
     def last_seq(self) -> int:
         """The sequence number of the last published change."""
@@ -306,6 +332,9 @@ class GroupCommitStore:
 
     def try_submit(self, build: Callable[[StoreView], Sequence[Change]]) -> bool:
         if not self._lock.acquire(blocking=False):
+            return False
+        if not self._may_submit():
+            self._lock.release()
             return False
         local = self._local
         local.depth = getattr(local, "depth", 0) + 1
@@ -353,6 +382,21 @@ class GroupCommitStore:
         """Raise (refusing the commit, nothing staged) if ``changes`` cannot be persisted; called
         on the writer's thread, so a bad value fails its own request, never a batch."""
 
+    def _before_write(self) -> None:
+        """Called as a thread enters the outermost write lock, before it takes the lock: a shared
+        store takes the cluster's write token here and catches up (nothing to do alone)."""
+
+    def _after_write(self) -> None:
+        """Called as a thread has left the outermost write lock (after :meth:`_before_write`)."""
+
+    def _after_batch(self) -> None:
+        """Called on the committer after each batch (published or refused)."""
+
+    def _may_submit(self) -> bool:
+        """Whether ``try_submit`` may stage now (under the lock): a shared store only while it
+        holds the write token."""
+        return True
+
     def _expected_failure(self, error: BaseException) -> bool:
         """Whether ``_persist`` failing with ``error`` is a failure of the storage underneath (a
         full disk, a database that has gone: logged without a traceback) rather than a bug."""
@@ -360,9 +404,21 @@ class GroupCommitStore:
 
     # -- the write lock and waiting ----------------------------------------------------------
     def _enter(self) -> None:
-        self._lock.acquire()
         local = self._local
-        local.depth = getattr(local, "depth", 0) + 1
+        depth = getattr(local, "depth", 0)
+        if getattr(local, "replaying", False):
+            raise RuntimeError("a listener wrote while another process's batch was published")
+        outermost = depth == 0 and not getattr(local, "committer", False)
+        if outermost:
+            self._before_write()
+        try:
+            self._lock.acquire()
+        except BaseException:
+            if outermost:
+                self._after_write()
+            raise
+        local.depth = depth + 1
+        local.outermost = outermost if depth == 0 else getattr(local, "outermost", False)
 
     def _exit(self) -> None:
         local = self._local
@@ -371,6 +427,9 @@ class GroupCommitStore:
         if ticket is not None:
             local.ticket = None
         self._lock.release()
+        if local.depth == 0 and local.outermost:
+            local.outermost = False
+            self._after_write()
         if ticket is not None:
             deferred: list[Durable] | None = getattr(local, "deferred", None)
             if deferred is not None:
@@ -437,6 +496,7 @@ class GroupCommitStore:
                 tickets = self._queue[:MAX_BATCH_TICKETS]
                 del self._queue[:MAX_BATCH_TICKETS]
             self._run_batch(tickets)
+            self._after_batch()
 
     def _gather_seconds(self) -> float:
         """How long to wait for more writes before the next batch (see :data:`GATHER_AFTER_SECONDS`;
@@ -468,6 +528,23 @@ class GroupCommitStore:
             self._run_batch(followups)
         for ticket in tickets:
             ticket.finish()
+
+    def _publish_foreign(self, entries: list[tuple[int, Change]]) -> None:
+        """Publish a batch another process committed (under the lock, nothing of this process's
+        staged): as a local batch is, with :attr:`replaying` set for its listeners."""
+        local = self._local
+        local.replaying = True
+        try:
+            self._publish(entries, coalesce(entries))
+        finally:
+            local.replaying = False
+        self._seq = max(self._seq, entries[-1][0])
+
+    def _idle(self) -> bool:
+        """Nothing staged, queued or being committed (under the lock)."""
+        with self._queued:
+            queued = bool(self._queue)
+        return not queued and not self._followups and not any(self._staged.values())
 
     def _publish(self, entries: list[tuple[int, Change]], final: list[Change]) -> None:
         last = entries[-1][0]

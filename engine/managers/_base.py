@@ -96,7 +96,11 @@ class EntityManager(Generic[E]):
         return self.env.store.get(self.kind, id)
 
     def require(self, id: str) -> E:
+        """The entity, else :class:`NotFoundError`: after looking again once the store has caught
+        up with what other processes sharing it committed (created there a moment ago)."""
         entity = self.env.store.get(self.kind, id)
+        if entity is None and self.env.store.catch_up():
+            entity = self.env.store.get(self.kind, id)
         if entity is None:
             raise NotFoundError()
         return entity

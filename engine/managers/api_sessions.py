@@ -86,8 +86,13 @@ class ApiSessionManager(EntityManager[ApiSession]):
         return self.expires_at(session) <= (now or self.env.clock.now())
 
     def resolve(self, token: str) -> ApiSession | None:
-        """The live session for ``token``, its activity refreshed; expired ones are removed."""
-        session = self.env.store.find_unique(ApiSession, "token_hash", token_hash(token))
+        """The live session for ``token``, its activity refreshed; expired ones are removed. A
+        token not found is looked for again once the store has caught up with what other
+        processes sharing it committed (a login on another one a moment ago)."""
+        hashed = token_hash(token)
+        session = self.env.store.find_unique(ApiSession, "token_hash", hashed)
+        if session is None and self.env.store.catch_up():
+            session = self.env.store.find_unique(ApiSession, "token_hash", hashed)
         if session is None:
             return None
         now = self.env.clock.now()

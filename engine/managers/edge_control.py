@@ -661,7 +661,7 @@ class EdgeControlManager:
             sinks = self._sinks
         if deleted:
             self.fleet.forget_api_sessions(deleted)
-        if ended:
+        if ended and not store.replaying:  # another process's batch: that process deletes them
             self._delete_hosted_terminators(list(ended))
         events: list[Event] = []
         if added:

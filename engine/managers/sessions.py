@@ -212,8 +212,11 @@ class SessionManager(EntityManager[Session]):
 
         It runs after the policy graph took the batch; the sessions it ends are one more commit.
         A service policy change re-checks every session; an identity or service change only
-        that entity's sessions.
+        that entity's sessions. Not for a batch another process committed (``replaying``): that
+        process ends them, and the batch that does arrives through the log.
         """
+        if self.env.store.replaying:
+            return
         candidates: dict[str, Session] = {}
         mfa_lost: dict[str, Session] = {}
         rescan_all = False

@@ -56,6 +56,14 @@ MIGRATIONS_TABLE = "schema_migrations"
 
 #: The advisory lock key migrations take (``pg_advisory_xact_lock``): "trellis" in ASCII.
 MIGRATION_LOCK = 0x7472656C6C6973
+#: The cluster's write token (``pg_advisory_lock``, held by one process's token connection).
+WRITE_TOKEN_LOCK = MIGRATION_LOCK + 1
+#: Held by the one process that runs the control listener and the maintenance ticker.
+LEAD_LOCK = MIGRATION_LOCK + 2
+#: ``NOTIFY`` channels: a batch committed (payload: its last ``seq``), and the write token wanted
+#: (payload: the waiting process's ``origin``). Hints only: the log is the truth.
+LOG_CHANNEL = "trellis_log"
+TOKEN_CHANNEL = "trellis_token"
 
 
 def table_name(entity: str) -> str:

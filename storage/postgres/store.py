@@ -7,11 +7,29 @@ take each key's last change, ``change_log`` every change, numbered, and ``log_he
 the number before the batch's first change to its last with a compare-and-set. Only once that
 transaction has committed are the changes published in memory and the writers answered.
 
-The compare-and-set is a fence, not a lock: one process serves a database for now. A second
-process writing the same database (a second controller by mistake, or one that lost a commit's
-answer and has not reloaded) finds ``log_head`` moved, and its batch is refused whole
-(:class:`LogHeadMovedError`, ``COMMIT_FAILED``) instead of interleaving its changes with the
-other's. Restarting it reloads the database as it is.
+Several processes (``TRELLIS_WORKERS``, or controllers on several hosts) may serve one database:
+
+* **One write order: the write token.** Before a thread of this process reads, checks and stages
+  under the outermost write lock (or ``try_submit`` stages), the process holds the cluster's
+  write token, a session-level ``pg_advisory_lock`` on a connection of its own, and has applied
+  every batch committed before it took it, so its checks (unique names, references, policies)
+  see every committed write, and its numbering goes on from the head. It keeps the token while
+  it keeps writing; it lets it go once idle (nothing staged, queued or being committed, no writer
+  in) when another process asked for it (a ``NOTIFY`` on ``trellis_token``, or a waiter seen in
+  ``pg_locks``) or after :data:`TOKEN_LINGER` unused; with a process waiting it admits new writers
+  for :data:`TOKEN_QUANTUM` only, so two busy processes take turns.
+* **The fence stays.** ``log_head`` moves by compare-and-set in every batch's transaction: a
+  process whose token went with a cut connection, while another took it and wrote, has its batch
+  refused whole (:class:`LogHeadMovedError`, ``COMMIT_FAILED``) and takes the token again, caught
+  up, for its next write.
+* **Following.** A follower thread with its own connection ``LISTEN``s on ``trellis_log`` (every
+  batch's transaction ``NOTIFY``s it with its last ``seq``: a hint only) and wakes on it or every
+  :data:`FOLLOW_SECONDS`; while this process does not hold the token it reads ``change_log`` past
+  its state, in order, and publishes each whole batch as a local one is published (a new state,
+  the listeners called) under the store's lock, with ``replaying`` set: readers see whole batches
+  only, and a listener does not commit follow-ups for another process's batch.
+  :meth:`PostgresStore.catch_up` does one such round at once (an unknown token or id is looked
+  for again after it).
 
 A database that fails (the server gone, the connection cut) refuses the batch in hand and all
 staged after it, as a full disk does to the DuckDB store; the next batch opens a new connection.
@@ -20,7 +38,8 @@ Each connection attempt is bounded (``connect_timeout``), and so is each stateme
 A connection lost while the server was committing leaves the outcome unknown: the store then
 looks for the batch in ``change_log`` (by its ``origin``) on a new connection, and answers from
 what it finds; if the server cannot be reached to tell, the batch is refused, and should it have
-landed after all, the fence refuses the batches after it until the process is restarted.
+landed after all, the fence refuses the next batch, and the one after takes the token again and
+applies it from the log as another process's.
 
 The connection string may carry a password: it is never logged nor put in an error; what names
 the database in the log is :func:`describe`'s form of it, without the password.
@@ -36,6 +55,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -46,15 +66,20 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 
 from engine.entities import ALL_KINDS, Entity
-from engine.ports import Change, LogProblem, Put, SnapshotUnsupportedError
+from engine.errors import CommitFailedError
+from engine.ports import Change, Delete, LogProblem, Put, SnapshotUnsupportedError
 from storage.codec import UnstorableValueError, decode, encode
 from storage.group_commit import COMMIT_WAIT_SECONDS, GroupCommitStore
 from storage.postgres.migrations import (
     CHANGE_LOG_TABLE,
     LATEST,
+    LEAD_LOCK,
+    LOG_CHANNEL,
     LOG_HEAD_TABLE,
     MIGRATIONS_TABLE,
     SETTINGS_TABLE,
+    TOKEN_CHANNEL,
+    WRITE_TOKEN_LOCK,
     SchemaTooNewError,
     migrate,
     table_name,
@@ -88,6 +113,22 @@ CONNECT_FIXED = {"client_encoding": "UTF8"}
 
 _Rows = tuple[list[int], list[str], list[str], list[str], list[str | None]]
 
+#: The follower wakes at least this often (seconds), notification or not: NOTIFY is a hint.
+FOLLOW_SECONDS = 1.0
+#: A catch-up reads about this many change-log rows per round trip (whole batches).
+FOLLOW_ROWS = 5000
+#: With another process waiting for the write token, this process keeps admitting new writers
+#: for this long (seconds) after it took the token, then lets it go once its writes are done.
+TOKEN_QUANTUM = 0.005
+#: An idle process lets the token go after this long (seconds) without a write, even when no
+#: request for it was heard (a notification can be missed).
+TOKEN_LINGER = 0.5
+#: Catch-ups asked for (an unknown token or id) start at least this far apart (seconds), so
+#: that requests naming nothing cannot turn into a round trip each.
+CATCH_UP_SPACING = 0.01
+
+_KINDS_BY_TABLE = {table_name(kind.ENTITY): kind for kind in ALL_KINDS}
+
 
 class DatabaseUrlError(ValueError):
     """The connection string cannot be parsed (the message never repeats it: it may hold a
@@ -101,6 +142,10 @@ class StoreOpenError(RuntimeError):
 
 class LogHeadMovedError(RuntimeError):
     """The batch was refused: the database's ``log_head`` is not where this process left it."""
+
+
+class LogGapError(RuntimeError):
+    """Change-log entries this process has not applied were trimmed away: it must reload."""
 
 
 def parse_url(url: str) -> dict[str, str]:
@@ -161,8 +206,12 @@ class PostgresStore(GroupCommitStore):
     numbering goes on from ``log_head``.
     """
 
-    def __init__(self, url: str, *, change_log_retain: int = CHANGE_LOG_RETAIN) -> None:
+    def __init__(
+        self, url: str, *, change_log_retain: int = CHANGE_LOG_RETAIN, token_linger: float = TOKEN_LINGER
+    ) -> None:
         super().__init__(background=True)
+        #: How long an idle process keeps the write token nobody asked for (see TOKEN_LINGER).
+        self.token_linger = token_linger
         params = parse_url(url)
         self.description = describe(url)
         for key, value in CONNECT_DEFAULTS.items():
@@ -181,6 +230,30 @@ class PostgresStore(GroupCommitStore):
         self._reader_lock = threading.Lock()
         self._logged = 0
         self._said_synchronous = False
+        # -- the cluster's write token (see _before_write) --
+        #: Guards the token's state and its connection; waited on while it is being let go.
+        self._token = threading.Condition(threading.Lock())
+        self._token_conn: Connection | None = None
+        self._token_held = False
+        #: Set when the fence refused a batch: the token may have been lost with its connection.
+        self._token_suspect = False
+        #: Another process asked for the token (a notification on ``TOKEN_CHANNEL``).
+        self._token_wanted = False
+        self._token_since = 0.0
+        #: Threads between taking the token and leaving the outermost write lock.
+        self._writers = 0
+        self._last_write = 0.0
+        # -- following --
+        self._follower: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._gap: LogGapError | None = None
+        self._catch_up = threading.Condition()
+        self._rounds_started = 0
+        self._rounds_done = 0
+        self._round_running = False
+        self._round_at = 0.0
+        self._lead_conn: Connection | None = None
+        self._leads: bool | None = None
         try:
             with self._writer_lock:
                 conn = self._connection_for_writes()
@@ -199,6 +272,8 @@ class PostgresStore(GroupCommitStore):
             self.schema_version,
             self._seq,
         )
+        self._follower = threading.Thread(target=self._follow, name="trellis-follower", daemon=True)
+        self._follower.start()
 
     # -- connections -------------------------------------------------------------------------
     def _connect(self) -> Connection:
@@ -322,6 +397,8 @@ class PostgresStore(GroupCommitStore):
         try:
             self._write_batch(entries)
         except BaseException:
+            # The token's connection may have gone with the batch's: let it go and take it anew.
+            self._token_suspect = True
             # The batch and everything staged after it are refused: none of their documents
             # will be written (and a write staged meanwhile encodes its own again if need be).
             self._encoded.clear()
@@ -401,6 +478,8 @@ class PostgresStore(GroupCommitStore):
                         "AS u(s, k, i, o, d)",
                         [last, self.origin, *log_rows],
                     )
+                    # Delivered at commit, to every process following: a hint to read the log now.
+                    cur.execute("SELECT pg_notify(%s, %s)", [LOG_CHANNEL, str(last)])
             except BaseException:
                 self._rollback(conn)
                 raise
@@ -457,6 +536,309 @@ class PostgresStore(GroupCommitStore):
             self._logged = int(row[0]) if row else 0
         except psycopg.Error as ex:
             log.warning("could not trim the change log (retried later): %s", ex)
+
+    # -- the cluster's write token -----------------------------------------------------------
+    def _before_write(self) -> None:
+        """Hold the cluster's write token before this thread writes: take it (a session-level
+        advisory lock on the token connection) unless this process holds it, and catch up to
+        the log's head under it, so every check reads every committed write and numbering goes
+        on from the head. With another process waiting and the token held longer than
+        :data:`TOKEN_QUANTUM`, new writers wait for this process's writes to finish, let it go,
+        and queue for it again behind the other."""
+        if self._gap is not None:
+            raise CommitFailedError(
+                "this process has fallen behind the change log: restart it"
+            ) from self._gap
+        with self._token:
+            if (
+                self._token_held
+                and self._token_wanted
+                and time.monotonic() - self._token_since > TOKEN_QUANTUM
+            ):
+                deadline = time.monotonic() + COMMIT_WAIT_SECONDS
+                while self._token_held and time.monotonic() < deadline:
+                    self._release_if_idle(force=True)
+                    if self._token_held:
+                        self._token.wait(0.05)
+            if self._token_held and self._token_suspect and not self._writers:
+                self._release_if_idle(force=True)
+            if not self._token_held:
+                self._take_token()
+            self._writers += 1
+
+    def _after_write(self) -> None:
+        with self._token:
+            self._writers -= 1
+            self._last_write = time.monotonic()
+            if not self._writers and (self._token_wanted or self._token_suspect):
+                self._release_if_idle(force=False)
+
+    def _after_batch(self) -> None:
+        with self._token:
+            self._last_write = time.monotonic()
+            if self._token_wanted or self._token_suspect:
+                self._release_if_idle(force=False)
+
+    def _may_submit(self) -> bool:
+        return self._token_held and not self._token_suspect
+
+    def _take_token(self) -> None:
+        """Take the token and catch up (under ``_token``); :class:`CommitFailedError` when the
+        database cannot be reached or the token is not had within the statement timeout."""
+        try:
+            conn = self._token_conn
+            if conn is None or not self._usable(conn):
+                if conn is not None:
+                    conn.close()
+                self._token_conn = None
+                conn = self._token_conn = self._connect()
+            self._token_wanted = False  # asked before this: by whoever held the token then
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", [WRITE_TOKEN_LOCK]).fetchone()
+            if not (row and row[0]):
+                conn.execute("SELECT pg_notify(%s, %s)", [TOKEN_CHANNEL, self.origin])
+                conn.execute("SELECT pg_advisory_lock(%s)", [WRITE_TOKEN_LOCK])
+            with self._lock:
+                try:
+                    self._apply_log(conn)
+                except BaseException:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", [WRITE_TOKEN_LOCK])
+                    raise
+                self._seq = self._state.seq
+                self._token_held = True
+        except psycopg.Error as ex:
+            self._outage.failed(ex, count=1, expected=True)
+            raise CommitFailedError("the cluster's write token could not be had") from ex
+        except LogGapError as ex:
+            raise CommitFailedError("this process has fallen behind the change log: restart it") from ex
+        self._token_suspect = False
+        self._token_since = time.monotonic()
+
+    def _release_if_idle(self, *, force: bool) -> None:
+        """Let the token go (under ``_token``) when no writer is in and nothing is staged, queued
+        or being committed; ``force`` even when nobody asked for it."""
+        if not self._token_held or self._writers:
+            return
+        if not (force or self._token_wanted or self._token_suspect):
+            return
+        with self._lock:
+            if not self._idle():
+                return
+            self._token_held = False
+            self._token_wanted = False
+            conn = self._token_conn
+            try:
+                if conn is not None and self._usable(conn):
+                    conn.execute("SELECT pg_advisory_unlock(%s)", [WRITE_TOKEN_LOCK])
+            except psycopg.Error as ex:
+                log.warning("could not let the write token go (closing its connection): %s", ex)
+                conn.close()  # type: ignore[union-attr]
+                self._token_conn = None
+            if self._token_suspect and self._token_conn is not None:
+                self._token_conn.close()
+                self._token_conn = None
+        self._token.notify_all()
+
+    @property
+    def holds_write_token(self) -> bool:
+        """Whether this process holds the cluster's write token now."""
+        return self._token_held
+
+    # -- following other processes' batches --------------------------------------------------
+    def _apply_log(self, conn: Connection) -> int:
+        """Publish every whole batch in the change log past this process's state, in order, as
+        foreign (under ``_lock``, the token not held by this process, nothing staged); how many
+        batches. :class:`LogGapError` when entries it needs were trimmed away."""
+        applied = 0
+        while True:
+            after = self._state.seq
+            rows = conn.execute(
+                f"SELECT seq, batch, kind, id, op, doc::text FROM {CHANGE_LOG_TABLE} WHERE seq > %s "
+                f"AND seq <= (SELECT max(batch) FROM (SELECT batch FROM {CHANGE_LOG_TABLE} "
+                "WHERE seq > %s ORDER BY seq LIMIT %s) AS next) ORDER BY seq",
+                [after, after, FOLLOW_ROWS],
+            ).fetchall()
+            if not rows:
+                return applied
+            if int(rows[0][0]) != after + 1:
+                self._gap = LogGapError(
+                    f"the change log starts at {rows[0][0]} but this process has applied up to "
+                    f"{after}: it must be restarted to reload the database"
+                )
+                raise self._gap
+            batch: list[tuple[int, Change]] = []
+            for seq, last, table, entity_id, op, doc in rows:
+                kind = _KINDS_BY_TABLE.get(str(table))
+                if kind is None:
+                    raise LogGapError(
+                        f"change {seq} is of an unknown kind {table!r}: restart on a newer Trellis"
+                    )
+                change: Change = (
+                    Delete(kind, str(entity_id))
+                    if op == "delete"
+                    else Put(decode(kind, str(entity_id), str(doc)))
+                )
+                batch.append((int(seq), change))
+                if int(seq) == int(last):
+                    self._publish_foreign(batch)
+                    applied += 1
+                    batch = []
+
+    def _follow(self) -> None:
+        """The follower thread: wakes on a notification (a batch committed, the token wanted)
+        or every :data:`FOLLOW_SECONDS`, applies what others committed and lets an idle token go."""
+        conn: Connection | None = None
+        said = False
+        while not self._stopping.is_set():
+            try:
+                if conn is None or not self._usable(conn):
+                    if conn is not None:
+                        conn.close()
+                    conn = self._connect()
+                    conn.execute(f"LISTEN {LOG_CHANNEL}")
+                    conn.execute(f"LISTEN {TOKEN_CHANNEL}")
+                    if said:
+                        log.info("following the change log again")
+                        said = False
+                for note in conn.notifies(timeout=FOLLOW_SECONDS, stop_after=1):
+                    if note.channel == TOKEN_CHANNEL and note.payload != self.origin:
+                        self._token_wanted = True
+                if self._stopping.is_set():
+                    break
+                self._follow_round(conn)
+                self._tick_token(conn)
+            except psycopg.Error as ex:
+                if not said:
+                    log.warning("cannot follow the change log (retrying every %g s): %s", FOLLOW_SECONDS, ex)
+                    said = True
+                if conn is not None:
+                    conn.close()
+                conn = None
+                self._stopping.wait(FOLLOW_SECONDS)
+            except LogGapError as ex:
+                log.error("%s", ex)
+                break
+            except Exception:
+                log.exception("the change-log follower failed; retrying")
+                self._stopping.wait(FOLLOW_SECONDS)
+        if conn is not None:
+            conn.close()
+
+    def _follow_round(self, conn: Connection) -> int:
+        """Apply what others committed, unless this process holds the token (then nothing is
+        new but its own batches, which its committer publishes)."""
+        with self._lock:
+            if self._token_held or self._gap is not None:
+                return 0
+            return self._apply_log(conn)
+
+    def _tick_token(self, conn: Connection) -> None:
+        """Let an idle token go when someone asked for it or it has not been used for
+        :data:`TOKEN_LINGER` (never blocks on a writer taking it). A request for it whose
+        notification was missed is seen in ``pg_locks`` (someone waiting for the lock)."""
+        if not self._token_held:
+            return
+        if not self._token_wanted:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1)",
+                [WRITE_TOKEN_LOCK >> 32, WRITE_TOKEN_LOCK & 0xFFFFFFFF],
+            ).fetchone()
+            if row and row[0]:
+                self._token_wanted = True
+        if not self._token.acquire(blocking=False):
+            return
+        try:
+            lingered = time.monotonic() - self._last_write >= self.token_linger
+            if self._token_held and (self._token_wanted or lingered):
+                self._release_if_idle(force=lingered)
+        finally:
+            self._token.release()
+
+    def catch_up(self) -> bool:
+        """Apply everything other processes had committed when this was called, in one round trip
+        (one round in flight at once: a caller arriving during a round waits for it and then for
+        the next; rounds start :data:`CATCH_UP_SPACING` apart); whether anything new was applied.
+        A request pinned to a state reads the new one after it. At once while this process holds
+        the write token (nobody else can have written)."""
+        if self._token_held or self._gap is not None:
+            return False
+        with self._catch_up:
+            wanted = self._rounds_started + 1
+            while True:
+                if self._rounds_done >= wanted:
+                    applied = self._last_round_applied
+                    break
+                if not self._round_running:
+                    self._round_running = True
+                    self._rounds_started += 1
+                    mine = self._rounds_started
+                    applied = -1
+                    break
+                self._catch_up.wait()
+        if applied < 0:
+            try:
+                pause = self._round_at + CATCH_UP_SPACING - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                self._round_at = time.monotonic()
+                applied = self._catch_up_round()
+            finally:
+                with self._catch_up:
+                    self._round_running = False
+                    self._rounds_done = mine
+                    self._last_round_applied = max(applied, 0)
+                    self._catch_up.notify_all()
+        if applied and getattr(self._local, "pinned", None) is not None:
+            self._local.pinned = self._state
+        return applied > 0
+
+    _last_round_applied = 0
+
+    def _catch_up_round(self) -> int:
+        try:
+            with self._reader_lock:
+                return self._follow_round(self._connection_for_reads())
+        except psycopg.Error as ex:
+            log.warning("could not catch up with the change log: %s", ex)
+            return 0
+        except LogGapError as ex:
+            log.error("%s", ex)
+            return 0
+
+    # -- one process of the cluster ----------------------------------------------------------
+    def lead(self) -> bool:
+        """Whether this process is the one of those serving the database that runs the control
+        listener and the maintenance ticker: the first to ask, holding a session-level advisory
+        lock on a connection of its own for as long as it runs (a process that stops frees it for
+        the next to start). Asked once; False when the database cannot be asked."""
+        if self._leads is None:
+            try:
+                conn = self._connect()
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_LOCK]).fetchone()
+            except psycopg.Error as ex:
+                log.warning("cannot tell whether this process leads (it does not): %s", ex)
+                self._leads = False
+                return False
+            self._leads = bool(row and row[0])
+            if self._leads:
+                self._lead_conn = conn
+            else:
+                conn.close()
+        return self._leads
+
+    def setdefault_setting(self, key: str, value: str) -> str:
+        """``key``'s setting, set to ``value`` first if the database has none: the first of
+        several processes starting at once sets it, the others read it back."""
+        with self._lock, self._writer_lock:
+            conn = self._connection_for_writes()
+            conn.execute(
+                f"INSERT INTO {SETTINGS_TABLE} (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+                [key, value],
+            )
+            row = conn.execute(f"SELECT value FROM {SETTINGS_TABLE} WHERE key = %s", [key]).fetchone()
+            current = str(row[0]) if row else value
+            self._settings[key] = current
+            return current
 
     def _persist_setting(self, key: str, value: str) -> None:
         with self._writer_lock:
@@ -565,6 +947,23 @@ class PostgresStore(GroupCommitStore):
         )
 
     def close(self) -> None:
-        """Commit what is queued, stop the committer, close the connections."""
+        """Commit what is queued, stop the committer and the follower, let the write token go,
+        close the connections."""
         super().close()
+        self._stopping.set()
+        follower = self._follower
+        if follower is not None and follower.is_alive():
+            try:  # wake it now rather than at its next tick (every follower wakes: a hint)
+                with self._writer_lock:
+                    self._connection_for_writes().execute("SELECT pg_notify(%s, '')", [LOG_CHANNEL])
+            except psycopg.Error:
+                pass
+            follower.join(FOLLOW_SECONDS * 3)
+        with self._token:
+            self._token_held = False
+            for name in ("_token_conn", "_lead_conn"):
+                conn: Connection | None = getattr(self, name)
+                setattr(self, name, None)
+                if conn is not None:
+                    conn.close()
         self._close_connections()
