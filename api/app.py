@@ -174,8 +174,12 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
         """Serve, on the server's event loop, what runs beside the HTTP API: the control listener
         edge routers connect to (``TRELLIS_CTRL_BIND``, ``api.control``), its engine calls on
         ``executor``. The answer stops it. An address that cannot be bound is logged and the API
-        served all the same."""
+        served all the same. Of several workers sharing a database, only the one that leads
+        (:meth:`~engine.ports.Store.lead`) listens: one process can bind the address."""
         settings = self.ctrl.settings
+        if not self.ctrl.env.store.lead():
+            log.info("another worker serves the control listener on %s", settings.ctrl_bind)
+            return _nothing
         server = ControlServer(
             self.ctrl,
             PkiPaths.in_directory(settings.pki_dir),

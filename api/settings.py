@@ -298,6 +298,16 @@ def database_url(text: str) -> str:
     raise SettingError(f"TRELLIS_DATABASE_URL must be {DATABASE_URL_FORM}, not {what}")
 
 
+#: The most serving processes ``TRELLIS_WORKERS`` takes.
+WORKERS_MAX = 64
+
+
+def workers(text: str) -> int:
+    """A number of serving processes; 0 for none given (the default of the store: see
+    :attr:`Settings.serving_workers`)."""
+    return whole(1, WORKERS_MAX)(text) if text else 0
+
+
 # -- every setting -------------------------------------------------------------------------------
 
 #: The commands that read settings (``trellis <command>``), and those that open the database.
@@ -351,6 +361,15 @@ SETTINGS: tuple[Setting, ...] = (
         "the sliding API-session lifetime", parser=minutes,
     ),
     Setting(
+        "TRELLIS_WORKERS", "workers", "", whole_form(1, WORKERS_MAX),
+        "serving processes, each with the whole data set in memory",
+        parser=workers, shown_default="1 with DuckDB; with `TRELLIS_DATABASE_URL`, the number of cores",
+        detail="With DuckDB only 1: one process may open the database file. With PostgreSQL the "
+        "workers share the database: one write order through the cluster's write token, each "
+        "following the others' writes within milliseconds; one of them runs the control listener and "
+        "the maintenance ticker (see docs/architecture.md, Several processes)",
+    ),
+    Setting(
         "TRELLIS_THREADS", "threads", "16", whole_form(1, 256), "threads running the app in the one worker",
         parser=whole(1, 256),
         detail="DuckDB allows one writer process; a writer holds its thread until its batch is durable, "
@@ -383,7 +402,7 @@ SETTINGS: tuple[Setting, ...] = (
         "the PostgreSQL database holding the data instead of `trellis.duckdb` (the PKI stays in "
         "`TRELLIS_HOME`); `postgresql://user@host:5432/trellis`",
         ALL, database_url, shown_default="none: DuckDB in `TRELLIS_HOME`",
-        detail="One server per database for now: a second one is refused at its first write. A password "
+        detail="Several workers and servers may share a database (`TRELLIS_WORKERS`). A password "
         "in it is never logged; libpq's `PGPASSWORD` or password file keep it out of the URL. Back up "
         "with `pg_dump` (see Snapshots and restore)",
     ),
@@ -554,6 +573,8 @@ class Settings:
     db_journal: bool = DEFAULTS["TRELLIS_DB_JOURNAL"]
     change_log_retain: int = DEFAULTS["TRELLIS_CHANGE_LOG_RETAIN"]
     threads: int = DEFAULTS["TRELLIS_THREADS"]
+    #: ``TRELLIS_WORKERS`` as given, 0 when it is not (see :attr:`serving_workers`).
+    workers: int = DEFAULTS["TRELLIS_WORKERS"]
     cert_proxies: tuple[str, ...] = DEFAULTS["TRELLIS_CERT_PROXIES"]
     #: The serving worker's time limits, in seconds (see api.server.worker).
     handshake_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_HANDSHAKE_SECONDS"]
@@ -589,6 +610,14 @@ class Settings:
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
+    def serving_workers(self) -> int:
+        """How many processes ``trellis serve`` runs: ``TRELLIS_WORKERS``, else 1 on DuckDB and
+        the number of cores on PostgreSQL."""
+        if self.workers:
+            return self.workers
+        return max(1, os.cpu_count() or 1) if self.database_url else 1
+
+    @property
     def db_path(self) -> Path:
         return self.home / "trellis.duckdb"
 
@@ -619,6 +648,11 @@ class Settings:
         env = os.environ if environ is None else environ
         values = {s.field: s.parse(env.get(s.env)) for s in read_by(command) if s.field is not None}
         settings = cls(**values)
+        if settings.workers > 1 and not settings.database_url:
+            raise SettingError(
+                f"TRELLIS_WORKERS must be 1 with DuckDB (one process may open its file), not "
+                f"{env.get('TRELLIS_WORKERS')!r}: set TRELLIS_DATABASE_URL to serve with more"
+            )
         if settings.mfa_backoff_max < settings.mfa_backoff:
             raise SettingError(
                 f"TRELLIS_MFA_BACKOFF_MAX_SECONDS must be at least TRELLIS_MFA_BACKOFF_SECONDS "

@@ -1,8 +1,10 @@
-"""``trellis serve``: gunicorn, one worker (:class:`api.server.worker.TrellisWorker`), TLS with optional
-client certificates.
+"""``trellis serve``: gunicorn, ``TRELLIS_WORKERS`` workers (:class:`api.server.worker.TrellisWorker`),
+TLS with optional client certificates.
 
-One worker because one process may open the DuckDB file read-write (docs/architecture.md §5); the app
-(and so the database) is loaded in the worker after the fork. The worker's event loop does the
+One worker on DuckDB, because one process may open the DuckDB file read-write (docs/architecture.md
+§5); on PostgreSQL as many as ``TRELLIS_WORKERS`` says (the cores by default), sharing the database.
+The app (and so the store) is loaded in each worker after the fork; one worker of those serving the
+database (:meth:`~engine.ports.Store.lead`) runs the control listener and the maintenance ticker. The worker's event loop does the
 network (TLS handshakes, reading requests, with time limits) and ``settings.threads`` threads run
 the app, so clients that stall hold no thread (see api/server/worker.py and ``python -m bench serving``).
 """
@@ -166,7 +168,7 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
 
         options = {
             "bind": self.settings.bind,
-            "workers": 1,
+            "workers": self.settings.serving_workers,
             "worker_class": "api.server.worker.TrellisWorker",
             "threads": self.settings.threads,
             # Connections cost a file and some memory, no thread: room for many stalled ones.
@@ -225,7 +227,8 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         finally:
             if collecting:
                 gc.enable()
-        self._app.maintenance.start()  # in the worker, after the fork: the expired-session purge
+        if self._app.ctrl.env.store.lead():  # one worker of those on a shared database
+            self._app.maintenance.start()  # in the worker, after the fork: the expired-session purge
         return self._app
 
 

@@ -757,11 +757,11 @@ class PostgresStore(GroupCommitStore):
     def catch_up(self) -> bool:
         """Apply everything other processes had committed when this was called, in one round trip
         (one round in flight at once: a caller arriving during a round waits for it and then for
-        the next; rounds start :data:`CATCH_UP_SPACING` apart); whether anything new was applied.
-        A request pinned to a state reads the new one after it. At once while this process holds
-        the write token (nobody else can have written)."""
+        the next; rounds start :data:`CATCH_UP_SPACING` apart); whether this thread reads anything
+        newer now (a request pinned to a state reads the latest after it). No round trip while
+        this process holds the write token (nobody else can have written)."""
         if self._token_held or self._gap is not None:
-            return False
+            return self._refresh_pin()
         with self._catch_up:
             wanted = self._rounds_started + 1
             while True:
@@ -788,9 +788,16 @@ class PostgresStore(GroupCommitStore):
                     self._rounds_done = mine
                     self._last_round_applied = max(applied, 0)
                     self._catch_up.notify_all()
-        if applied and getattr(self._local, "pinned", None) is not None:
-            self._local.pinned = self._state
-        return applied > 0
+        return self._refresh_pin() or applied > 0
+
+    def _refresh_pin(self) -> bool:
+        """Move this thread's pinned state (a request's) to the latest; whether it was older (the
+        follower may have applied what a catch-up was asked for)."""
+        pinned: Any = getattr(self._local, "pinned", None)
+        if pinned is None or pinned.seq >= self._state.seq:
+            return False
+        self._local.pinned = self._state
+        return True
 
     _last_round_applied = 0
 

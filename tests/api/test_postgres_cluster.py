@@ -1,0 +1,152 @@
+"""Two controllers on one PostgreSQL database, as two apps in one test process (each opens its own
+store, as each ``trellis serve`` worker does): a login on one is a session on the other at once,
+an entity created on one is found on the other at once, a name is taken once whichever takes it,
+and the sessions a policy change ends are ended once, by the controller that changed it. Last,
+``trellis serve`` with two workers, as an operator runs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.settings import Settings
+from engine.entities.sessions import Session
+from tests.api.session_helpers import dial, world
+from tests.api.test_postgres_store import start
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, MGMT, Api
+
+pytestmark = pytest.mark.durable
+
+DEADLINE_SECONDS = 30.0
+
+
+@pytest.fixture
+def pair(settings: Settings, postgres_url: str) -> Iterator[tuple[Api, Api]]:
+    pg = dataclasses.replace(settings, database_url=postgres_url)
+    first = start(pg, first=True)
+    second = start(pg)
+    yield first, second
+    for api in (first, second):
+        api.ctrl.env.store.close()
+
+
+def test_a_login_on_one_is_a_session_on_the_other_at_once(pair: tuple[Api, Api]) -> None:
+    first, second = pair
+    for _ in range(20):
+        token = Api(first.app).login(ADMIN_USER, ADMIN_PASSWORD)
+        got = second.get("/current-api-session", token=token)
+        assert got.status_code == 200, got.text
+    assert second.get("/current-api-session", token="no-such-token").status_code == 401
+
+
+def test_an_entity_created_on_one_is_found_on_the_other_at_once(pair: tuple[Api, Api]) -> None:
+    first, second = pair
+    for i in range(20):
+        created = first.create("/services", {"name": f"svc-{i}", "encryptionRequired": True})
+        got = second.get(f"/services/{created}")
+        assert got.status_code == 200, got.text
+        assert got.json["data"]["name"] == f"svc-{i}"
+    assert second.get("/services/no-such-id").status_code == 404
+
+
+def test_a_name_is_taken_once_whichever_controller_takes_it(pair: tuple[Api, Api]) -> None:
+    rounds = 50
+    statuses: list[list[int]] = [[0] * rounds, [0] * rounds]
+    barrier = threading.Barrier(2)
+
+    def create(n: int) -> None:
+        api = pair[n]
+        for r in range(rounds):
+            barrier.wait()
+            body = {"name": f"same-{r}", "isAdmin": False, "type": "Default"}
+            statuses[n][r] = api.post("/identities", json=body).status_code
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    for r in range(rounds):
+        assert sorted((statuses[0][r], statuses[1][r])) == [201, 400], r  # 400: a duplicate name, as OpenZiti
+    for api in pair:
+        names = [i["name"] for i in api.get("/identities", params={"limit": 500}).json["data"]]
+        assert sorted(n for n in names if n.startswith("same-")) == sorted(f"same-{r}" for r in range(rounds))
+
+
+def test_sessions_a_policy_change_ends_are_ended_once(pair: tuple[Api, Api]) -> None:
+    first, second = pair
+    made = world(first)
+    session = dial(first, made.user.token, made.service)
+    assert session.status_code == 201, session.text
+    session_id = session.json["data"]["id"]
+    assert second.get(f"/sessions/{session_id}").status_code == 200
+    assert second.delete(f"/service-policies/{made.dial_policy}").status_code == 200
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while first.ctrl.env.store.get(Session, session_id) is not None:
+        assert time.monotonic() < deadline, "the ended session did not reach the first controller"
+        time.sleep(0.01)
+    time.sleep(0.2)  # room for a wrong second delete, had the first controller made one
+    first.ctrl.env.store.catch_up()
+    log = first.ctrl.env.store.change_log()  # type: ignore[attr-defined]
+    deletes = [row for row in log if row[2] == "sessions" and row[3] == session_id and row[4] == "delete"]
+    assert len(deletes) == 1
+    assert first.ctrl.env.store.change_log_problems() == []
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_serve_with_two_workers_answers_alike_on_every_connection(tmp_path: Path, postgres_url: str) -> None:
+    """``trellis serve`` with ``TRELLIS_WORKERS=2``: both workers start, one runs the control
+    listener; a login and writes on one connection, reads on many fresh ones (landing on either
+    worker) that all find what was written."""
+    from tests.e2e.server import Server
+
+    env = {"TRELLIS_DATABASE_URL": postgres_url, "TRELLIS_WORKERS": "2"}
+    with Server(tmp_path / "home", env=env) as server:
+        server.init()
+        server.start()
+        token = server.login()
+        created: list[str] = []
+        for i in range(10):
+            body = {"name": f"two-workers-{i}", "isAdmin": False, "type": "Default"}
+            made = server.expect(server.call("POST", f"{MGMT}/identities", token, json=body), 201, "create")
+            created.append(made["data"]["id"])
+            for _ in range(4):
+                with server.session() as fresh:
+                    got = fresh.get(
+                        f"{server.url}{MGMT}/identities/{made['data']['id']}",
+                        headers={"zt-session": token},
+                        timeout=10,
+                    )
+                    server.expect(got, 200, "read on a fresh connection")
+                    assert got.json()["data"]["name"] == f"two-workers-{i}"
+        for _ in range(10):
+            with server.session() as fresh:
+                fresh_token = fresh.post(
+                    f"{server.url}{MGMT}/authenticate",
+                    params={"method": "password"},
+                    json={"username": "admin", "password": server.password},
+                    timeout=10,
+                ).headers["zt-session"]
+            with server.session() as other:
+                listed = other.get(
+                    f"{server.url}{MGMT}/identities",
+                    params={"filter": 'name contains "two-workers-"', "limit": 100},
+                    headers={"zt-session": fresh_token},
+                    timeout=10,
+                )
+                body: dict[str, Any] = server.expect(listed, 200, "list on a fresh connection")
+                assert sorted(i["id"] for i in body["data"]) == sorted(created)
+        server.stop()
+        log = server.log.read_text()
+    assert log.count("Booting worker") == 2, log[-4000:]
+    assert log.count("opened the PostgreSQL database") == 2, log[-4000:]
+    assert log.count("edge routers connect to") == 1, log[-4000:]
+    assert log.count("another worker serves the control listener") == 1, log[-4000:]
