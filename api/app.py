@@ -207,7 +207,11 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
     def runs_on_loop(self, method: str, path: str, query_string: str = "") -> bool:
         """Whether the server may run this request on its event loop (see ``api.http.LOOP_READS``):
         its resource's ``loop_methods`` holds the method, or its ``runs_on_loop(method,
-        query_string)`` says this one is bounded (a small page of a list)."""
+        query_string)`` says this one is bounded (a small page of a list). Not a write on a
+        database other processes share: it may wait for the cluster's write token, which another
+        process holds, and the loop must not wait (it runs on the pool instead)."""
+        if self.ctrl.settings.database_url and method not in _READING_METHODS:
+            return False
         if len(path) > 1 and path.endswith("/"):  # strip_url_path_trailing_slash, as Falcon does
             path = path.rstrip("/") or "/"
         found = self._router.find(path)
@@ -231,6 +235,10 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
                 return super().__call__(env, start_response)
         with store.pinned(), store.deferring(deferred):
             return super().__call__(env, start_response)
+
+
+#: Methods that do not write (a write on the event loop could wait for the write token).
+_READING_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 async def _nothing() -> None:

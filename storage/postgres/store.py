@@ -123,9 +123,11 @@ TOKEN_QUANTUM = 0.005
 #: An idle process lets the token go after this long (seconds) without a write, even when no
 #: request for it was heard (a notification can be missed).
 TOKEN_LINGER = 0.5
-#: Catch-ups asked for (an unknown token or id) start at least this far apart (seconds), so
-#: that requests naming nothing cannot turn into a round trip each.
-CATCH_UP_SPACING = 0.01
+#: Catch-up rounds asked for (an unknown token or id) are budgeted: this many a second, with
+#: bursts of :data:`CATCH_UP_BURST`, so that requests naming nothing (bogus tokens) cannot turn
+#: into database load; beyond it a miss is answered from what the follower has applied.
+CATCH_UP_RATE = 100.0
+CATCH_UP_BURST = 20.0
 
 _KINDS_BY_TABLE = {table_name(kind.ENTITY): kind for kind in ALL_KINDS}
 
@@ -251,7 +253,8 @@ class PostgresStore(GroupCommitStore):
         self._rounds_started = 0
         self._rounds_done = 0
         self._round_running = False
-        self._round_at = 0.0
+        self._round_budget = CATCH_UP_BURST
+        self._round_at = time.monotonic()
         self._lead_conn: Connection | None = None
         self._leads: bool | None = None
         try:
@@ -757,7 +760,7 @@ class PostgresStore(GroupCommitStore):
     def catch_up(self) -> bool:
         """Apply everything other processes had committed when this was called, in one round trip
         (one round in flight at once: a caller arriving during a round waits for it and then for
-        the next; rounds start :data:`CATCH_UP_SPACING` apart); whether this thread reads anything
+        the next; rounds are budgeted, :data:`CATCH_UP_RATE`); whether this thread reads anything
         newer now (a request pinned to a state reads the latest after it). No round trip while
         this process holds the write token (nobody else can have written)."""
         if self._token_held or self._gap is not None:
@@ -769,6 +772,14 @@ class PostgresStore(GroupCommitStore):
                     applied = self._last_round_applied
                     break
                 if not self._round_running:
+                    now = time.monotonic()
+                    self._round_budget = min(
+                        CATCH_UP_BURST, self._round_budget + (now - self._round_at) * CATCH_UP_RATE
+                    )
+                    self._round_at = now
+                    if self._round_budget < 1.0:  # over budget: what the follower has applied
+                        return self._refresh_pin()
+                    self._round_budget -= 1.0
                     self._round_running = True
                     self._rounds_started += 1
                     mine = self._rounds_started
@@ -777,10 +788,6 @@ class PostgresStore(GroupCommitStore):
                 self._catch_up.wait()
         if applied < 0:
             try:
-                pause = self._round_at + CATCH_UP_SPACING - time.monotonic()
-                if pause > 0:
-                    time.sleep(pause)
-                self._round_at = time.monotonic()
                 applied = self._catch_up_round()
             finally:
                 with self._catch_up:

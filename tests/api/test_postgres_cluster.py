@@ -20,7 +20,7 @@ from api.settings import Settings
 from engine.entities.sessions import Session
 from tests.api.session_helpers import dial, world
 from tests.api.test_postgres_store import start
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, MGMT, Api
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api
 
 pytestmark = pytest.mark.durable
 
@@ -150,3 +150,11 @@ def test_serve_with_two_workers_answers_alike_on_every_connection(tmp_path: Path
     assert log.count("opened the PostgreSQL database") == 2, log[-4000:]
     assert log.count("edge routers connect to") == 1, log[-4000:]
     assert log.count("another worker serves the control listener") == 1, log[-4000:]
+
+
+def test_writes_on_a_shared_database_never_run_on_the_event_loop(pair: tuple[Api, Api]) -> None:
+    """A write may wait for the write token another process holds: the pool runs it, never the
+    server's event loop; reads still may run there."""
+    app = pair[0].app
+    assert not app.runs_on_loop("POST", CLIENT + "/sessions")
+    assert app.runs_on_loop("GET", CLIENT + "/services")
