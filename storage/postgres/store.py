@@ -245,6 +245,8 @@ class PostgresStore(GroupCommitStore):
         #: Threads between taking the token and leaving the outermost write lock.
         self._writers = 0
         self._last_write = 0.0
+        #: When the follower last looked for a process waiting for the token (``pg_locks``).
+        self._waiters_checked = 0.0
         # -- following --
         self._follower: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -453,9 +455,12 @@ class PostgresStore(GroupCommitStore):
                 with conn.cursor() as cur:
                     cur.execute("BEGIN")
                     # First: it takes the head row's lock, so a second writer waits here for the
-                    # first's commit and then finds the head moved.
+                    # first's commit and then finds the head moved. Its NOTIFY is delivered at
+                    # commit, to every process following: a hint to read the log now.
                     cur.execute(
-                        f"UPDATE {LOG_HEAD_TABLE} SET seq = %s WHERE id = 1 AND seq = %s", [last, first - 1]
+                        f"UPDATE {LOG_HEAD_TABLE} SET seq = %s WHERE id = 1 AND seq = %s "
+                        "RETURNING pg_notify(%s, %s::text)",
+                        [last, first - 1, LOG_CHANNEL, str(last)],
                     )
                     if cur.rowcount != 1:
                         cur.execute(f"SELECT seq FROM {LOG_HEAD_TABLE} WHERE id = 1")
@@ -481,8 +486,6 @@ class PostgresStore(GroupCommitStore):
                         "AS u(s, k, i, o, d)",
                         [last, self.origin, *log_rows],
                     )
-                    # Delivered at commit, to every process following: a hint to read the log now.
-                    cur.execute("SELECT pg_notify(%s, %s)", [LOG_CHANNEL, str(last)])
             except BaseException:
                 self._rollback(conn)
                 raise
@@ -729,6 +732,8 @@ class PostgresStore(GroupCommitStore):
     def _follow_round(self, conn: Connection) -> int:
         """Apply what others committed, unless this process holds the token (then nothing is
         new but its own batches, which its committer publishes)."""
+        if self._token_held:  # no lock needed to tell: the notification was this process's own
+            return 0
         with self._lock:
             if self._token_held or self._gap is not None:
                 return 0
@@ -740,7 +745,9 @@ class PostgresStore(GroupCommitStore):
         notification was missed is seen in ``pg_locks`` (someone waiting for the lock)."""
         if not self._token_held:
             return
-        if not self._token_wanted:
+        now = time.monotonic()
+        if not self._token_wanted and now - self._waiters_checked >= FOLLOW_SECONDS:
+            self._waiters_checked = now
             row = conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
                 "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1)",
