@@ -770,6 +770,9 @@ class PostgresStore(GroupCommitStore):
         the next; rounds are budgeted, :data:`CATCH_UP_RATE`); whether this thread reads anything
         newer now (a request pinned to a state reads the latest after it). No round trip while
         this process holds the write token (nobody else can have written)."""
+        local = self._local
+        if getattr(local, "replaying", False) or getattr(local, "committer", False):
+            return False  # a listener, amid publishing a batch: never another batch inside it
         if self._token_held or self._gap is not None:
             return self._refresh_pin()
         with self._catch_up:
