@@ -24,6 +24,11 @@ Three layers, each with one owner:
   that batch and everything staged after it fail with :class:`~engine.errors.CommitFailedError`
   and nothing of them is applied.
 
+A store that several processes share (:mod:`storage.postgres`) hooks in around the write lock
+(``_before_write``: the cluster's write token and a catch-up, ``_after_write``, ``_after_batch``,
+``_may_submit``) and publishes the other processes' batches with ``_publish_foreign`` (listeners
+see :attr:`GroupCommitStore.replaying`); for the others these hooks do nothing.
+
 The in-memory store (:mod:`storage.memory`) runs a batch as soon as it is staged, on the writer's
 thread (it has nothing to wait for); the durable store (:mod:`storage.duckdb`) runs a committer
 thread (``background=True``). Entities are
