@@ -158,3 +158,22 @@ def test_writes_on_a_shared_database_never_run_on_the_event_loop(pair: tuple[Api
     app = pair[0].app
     assert not app.runs_on_loop("POST", CLIENT + "/sessions")
     assert app.runs_on_loop("GET", CLIENT + "/services")
+
+
+def test_trellis_workers_defaults_to_the_cores_on_postgresql_and_is_one_on_duckdb() -> None:
+    import os
+
+    from api.settings import SettingError
+
+    url = "postgresql://trellis@db.example/trellis"
+    assert Settings.from_env({}, command="serve").serving_workers == 1
+    assert Settings.from_env({"TRELLIS_DATABASE_URL": url}, command="serve").serving_workers == (
+        os.cpu_count() or 1
+    )
+    chosen = {"TRELLIS_DATABASE_URL": url, "TRELLIS_WORKERS": "3"}
+    assert Settings.from_env(chosen, command="serve").serving_workers == 3
+    assert Settings.from_env({"TRELLIS_WORKERS": "1"}, command="serve").serving_workers == 1
+    with pytest.raises(SettingError) as refused:
+        Settings.from_env({"TRELLIS_WORKERS": "2"}, command="serve")
+    assert "TRELLIS_WORKERS must be 1 with DuckDB" in str(refused.value)
+    assert "\n" not in str(refused.value)
