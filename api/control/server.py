@@ -555,9 +555,12 @@ class ControlServer:
             name="control",
             first_body_limit=wire.MAX_HELLO_BODY_BYTES,
             first_message_timeout=HELLO_SECONDS,
+            # Counted once its TLS handshake is done: asyncio makes the protocol at the TCP
+            # accept and never tells it of a handshake that fails or times out (no
+            # connection_lost without a connection_made), so one counted here would stay.
+            on_connected=lambda _: self._connections.add(connection),
         )
         connection.channel = channel
-        self._connections.add(connection)
         return channel
 
     def _attach(self, connection: RouterConnection, router: EdgeRouter, hello: RouterHello) -> Presence:

@@ -39,6 +39,7 @@ from tests.api.certs import (
     unique,
 )
 from tests.api.control_helpers import (
+    WAIT,
     ClientCert,
     Plane,
     RouterCreds,
@@ -274,6 +275,20 @@ def test_a_first_message_that_is_not_a_hello_closes_the_connection(api: Api, pla
     link.send(control.message(control.CREATE_CIRCUIT, {}))
 
     assert link.wait_closed()
+
+
+def test_connections_that_never_finish_their_handshake_leave_nothing_behind(api: Api, plane: Plane) -> None:
+    """A port scan or a probe closing before TLS is done: asyncio makes the channel at the TCP
+    accept but never connects it, so the listener counts connections only once connected."""
+    for garbage in (b"", b"GET / HTTP/1.1\r\n\r\n", b"\x16\x03\x01\x00\x05hello"):
+        with socket.create_connection(("127.0.0.1", plane.port), timeout=WAIT) as raw:
+            if garbage:
+                raw.sendall(garbage)
+    link = plane.connect(enrolled_router(api))  # connected after them: the listener has seen them
+    link.hello()
+    server = api.app.control
+
+    assert plane.loop.call(lambda: len(server._connections)) == 1
 
 
 def test_a_second_connection_replaces_the_first(api: Api, plane: Plane) -> None:
