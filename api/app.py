@@ -34,6 +34,7 @@ from api.server.tls import TlsTrust
 from api.settings import SettingError, Settings
 from api.system import ShortIds, SystemClock
 from api.views import Views
+from engine.attempts import MemoryAttempts
 from engine.entities import all as _all_kinds  # noqa: F401  (registers every entity kind)
 from engine.managers._base import Env
 from engine.managers.enrollment import EnrollmentSettings
@@ -122,6 +123,8 @@ def build_controller(
     authority = ca if ca is not None else load_pki(settings)
     store = store if store is not None else open_store(settings)
     ids = ids if ids is not None else ShortIds()
+    # With PostgreSQL the guesses at secrets are counted in the database, for every process.
+    ledger = getattr(store, "attempts_ledger", None)
     env = Env(
         store=store,
         clock=clock if clock is not None else SystemClock(),
@@ -136,6 +139,7 @@ def build_controller(
             if jwt_verifier is not None
             else JwksVerifier(allow_loopback=settings.jwks_allow_loopback)
         ),
+        attempts=ledger() if callable(ledger) else MemoryAttempts(),
     )
     managers = build_managers(
         env,

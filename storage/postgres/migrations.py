@@ -98,8 +98,24 @@ def _v1(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
     cur.execute(f"INSERT INTO {LOG_HEAD_TABLE} (id, seq) VALUES (1, 0)")
 
 
+def _v2(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
+    """The guesses ledger every process shares (:mod:`storage.postgres.attempts`), ``UNLOGGED``:
+    ``attempts`` per key its failures, its guesses being checked (``pending``, the last taken at
+    ``pending_at``) and the time before which a backoff refuses (``blocked_until``), times in
+    seconds since the epoch; ``attempt_claims`` the last value claimed per key (TOTP steps)."""
+    cur.execute(
+        "CREATE UNLOGGED TABLE attempts (key text PRIMARY KEY, failures integer NOT NULL DEFAULT 0, "
+        "pending integer NOT NULL DEFAULT 0, pending_at double precision NOT NULL DEFAULT 0, "
+        "blocked_until double precision NOT NULL DEFAULT 0)"
+    )
+    cur.execute(
+        "CREATE UNLOGGED TABLE attempt_claims (key text PRIMARY KEY, value bigint NOT NULL, "
+        "at double precision NOT NULL)"
+    )
+
+
 Migration = Callable[["psycopg.Cursor[tuple[object, ...]]"], None]
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1)]
+MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1), (2, _v2)]
 LATEST = MIGRATIONS[-1][0]
 
 

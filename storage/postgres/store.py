@@ -70,6 +70,7 @@ from engine.errors import CommitFailedError
 from engine.ports import Change, Delete, LogProblem, Put, SnapshotUnsupportedError
 from storage.codec import UnstorableValueError, decode, encode
 from storage.group_commit import COMMIT_WAIT_SECONDS, GroupCommitStore
+from storage.postgres.attempts import PostgresAttempts
 from storage.postgres.migrations import (
     CHANGE_LOG_TABLE,
     LATEST,
@@ -259,6 +260,8 @@ class PostgresStore(GroupCommitStore):
         self._round_at = time.monotonic()
         self._lead_conn: Connection | None = None
         self._leads: bool | None = None
+        #: The guesses ledgers handed out (:meth:`attempts_ledger`), closed with the store.
+        self._ledgers: list[PostgresAttempts] = []
         try:
             with self._writer_lock:
                 conn = self._connection_for_writes()
@@ -830,6 +833,12 @@ class PostgresStore(GroupCommitStore):
             return 0
 
     # -- one process of the cluster ----------------------------------------------------------
+    def attempts_ledger(self) -> PostgresAttempts:
+        """The guesses ledger every process of this database shares (its own connection)."""
+        ledger = PostgresAttempts(self._connect)
+        self._ledgers.append(ledger)
+        return ledger
+
     def lead(self) -> bool:
         """Whether this process is the one of those serving the database that runs the control
         listener and the maintenance ticker: the first to ask, holding a session-level advisory
@@ -990,4 +999,6 @@ class PostgresStore(GroupCommitStore):
                 setattr(self, name, None)
                 if conn is not None:
                     conn.close()
+        for ledger in self._ledgers:
+            ledger.close()
         self._close_connections()

@@ -177,3 +177,23 @@ def test_trellis_workers_defaults_to_the_cores_on_postgresql_and_is_one_on_duckd
         Settings.from_env({"TRELLIS_WORKERS": "2"}, command="serve")
     assert "TRELLIS_WORKERS must be 1 with DuckDB" in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+def test_an_attacker_gets_no_more_guesses_from_two_controllers_than_from_one(pair: tuple[Api, Api]) -> None:
+    """An auth policy's ``maxAttempts`` counts the guesses sent to every controller of the
+    database (storage/postgres/attempts.py), not each controller's own."""
+    from tests.api.test_brute_force import PASSWORD, authenticate, person, policy
+
+    first, second = pair
+    identity, username, _ = person(first, policy(first, maxAttempts=3, lockoutDurationMinutes=0))
+    guesses = [
+        authenticate(api, username, f"wrong-password-{n}") for n, api in enumerate((first, second, first))
+    ]
+
+    assert [g.status_code for g in guesses] == [401, 401, 401]
+    for api in pair:  # locked out for good on both, the right password too
+        assert authenticate(api, username, PASSWORD).status_code == 401
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while not api.get(f"/identities/{identity}").json["data"]["disabled"]:
+            assert time.monotonic() < deadline, "the lockout did not reach this controller"
+            time.sleep(0.01)

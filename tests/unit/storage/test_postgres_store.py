@@ -148,7 +148,7 @@ def test_migrations_raced_by_two_stores_run_once(postgres_server: Any, postgres_
 def test_a_database_of_a_newer_schema_is_refused_at_open(postgres_server: Any, postgres_url: str) -> None:
     PostgresStore(postgres_url).close()
     postgres_server.execute(postgres_url, "INSERT INTO schema_migrations (version) VALUES (99)")
-    with pytest.raises(StoreOpenError, match="schema version 99; this Trellis knows up to 1"):
+    with pytest.raises(StoreOpenError, match=f"schema version 99; this Trellis knows up to {LATEST}"):
         PostgresStore(postgres_url)
 
 
