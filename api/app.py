@@ -13,6 +13,7 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import falcon
@@ -39,7 +40,16 @@ from engine.entities import all as _all_kinds  # noqa: F401  (registers every en
 from engine.managers._base import Env
 from engine.managers.enrollment import EnrollmentSettings
 from engine.managers.registry import build_managers
-from engine.ports import Backoff, Clock, ExternalJwtVerifier, IdGenerator, PasswordHasher, Store, TotpService
+from engine.ports import (
+    Backoff,
+    Clock,
+    ExternalJwtVerifier,
+    IdGenerator,
+    NoActivityBoard,
+    PasswordHasher,
+    Store,
+    TotpService,
+)
 from pki import Argon2idPasswordHasher, CertificateAuthority, JwksVerifier, JwtSigner, PkiPaths, PyotpTotp
 
 log = logging.getLogger("trellis")
@@ -123,8 +133,10 @@ def build_controller(
     authority = ca if ca is not None else load_pki(settings)
     store = store if store is not None else open_store(settings)
     ids = ids if ids is not None else ShortIds()
-    # With PostgreSQL the guesses at secrets are counted in the database, for every process.
+    # With PostgreSQL the guesses at secrets are counted in the database, and API sessions'
+    # activity is shared there, for every process.
     ledger = getattr(store, "attempts_ledger", None)
+    board = getattr(store, "activity_board", None)
     env = Env(
         store=store,
         clock=clock if clock is not None else SystemClock(),
@@ -140,6 +152,11 @@ def build_controller(
             else JwksVerifier(allow_loopback=settings.jwks_allow_loopback)
         ),
         attempts=ledger() if callable(ledger) else MemoryAttempts(),
+        activity=(
+            board(max(settings.session_timeout * 2, timedelta(days=1)))
+            if callable(board)
+            else NoActivityBoard()
+        ),
     )
     managers = build_managers(
         env,

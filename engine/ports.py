@@ -259,6 +259,41 @@ class Attempts(Protocol):
         ...
 
 
+class ActivityBoard(Protocol):
+    """When each API session was last used, shared by the processes serving one database.
+
+    An API session's activity is kept in its process's memory and written to the session only
+    now and then (``engine.managers.api_sessions``): a process that shares its store with others
+    (PostgreSQL, several workers) also notes it here, so that another process about to end a
+    session as expired (its purge, or a request it got) first learns whether it was used
+    elsewhere since. A store only one process opens needs none (:class:`NoActivityBoard`)."""
+
+    def note(self, session_id: str, when: datetime) -> None:
+        """``session_id`` was used at ``when`` (cheap: shared in the background)."""
+        ...
+
+    def latest(self, session_ids: Sequence[str]) -> dict[str, datetime]:
+        """The last use other processes shared of each of ``session_ids`` that has one."""
+        ...
+
+    def forget(self, session_ids: Sequence[str]) -> None:
+        """These sessions have ended: drop what is known of them."""
+        ...
+
+
+class NoActivityBoard:
+    """The :class:`ActivityBoard` of a store only one process opens: nothing to share."""
+
+    def note(self, session_id: str, when: datetime) -> None:
+        return None
+
+    def latest(self, session_ids: Sequence[str]) -> dict[str, datetime]:
+        return {}
+
+    def forget(self, session_ids: Sequence[str]) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class JwtKeySource:
     """Where an external JWT signer's public keys come from: one certificate or a JWKS endpoint."""

@@ -20,12 +20,14 @@ from engine.attempts import MemoryAttempts
 from engine.entities import Entity
 from engine.errors import FieldError, NameConflictError, NotFoundError
 from engine.ports import (
+    ActivityBoard,
     Attempts,
     CertificateAuthority,
     Change,
     Clock,
     ExternalJwtVerifier,
     IdGenerator,
+    NoActivityBoard,
     PasswordHasher,
     SchemaChecker,
     Store,
@@ -61,6 +63,8 @@ class Env:
     jwt_verifier: ExternalJwtVerifier = field(default_factory=UnconfiguredJwtVerifier)
     #: Guesses at passwords and codes, counted before they are checked (``engine.attempts``).
     attempts: Attempts = field(default_factory=MemoryAttempts)
+    #: API sessions' last use, shared with the other processes of a shared store.
+    activity: ActivityBoard = field(default_factory=NoActivityBoard)
     #: Told every published batch, in order (the policy engine, caches, session enforcement).
     listeners: list[Listener] = field(default_factory=list)
 

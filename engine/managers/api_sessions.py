@@ -96,11 +96,24 @@ class ApiSessionManager(EntityManager[ApiSession]):
         if session is None:
             return None
         now = self.env.clock.now()
-        if self.is_expired(session, now):
+        if self.is_expired(session, now) and not self._used_elsewhere([session.id], now):
             self._remove_quietly(session.id)
             return None
         self._seen(session, now)
         return session
+
+    def _used_elsewhere(self, session_ids: list[str], now: datetime) -> set[str]:
+        """Which of these sessions, expired by what this process knows, another process sharing
+        the store saw used since (``env.activity``): they are live, and learnt as such."""
+        shared = self.env.activity.latest(session_ids) if session_ids else {}
+        live: set[str] = set()
+        with self._activity_lock:
+            for session_id, when in shared.items():
+                if when + self.timeout > now:
+                    cached = self._activity.get(session_id)
+                    self._activity[session_id] = max(cached, when) if cached else when
+                    live.add(session_id)
+        return live
 
     def touch(self, session_ids: Iterable[str]) -> dict[str, ApiSession]:
         """Activity seen elsewhere (an edge router reports SDK channels open with these sessions):
@@ -119,6 +132,7 @@ class ApiSessionManager(EntityManager[ApiSession]):
     def _seen(self, session: ApiSession, now: datetime) -> None:
         with self._activity_lock:
             self._activity[session.id] = now
+        self.env.activity.note(session.id, now)
         if now - session.last_activity_at >= ACTIVITY_FLUSH:
             self._flush(session.id, now)
 
@@ -134,6 +148,9 @@ class ApiSessionManager(EntityManager[ApiSession]):
         session used again since it was picked (its activity refreshed) is kept.
         """
         expired = [s.id for s in self.list() if self.is_expired(s, now)]
+        if expired:  # used on another process of a shared store since: not expired
+            used = self._used_elsewhere(expired, now)
+            expired = [session_id for session_id in expired if session_id not in used]
         purged = 0
         for start in range(0, len(expired), PURGE_BATCH):
             gone: list[str] = []
@@ -149,6 +166,7 @@ class ApiSessionManager(EntityManager[ApiSession]):
             with self._activity_lock:
                 for session_id in gone:
                     self._activity.pop(session_id, None)
+            self.env.activity.forget(gone)
             purged += len(gone)
         return purged
 

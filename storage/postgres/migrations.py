@@ -114,8 +114,14 @@ def _v2(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
     )
 
 
+def _v3(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
+    """API sessions' last use as the processes share it (:mod:`storage.postgres.activity`),
+    ``UNLOGGED``: outside the change log, the later time of each session kept."""
+    cur.execute("CREATE UNLOGGED TABLE api_session_activity (id text PRIMARY KEY, at timestamptz NOT NULL)")
+
+
 Migration = Callable[["psycopg.Cursor[tuple[object, ...]]"], None]
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1), (2, _v2)]
+MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1), (2, _v2), (3, _v3)]
 LATEST = MIGRATIONS[-1][0]
 
 

@@ -57,7 +57,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -70,6 +70,7 @@ from engine.errors import CommitFailedError
 from engine.ports import Change, Delete, LogProblem, Put, SnapshotUnsupportedError
 from storage.codec import UnstorableValueError, decode, encode
 from storage.group_commit import COMMIT_WAIT_SECONDS, GroupCommitStore
+from storage.postgres.activity import PostgresActivity
 from storage.postgres.attempts import PostgresAttempts
 from storage.postgres.migrations import (
     CHANGE_LOG_TABLE,
@@ -262,6 +263,7 @@ class PostgresStore(GroupCommitStore):
         self._leads: bool | None = None
         #: The guesses ledgers handed out (:meth:`attempts_ledger`), closed with the store.
         self._ledgers: list[PostgresAttempts] = []
+        self._boards: list[PostgresActivity] = []
         try:
             with self._writer_lock:
                 conn = self._connection_for_writes()
@@ -833,6 +835,13 @@ class PostgresStore(GroupCommitStore):
             return 0
 
     # -- one process of the cluster ----------------------------------------------------------
+    def activity_board(self, retain: timedelta) -> PostgresActivity:
+        """The API-session activity every process of this database shares (its own connection
+        and thread); rows not used for ``retain`` are dropped."""
+        board = PostgresActivity(self._connect, retain=retain)
+        self._boards.append(board)
+        return board
+
     def attempts_ledger(self) -> PostgresAttempts:
         """The guesses ledger every process of this database shares (its own connection)."""
         ledger = PostgresAttempts(self._connect)
@@ -1001,4 +1010,6 @@ class PostgresStore(GroupCommitStore):
                     conn.close()
         for ledger in self._ledgers:
             ledger.close()
+        for board in self._boards:
+            board.close()
         self._close_connections()

@@ -197,3 +197,37 @@ def test_an_attacker_gets_no_more_guesses_from_two_controllers_than_from_one(pai
         while not api.get(f"/identities/{identity}").json["data"]["disabled"]:
             assert time.monotonic() < deadline, "the lockout did not reach this controller"
             time.sleep(0.01)
+
+
+def test_a_session_used_only_on_one_controller_is_not_ended_as_idle_by_the_other(
+    settings: Settings, postgres_url: str
+) -> None:
+    """Activity is kept in each process's memory and written to the session only now and then;
+    the controller that purges (or gets a request for a session it thinks idle) first asks what
+    the others shared (storage/postgres/activity.py)."""
+    from datetime import UTC, datetime, timedelta
+
+    from engine.managers.bootstrap import create_default_admin
+    from engine.testing import FixedClock
+    from tests.conftest import open_app
+
+    clock = FixedClock(datetime.now(UTC))
+    pg = dataclasses.replace(settings, database_url=postgres_url, session_timeout=timedelta(minutes=30))
+    purger, server = (open_app(pg, durable=True, clock=clock) for _ in range(2))
+    try:
+        create_default_admin(purger.ctrl.env, ADMIN_USER, ADMIN_PASSWORD)
+        token = Api(purger).login(ADMIN_USER, ADMIN_PASSWORD)
+        on_server = Api(server)
+        for _ in range(3):  # used on the other controller only, every 20 minutes
+            clock.advance(minutes=20)
+            assert on_server.get("/current-api-session", token=token).status_code == 200
+        server.ctrl.env.activity.share()  # what its thread does every few seconds
+
+        assert purger.ctrl.api_sessions.purge_expired(clock.advance(minutes=5)) == 0
+        assert Api(purger).get("/current-api-session", token=token).status_code == 200
+        clock.advance(minutes=31)  # now idle everywhere
+        assert purger.ctrl.api_sessions.purge_expired(clock.now()) == 1
+        assert on_server.get("/current-api-session", token=token).status_code == 401
+    finally:
+        for app in (purger, server):
+            app.ctrl.env.store.close()
