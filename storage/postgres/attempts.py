@@ -74,11 +74,13 @@ class PostgresAttempts:
 
     @staticmethod
     def _row(cur: psycopg.Cursor[tuple[object, ...]], key: str) -> tuple[int, int, float, float]:
-        """(failures, pending, pending_at, blocked_until) of ``key``, its row locked (made if absent)."""
-        cur.execute(f"INSERT INTO {ATTEMPTS_TABLE} (key) VALUES (%s) ON CONFLICT DO NOTHING", [key])
+        """(failures, pending, pending_at, blocked_until) of ``key``, its row locked until the
+        transaction ends (made if absent). One upsert: PostgreSQL makes its outcome atomic, where
+        an insert-if-absent then a ``SELECT ... FOR UPDATE`` found nothing when another process
+        dropped the row between the two."""
         cur.execute(
-            f"SELECT failures, pending, pending_at, blocked_until FROM {ATTEMPTS_TABLE} "
-            "WHERE key = %s FOR UPDATE",
+            f"INSERT INTO {ATTEMPTS_TABLE} AS a (key) VALUES (%s) ON CONFLICT (key) DO UPDATE SET key = a.key "
+            "RETURNING failures, pending, pending_at, blocked_until",
             [key],
         )
         row = cur.fetchone()

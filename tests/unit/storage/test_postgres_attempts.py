@@ -153,3 +153,36 @@ def test_a_database_that_is_gone_refuses_the_guess(postgres_url: str) -> None:
     ledger = PostgresAttempts(unreachable)
     with pytest.raises(CommitFailedError):
         ledger.begin("updb:a", 1.0, LOCKOUT)
+
+
+def test_guesses_that_settle_while_others_begin_never_find_their_row_gone(
+    ledgers: tuple[PostgresAttempts, PostgresAttempts],
+) -> None:
+    """A success drops the key's row; a guess beginning on another process at that moment still
+    gets its place (the row made again), never an error."""
+    errors: list[BaseException] = []
+    rule = Lockout(max_attempts=0)  # no limit: every guess gets a place
+
+    def logins(ledger: PostgresAttempts) -> None:
+        try:
+            for n in range(60):
+                attempt = ledger.begin("updb:busy", float(n), rule)
+                assert attempt.granted
+                ledger.succeed(attempt)
+        except BaseException as ex:  # collected for the assertion below
+            errors.append(ex)
+
+    first, second = ledgers
+    others = [PostgresAttempts(first._connect) for _ in range(4)]
+    try:
+        threads = [threading.Thread(target=logins, args=(ledger,)) for ledger in (first, second, *others)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        for ledger in others:
+            ledger.close()
+
+    assert errors == []
+    assert first.failures("updb:busy") == 0
