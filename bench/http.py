@@ -337,16 +337,24 @@ def _bench_entities(now: dt.datetime) -> list[Any]:
 
 
 def _seed_child(database: str, tier: str, seed: int, out: str) -> None:
-    """(In a spawned child) write the tier and the bench entities into ``database``."""
+    """(In a spawned child) write the tier and the bench entities into ``database`` (a DuckDB
+    file, or a PostgreSQL URL)."""
     from bench.startup import _BATCH, _entities
     from bench.topology import generate
-    from engine.ports import Put
-    from storage.duckdb import DuckDBStore
+    from engine.ports import Put, Store
 
     began = time.perf_counter()
     topology = generate(tier, seed)
     entities = _entities(tier, seed) + _bench_entities(dt.datetime.now(dt.UTC))
-    store = DuckDBStore(Path(database))
+    store: Store
+    if database.startswith("postgresql:"):
+        from storage.postgres import PostgresStore
+
+        store = PostgresStore(database)
+    else:
+        from storage.duckdb import DuckDBStore
+
+        store = DuckDBStore(Path(database))
     try:
         for start in range(0, len(entities), _BATCH):
             store.commit([Put(e) for e in entities[start : start + _BATCH]])
@@ -370,12 +378,13 @@ def _seed_child(database: str, tier: str, seed: int, out: str) -> None:
     Path(out).write_text(json.dumps(asdict(seeded)))
 
 
-def seed_home(home: Path, tier: str, seed: int) -> Seeded:
-    """``trellis init`` in ``home``, then the tier written into its database (a child process)."""
-    init_home(home)
+def seed_home(home: Path, tier: str, seed: int, database_url: str = "") -> Seeded:
+    """``trellis init`` in ``home``, then the tier written into its database (a child process):
+    its DuckDB file, or the PostgreSQL database of ``database_url``."""
+    init_home(home, {"TRELLIS_DATABASE_URL": database_url} if database_url else None)
     out = home / "seeded.json"
     child = get_context("spawn").Process(
-        target=_seed_child, args=(str(home / "trellis.duckdb"), tier, seed, str(out))
+        target=_seed_child, args=(database_url or str(home / "trellis.duckdb"), tier, seed, str(out))
     )
     child.start()
     child.join()
@@ -483,12 +492,15 @@ class Running:
 
 
 @contextmanager
-def serving(home: Path, name: str, command: Sequence[str], ready_path: str) -> Iterator[Running]:
+def serving(
+    home: Path, name: str, command: Sequence[str], ready_path: str, extra_env: dict[str, str] | None = None
+) -> Iterator[Running]:
     """Start ``command`` (a server reading TRELLIS_HOME/TRELLIS_BIND) in its own process group,
     wait until ``ready_path`` answers 200, stop it on exit (SIGINT, then SIGKILL to its group)."""
     port = free_port()
     ca = str(home / "pki" / "ca-bundle.pem")
     env = dict(os.environ, TRELLIS_HOME=str(home), TRELLIS_BIND=f"{HOST}:{port}", **SERVER_ENV)
+    env.update(extra_env or {})
     # The control listener on a free port too: another server on this machine (a test's, or
     # OpenZiti's quickstart) may hold the default 6262, and serve would stop at once.
     env["TRELLIS_CTRL_BIND"] = f"{HOST}:{free_port()}"
@@ -535,6 +547,26 @@ def settle(server: Running, *, idle_percent: float = 15.0, limit_seconds: float 
         after = server.cpu_seconds()
         if before is None or after is None or (after - before) / 0.25 * 100 < idle_percent:
             return
+
+
+@contextmanager
+def _database(database: str) -> Iterator[str]:
+    """The PostgreSQL URL of a new database on a server started for the run (``postgres``), or
+    "" (``duckdb``: the home's file)."""
+    if database != "postgres":
+        yield ""
+        return
+    from tests.postgres import PostgresServer, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        raise SystemExit("--database postgres: PostgreSQL is not installed (no initdb, postgres)")
+    server = PostgresServer(bindir)
+    try:
+        server.start()
+        yield server.new_database()
+    finally:
+        server.destroy()
 
 
 def trellis_command(worker: str) -> list[str]:
@@ -985,9 +1017,13 @@ def run(
     wrk: Wrk | None = None,
     only: Sequence[str] = (),
     profile: Path | None = None,
+    database: str = "duckdb",
+    workers: int = 1,
 ) -> Report:
     """Seed, measure the bare apps and every scenario (or those named in ``only``), write the JSON
-    to ``out``; with ``profile``, a py-spy flame graph of the server's worker per scenario there."""
+    to ``out``; with ``profile``, a py-spy flame graph of the server's worker per scenario there.
+    ``database`` ``postgres``: the data in a PostgreSQL server this run starts (tests/postgres.py,
+    on a unix socket, ``fsync`` off), served by ``workers`` processes."""
     wrk = wrk or ensure_wrk()
     spy = ensure_py_spy() if profile is not None else None
     compile_sources()
@@ -995,11 +1031,14 @@ def run(
     rows: list[Row] = []
     servers: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="trellis-bench-http-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="trellis-bench-http-") as tmp, _database(database) as url:
         work = Path(tmp)
         home = work / "home"
-        _log(f"seeding tier {tier}")
-        seeded = seed_home(home, tier, seed)
+        serve_env = {"TRELLIS_WORKERS": str(workers)}
+        if url:
+            serve_env["TRELLIS_DATABASE_URL"] = url
+        _log(f"seeding tier {tier}" + (" into PostgreSQL" if url else ""))
+        seeded = seed_home(home, tier, seed, url)
         measure = functools.partial(run_wrk, wrk, seconds=seconds, connections=connections, threads=threads)
         for bare in ("gthread", "trellis"):
             name = f"bare {bare}"
@@ -1012,8 +1051,8 @@ def run(
                 }
             rows.append(row)
         bare_rps = {r.scenario: r.requests_per_second for r in rows}
-        _log(f"trellis serve ({worker} worker) at tier {tier}")
-        with serving(home, "trellis", trellis_command(worker), "/version") as server:
+        _log(f"trellis serve ({worker} worker, {workers} process(es), {database}) at tier {tier}")
+        with serving(home, "trellis", trellis_command(worker), "/version", serve_env) as server:
             services = len(seeded.bench_services)
             api_sessions = max(1, math.ceil(session_rate * max(seconds, 1.0) * 1.2 / services))
             _log(f"set-up: the device and {api_sessions} API sessions for the Dial scenario")
@@ -1040,6 +1079,8 @@ def run(
                 rows.append(row)
             servers["trellis"] = {
                 "worker": worker,
+                "database": database,
+                "workers": workers,
                 "start_seconds": server.start_seconds,
                 "rss_mb_at_start": server.rss_mb_at_start,
                 "worker_peak_rss_mb": server.worker_peak_rss_mb(),
@@ -1109,6 +1150,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated scenario names to run (default all; the bare apps always run)",
     )
     parser.add_argument(
+        "--database",
+        choices=("duckdb", "postgres"),
+        default="duckdb",
+        help="where the data is: the home's DuckDB file (default), or a PostgreSQL server the run starts",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="serving processes (TRELLIS_WORKERS; more than 1 needs postgres)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         default=None,
@@ -1124,6 +1177,8 @@ def main(args: argparse.Namespace) -> str:
         raise SystemExit("--threads must be 1 or more and --connections at least --threads")
     if args.session_rate <= 0:
         raise SystemExit("--session-rate must be more than 0")
+    if args.workers < 1 or (args.workers > 1 and args.database != "postgres"):
+        raise SystemExit("--workers must be 1, or more with --database postgres")
     only = [name.strip() for name in args.only.split(",") if name.strip()]
     known = set(SCENARIO_NAMES)
     unknown = [name for name in only if name not in known]
@@ -1148,5 +1203,7 @@ def main(args: argparse.Namespace) -> str:
         wrk=wrk,
         only=only,
         profile=args.profile,
+        database=args.database,
+        workers=args.workers,
     )
     return report.table() + f"\n\nJSON: {out}"

@@ -300,8 +300,8 @@ def _python_path(extra: str | None) -> str:
     return os.pathsep.join(parts)
 
 
-def init_home(home: Path) -> None:
-    env = dict(os.environ, TRELLIS_HOME=str(home), TRELLIS_ADMIN_PASSWORD=PASSWORD)
+def init_home(home: Path, extra_env: dict[str, str] | None = None) -> None:
+    env = dict(os.environ, TRELLIS_HOME=str(home), TRELLIS_ADMIN_PASSWORD=PASSWORD, **(extra_env or {}))
     subprocess.run(
         [sys.executable, "-m", "api.cli", "init"], env=env, cwd=ROOT, check=True, capture_output=True
     )

@@ -726,7 +726,12 @@ class TrellisWorker(Worker):  # type: ignore[misc]
 
     def _accept(self, listener: socket.socket, server: tuple[str, str]) -> None:
         assert self.loop is not None
-        for _ in range(64):  # a bounded batch per wake-up; the rest on the next one
+        # A bounded batch per wake-up; the rest on the next one. With several workers on the one
+        # listening socket, one connection per wake-up: every worker is woken, and one that
+        # accepted the whole batch would keep those kept-alive connections (and their load)
+        # for their lifetime while the others idle (wrk's 16 connections all went to one).
+        batch = 1 if self.cfg.workers > 1 else 64
+        for _ in range(batch):
             if self.nr_conns >= self.max_connections or not self.alive:
                 self._set_accepting(False)
                 return

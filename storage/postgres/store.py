@@ -201,6 +201,11 @@ def probe(url: str) -> str:
     return described
 
 
+#: How soon the follower looks again at a token another process waits for and that it could
+#: not let go at its last look.
+TOKEN_RETRY_SECONDS = 0.005
+
+
 class PostgresStore(GroupCommitStore):
     """A group-commit ``Store`` on a PostgreSQL database (see the module docstring).
 
@@ -710,7 +715,12 @@ class PostgresStore(GroupCommitStore):
                     if said:
                         log.info("following the change log again")
                         said = False
-                for note in conn.notifies(timeout=FOLLOW_SECONDS, stop_after=1):
+                # Someone waits for the token this process holds and could not be given it at the
+                # last look (a writer was inside): look again soon, not at the next notification.
+                pending = self._token_wanted and self._token_held
+                for note in conn.notifies(
+                    timeout=TOKEN_RETRY_SECONDS if pending else FOLLOW_SECONDS, stop_after=1
+                ):
                     if note.channel == TOKEN_CHANNEL and note.payload != self.origin:
                         self._token_wanted = True
                 if self._stopping.is_set():
