@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-# Test processes (pytest-xdist's -n): `auto` is one per core; 0 runs the tests in pytest's own
-# process (e.g. for --pdb). Extra pytest arguments go in ARGS: `make test-fast ARGS='-k mfa -x'`.
+# Test processes (pytest-xdist's -n) of `make test-fast` (JOBS) and `make test` (TEST_JOBS):
+# `auto` is one per core; 0 runs the tests in pytest's own process (e.g. for --pdb). Extra pytest
+# arguments go in ARGS: `make test-fast ARGS='-k mfa -x'`. `make test` runs three on the project's
+# 2-core machines: its end-to-end tests spend much of their time waiting for servers they
+# started, whose CPU is not the test process's (with one per core the cores were busy 1.6 of 2).
 JOBS ?= auto
-# `make test` runs one process more than the cores: its end-to-end tests spend much of their time
-# waiting for servers they started, whose CPU is not the test process's (measured: the cores
-# were busy 1.6 of 2 on average with one per core).
 TEST_JOBS ?= 3
 ARGS ?=
 # Seconds of schemathesis fuzzing (tests/e2e/test_schemathesis.py, TRELLIS_FUZZ_SECONDS) in
