@@ -122,6 +122,7 @@ from bench.output import add_output_arguments, results_path
 from bench.serving import timed
 from bench.topology import Tier, Topology, generate
 from bench.writes import Client, SetupError, percentile
+from tests.e2e.echo import EchoServer
 from tests.e2e.openziti import quickstart_argv, ziti_env
 from tests.e2e.ziti_cli import VERSION as ZITI_VERSION
 from tests.e2e.ziti_cli import ensure_ziti
@@ -780,44 +781,7 @@ def cert_logins(controller: Controller, cert: tuple[str, str], count: int, worke
         return list(pool.map(one, range(count)))
 
 
-# == the tunnelers and the echo server ==============================================================
-
-
-class EchoServer:
-    """TCP echo on 127.0.0.1 (a thread per connection), what the hosting tunnelers connect to."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((HOST, 0))
-        self.sock.listen(128)
-        self.port = int(self.sock.getsockname()[1])
-        self.accepted = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
-
-    @staticmethod
-    def _echo(conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(WAIT)
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                while data := conn.recv(262144):
-                    conn.sendall(data)
-                conn.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.sock.close()
+# == the tunnelers ==================================================================================
 
 
 class Tunneler:
@@ -1695,7 +1659,7 @@ def run(options: Options, out: Path | None = None) -> Report:
         ended_on_signals(),
     ):
         work = Path(tmp)
-        echo = EchoServer()
+        echo = EchoServer(WAIT)
         stack.callback(echo.close)
         controllers: dict[str, Controller] = {
             OPENZITI: OpenZitiController(work / OPENZITI, binary),

@@ -38,6 +38,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
 from tests.e2e.dataplane import EMBEDDED, Network, RouterProcess
+from tests.e2e.echo import EchoServer
 from tests.e2e.server import MGMT, Server, free_port, running, tail
 from tests.e2e.ziti_cli import LOCK_TIMEOUT, SKIP_ENV, ZitiCliError, clean_env, ensure_ziti
 
@@ -502,40 +503,6 @@ def test_other_posture_checks(cli: Cli) -> None:
 # -- the tunneler through the embedded router --------------------------------------------------
 
 
-class EchoServer:
-    """A plain TCP echo server on 127.0.0.1 (what the hosting tunneler dials)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
-
-    @staticmethod
-    def _echo(conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(ECHO_TIMEOUT)
-            try:
-                while data := conn.recv(65536):
-                    conn.sendall(data)
-                conn.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def echo_through(port: int, size: int) -> bytes:
     """Send ``size`` bytes to 127.0.0.1:``port``, half-close, read until EOF."""
     payload = (bytes(range(256)) * (size // 256 + 1))[:size]
@@ -624,7 +591,7 @@ def test_tunneler_proxy_and_host_carry_tcp_through_the_embedded_router(
     for name in ("tun-dialer", "tun-binder"):
         cli.out("edge", "create", "identity", name, "-a", name, "-o", f"{name}.jwt")
         cli.out("edge", "enroll", f"{name}.jwt", "-a", "EC", "-o", f"{name}.json")
-    echo = EchoServer()
+    echo = EchoServer(ECHO_TIMEOUT)
     hosts: list[Tunnel] = []
     proxy: Tunnel | None = None
     try:
@@ -801,7 +768,7 @@ def test_fabric_lists_routers_links_circuits_services_and_terminators(
     link_id = link[0]
 
     # a service router B hosts (host.v1 as its router identity), dialed through router A
-    echo = EchoServer()
+    echo = EchoServer(ECHO_TIMEOUT)
     proxy: Tunnel | None = None
     try:
         host_config = json.dumps({"protocol": "tcp", "address": "127.0.0.1", "port": echo.port})
