@@ -34,6 +34,7 @@ import duckdb
 from engine.entities import ALL_KINDS, Entity
 from engine.logs import Outage
 from engine.ports import Change, LogProblem, Put
+from storage.changelog import key_problems
 from storage.codec import decode, encode
 from storage.duckdb.journal import Entry, Journal, Record, discard, read_records, set_aside
 from storage.duckdb.migrations import (
@@ -564,16 +565,7 @@ class DuckDBStore(GroupCommitStore):
             ]
         )
         for table, rows in zip(compared, answers, strict=True):
-            for entity_id, op, present in rows:
-                if op == "delete":
-                    state = "is deleted in the change log but present in its table"
-                elif present:
-                    state = "differs from its newest change-log entry"
-                else:
-                    state = "is in the change log but missing from its table"
-                problems.append(
-                    LogProblem(f"change log: {table} {entity_id} {state}", known[table], str(entity_id))
-                )
+            problems.extend(key_problems(table, known[table], rows))
         return problems
 
     def _persist_setting(self, key: str, value: str) -> None:

@@ -68,6 +68,7 @@ from psycopg.rows import TupleRow
 from engine.entities import ALL_KINDS, Entity
 from engine.errors import CommitFailedError
 from engine.ports import Change, Delete, LogProblem, Put, SnapshotUnsupportedError
+from storage.changelog import key_problems
 from storage.codec import UnstorableValueError, decode, encode
 from storage.group_commit import COMMIT_WAIT_SECONDS, GroupCommitStore
 from storage.postgres.activity import PostgresActivity
@@ -979,16 +980,7 @@ class PostgresStore(GroupCommitStore):
             if table not in known:
                 problems.append(LogProblem(f"change log: entries of an unknown kind {table!r}"))
         for table, rows in found:
-            for entity_id, op, present in rows:
-                if op == "delete":
-                    state = "is deleted in the change log but present in its table"
-                elif present:
-                    state = "differs from its newest change-log entry"
-                else:
-                    state = "is in the change log but missing from its table"
-                problems.append(
-                    LogProblem(f"change log: {table} {entity_id} {state}", known[table], str(entity_id))
-                )
+            problems.extend(key_problems(table, known[table], rows))
         return problems
 
     def snapshot(self, at: datetime) -> str:
