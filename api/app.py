@@ -35,7 +35,6 @@ from api.server.tls import TlsTrust
 from api.settings import SettingError, Settings
 from api.system import ShortIds, SystemClock
 from api.views import Views
-from engine.attempts import MemoryAttempts
 from engine.entities import all as _all_kinds  # noqa: F401  (registers every entity kind)
 from engine.managers._base import Env
 from engine.managers.enrollment import EnrollmentSettings
@@ -45,7 +44,6 @@ from engine.ports import (
     Clock,
     ExternalJwtVerifier,
     IdGenerator,
-    NoActivityBoard,
     PasswordHasher,
     Store,
     TotpService,
@@ -133,10 +131,6 @@ def build_controller(
     authority = ca if ca is not None else load_pki(settings)
     store = store if store is not None else open_store(settings)
     ids = ids if ids is not None else ShortIds()
-    # With PostgreSQL the guesses at secrets are counted in the database, and API sessions'
-    # activity is shared there, for every process.
-    ledger = getattr(store, "attempts_ledger", None)
-    board = getattr(store, "activity_board", None)
     env = Env(
         store=store,
         clock=clock if clock is not None else SystemClock(),
@@ -151,12 +145,9 @@ def build_controller(
             if jwt_verifier is not None
             else JwksVerifier(allow_loopback=settings.jwks_allow_loopback)
         ),
-        attempts=ledger() if callable(ledger) else MemoryAttempts(),
-        activity=(
-            board(max(settings.session_timeout * 2, timedelta(days=1)))
-            if callable(board)
-            else NoActivityBoard()
-        ),
+        # shared with the store's other processes where it has any (PostgreSQL)
+        attempts=store.attempts_ledger(),
+        activity=store.activity_board(max(settings.session_timeout * 2, timedelta(days=1))),
     )
     managers = build_managers(
         env,

@@ -542,6 +542,16 @@ class Store(StoreView, Protocol):
         control listener, the maintenance ticker); True for a store no other process shares."""
         ...
 
+    def attempts_ledger(self) -> Attempts:
+        """Where guesses at secrets are counted: this process's memory, or, for a store other
+        processes share, a ledger they share (so N processes allow no more guesses than one)."""
+        ...
+
+    def activity_board(self, retain: timedelta) -> ActivityBoard:
+        """Where API sessions' activity is shared with the other processes of the store (nothing
+        to share for a store only this process opens); what is not used for ``retain`` goes."""
+        ...
+
     def snapshot(self, at: datetime) -> str:
         """A consistent copy of the durable database, next to it, named for ``at``; its path.
 

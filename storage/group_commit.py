@@ -43,15 +43,20 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TypeVar, cast
 
+from engine.attempts import MemoryAttempts
 from engine.entities import Entity
 from engine.errors import CommitFailedError
 from engine.logs import Outage
 from engine.ports import (
+    ActivityBoard,
+    Attempts,
     Change,
     CommitListener,
     Durable,
+    NoActivityBoard,
     Put,
     StoreView,
 )
@@ -309,6 +314,14 @@ class GroupCommitStore:
         """Whether this process runs the duties one process runs (the control listener, the
         maintenance ticker): always, for a store only this process opens."""
         return True
+
+    def attempts_ledger(self) -> Attempts:
+        """This process's own ledger: nothing else counts guesses at this store's secrets."""
+        return MemoryAttempts()
+
+    def activity_board(self, retain: timedelta) -> ActivityBoard:
+        """Nothing to share: only this process serves the store."""
+        return NoActivityBoard()
 
     @property
     def last_seq(self) -> int:
