@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -22,6 +21,7 @@ from cryptography.x509.oid import NameOID
 
 from pki.totp import totp_code
 from tests.differential.harness import Answer, Context, Step
+from tests.e2e.fuzz.specs import load_yaml
 
 M = "/edge/management/v1"
 C = "/edge/client/v1"
@@ -637,7 +637,7 @@ _SKIPPED = {
 
 
 def _operations(api: str) -> list[tuple[str, str, str]]:
-    spec = yaml.safe_load((SPEC_DIR / f"{api}.yml").read_text())
+    spec = load_yaml(SPEC_DIR / f"{api}.yml")
     base = spec["basePath"]
     found = []
     for path, item in spec["paths"].items():
@@ -662,7 +662,7 @@ def generated() -> list[Step]:
     for api in ("management", "client"):
         for method, base, path in _operations(api):
             tag = f"{api}:{method.upper()} {path}"
-            body = {} if method in ("post", "put", "patch") else None
+            body: dict[str, Any] | None = {} if method in ("post", "put", "patch") else None
             url = base + _concrete(path)
             steps.append(Step(f"anon {tag}", method.upper(), url, who=None, body=body, values=False))
             has_id = "{" in path
