@@ -20,6 +20,7 @@ killed).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import TextIO
 
 from api.controller import Controller
@@ -140,6 +142,12 @@ class EmbeddedRouter:
         self._thread: threading.Thread | None = None
         #: gunicorn's worker is a fork of ``serve``: what it inherits of this object is not its own.
         self._owner = os.getpid()
+        #: Held while the router's process is made, and by the arbiter while it forks a worker
+        #: (:meth:`forking`): a worker forked while ``Popen`` waits for the router's ``exec``
+        #: would inherit ``Popen``'s error pipe and keep it open for its whole life, and ``Popen``
+        #: would wait for that pipe to close forever (no router, no restart, a ``serve`` that
+        #: cannot stop).
+        self._fork_lock = threading.Lock()
 
     @property
     def enabled(self) -> bool:
@@ -160,6 +168,12 @@ class EmbeddedRouter:
         self._thread.start()
         return True
 
+    @contextlib.contextmanager
+    def forking(self) -> Iterator[None]:
+        """Held by the arbiter while it forks a worker: never at once with the router's fork."""
+        with self._fork_lock:
+            yield
+
     def reap(self) -> None:
         """Collect the router's exit status if it has ended (non-blocking): called by the arbiter
         before its own ``waitpid(-1)``, which would take the status without telling anyone."""
@@ -175,7 +189,8 @@ class EmbeddedRouter:
             with self._lock:
                 if self._stopping.is_set():
                     return
-                process = self._process = _popen(self.settings)
+                with self._fork_lock:
+                    process = self._process = _popen(self.settings)
                 began = time.monotonic()
             while (status := process.poll()) is None:
                 time.sleep(WATCH_SECONDS)
@@ -232,15 +247,27 @@ def _popen(settings: Settings) -> subprocess.Popen[bytes]:
         env=env,
         stdin=subprocess.DEVNULL,
         start_new_session=False,
-        preexec_fn=_end_with_parent if sys.platform == "linux" else None,
+        preexec_fn=_end_with_parent if _LIBC is not None else None,
     )
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+#: Loaded here, not in the child: between ``fork`` and ``exec`` of a process with threads, an
+#: import or a ``dlopen`` may wait for a lock another thread held at the fork, forever.
+_LIBC = _libc() if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1
 
 
 def _end_with_parent() -> None:
     """In the child before it runs: SIGTERM when ``serve`` dies, even by ``kill -9`` (Linux's
-    ``PR_SET_PDEATHSIG``), so no orphaned router keeps its ports."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    ``PR_SET_PDEATHSIG``), so no orphaned router keeps its ports. No import, no allocation of
+    Python's own that could wait on a lock: a foreign call only."""
+    if _LIBC is not None:
+        with contextlib.suppress(OSError, AttributeError):
+            _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)

@@ -11,6 +11,7 @@ the app, so clients that stall hold no thread (see api/server/worker.py and ``py
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import os
@@ -97,12 +98,16 @@ class Companion(Protocol):
     def reap(self) -> None:
         """Collect the companion's own exit status, if it ended, before gunicorn reaps children."""
 
+    def forking(self) -> contextlib.AbstractContextManager[None]:
+        """Held while the arbiter forks a worker (the companion forks only outside it)."""
+
 
 class TrellisArbiter(Arbiter):  # type: ignore[misc]
     """gunicorn's arbiter, which also minds the server's companion (``app.companion``): it stops
     it first when told to stop, so that the embedded router leaves while the controller still
     answers (not after its control listener closed, which the router would log as a lost
-    connection and try again), and lets it collect its exit status before ``waitpid(-1)`` does."""
+    connection and try again), lets it collect its exit status before ``waitpid(-1)`` does, and
+    forks no worker while the companion forks its own process (:meth:`Companion.forking`)."""
 
     def _companion(self) -> Companion | None:
         return getattr(self.app, "companion", None)
@@ -118,6 +123,13 @@ class TrellisArbiter(Arbiter):  # type: ignore[misc]
     def handle_quit(self) -> None:
         self._stop_companion()
         super().handle_quit()
+
+    def spawn_worker(self) -> Any:
+        companion = self._companion()
+        if companion is None:
+            return super().spawn_worker()
+        with companion.forking():  # in the worker too: it never returns from here, it exits
+            return super().spawn_worker()
 
     def reap_workers(self) -> None:
         companion = self._companion()
