@@ -543,8 +543,19 @@ async def test_a_slow_binder_holds_back_its_own_circuit_only(pki: Pki, network: 
         assert slow.channel.transport is not None
 
         slow.channel.transport.pause_reading()  # the slow binder stops reading
+
+        def stalled() -> bool:
+            """A holds the dialer because the circuit's window is used up, and B credits nothing
+            back because the slow binder is full: for good, unlike a pause of A's while the link
+            itself is busy (which ends as soon as the link drains)."""
+            a_link, b_link = pair.a.links.link(B), pair.b.links.link(A)
+            if a_link is None or b_link is None:
+                return False
+            window_used = any(c._held for c in a_link.circuits.values())
+            return window_used and any(c._gate.full for c in b_link.circuits.values())
+
         chunk, sent = 256 * 1024, 0
-        while held.is_reading():
+        while not stalled():
             assert sent < 400, "router A never stopped reading the slow circuit's dialer"
             dialer_slow.channel.send(data(dialer_slow, 0, sent.to_bytes(4, "little") + bytes(chunk - 4)))
             sent += 1
