@@ -21,7 +21,6 @@ per command) lists the settings with their defaults and forms; ``--version`` the
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import textwrap
@@ -199,6 +198,7 @@ def router_enroll(settings: Settings, jwt_file: Path, *, out: TextIO = sys.stdou
 def router_run(settings: Settings, *, await_controller: bool = False) -> None:
     """Run the router enrolled in ``TRELLIS_ROUTER_HOME`` until stopped."""
     from router import identity
+    from router.enroll import split_addresses
     from router.main import run_router
 
     try:
@@ -206,7 +206,7 @@ def router_run(settings: Settings, *, await_controller: bool = False) -> None:
     except identity.IdentityError as ex:
         raise SettingError(f"TRELLIS_ROUTER_HOME: {ex}") from None
     if settings.router_ctrl:
-        record = dataclasses.replace(record, ctrl=settings.router_ctrl)
+        record = record.with_ctrls(split_addresses(settings.router_ctrl))
     run_router(settings.router_home, record, await_controller=await_controller)
 
 

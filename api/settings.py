@@ -219,6 +219,19 @@ def optional_address(text: str) -> str:
     return address(text) if text else ""
 
 
+def optional_addresses(text: str) -> str:
+    """``host:port`` addresses separated by commas (each checked), or "" for none: as given,
+    without blanks around the commas."""
+    parts = [part.strip() for part in text.split(",")]
+    if not text.strip():
+        return ""
+    if any(not part for part in parts):
+        raise Invalid("an address between commas is empty")
+    for part in parts:
+        split_address(part)
+    return ",".join(parts)
+
+
 def host_names(text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     bad = [name for name in names if not is_host_name(name)]
@@ -512,10 +525,10 @@ SETTINGS: tuple[Setting, ...] = (
         ("init", "router-enroll"), parser=optional_host, shown_default="the edge bind host",
     ),
     Setting(
-        "TRELLIS_ROUTER_CTRL", "router_ctrl", "", ADDRESS_FORM,
-        "the controller's control address: `enroll` keeps it in `router.json`, `run` uses it instead of "
-        "the kept one when set",
-        ROUTER, parser=optional_address, shown_default="the JWT's `ctrls`",
+        "TRELLIS_ROUTER_CTRL", "router_ctrl", "", f"{ADDRESS_FORM}; several separated by commas",
+        "the controllers' control addresses (the router keeps a connection to each): `enroll` keeps "
+        "them in `router.json`, `run` uses them instead of the kept ones when set",
+        ROUTER, parser=optional_addresses, shown_default="the JWT's `ctrls`",
     ),
     Setting(
         "TRELLIS_JWKS_ALLOW_LOOPBACK", "jwks_allow_loopback", "off", "on or off",

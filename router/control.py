@@ -165,7 +165,9 @@ class _Pushes:
         self.client._on_push(channel, message)
 
     def on_close(self, channel: Channel, error: BaseException | None) -> None:
-        log.info("control: connection closed%s", f": {error}" if error is not None else "")
+        log.info(
+            "control %s: connection closed%s", self.client.address, f": {error}" if error is not None else ""
+        )
 
 
 class ControlClient:
@@ -232,6 +234,9 @@ class ControlClient:
         self.connected = asyncio.Event()
         #: Hellos accepted so far (1 after the first connection, 2 after a reconnect, ...).
         self.sessions = 0
+        #: Told when a hello is accepted (True) and when that connection ends (False): the
+        #: router's :class:`router.controllers.Controllers` (settable later).
+        self.on_connection: Callable[[ControlClient, bool], None] | None = None
         self._channel: _ControlChannel | None = None
         self._stopping = asyncio.Event()
 
@@ -254,13 +259,13 @@ class ControlClient:
                 try:
                     accepted = session.result()
                 except Exception:
-                    log.exception("control: the connection failed")
+                    log.exception("control %s: the connection failed", self.address)
                 if self._stopping.is_set():
                     break
                 if accepted:
                     delay = self.backoff_first
                 pause = random.uniform(delay / 2, delay)
-                log.info("control: connecting again in %.1f s", pause)
+                log.info("control %s: connecting again in %.1f s", self.address, pause)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(stopping), pause)
                 if not accepted:
@@ -445,10 +450,10 @@ class ControlClient:
                 self.request_seconds * 2,
             )
         except (OSError, TimeoutError) as ex:
-            log.warning("control: cannot connect to %s: %s", self.address, ex or type(ex).__name__)
+            log.warning("control %s: cannot connect: %s", self.address, ex or type(ex).__name__)
             return False
         channel.last_received = time.monotonic()
-        self.api_sessions.begin_full_state()
+        self.api_sessions.begin_full_state(self)
         loops: list[asyncio.Task[None]] = []
         try:
             if not await self._hello(channel):
@@ -456,6 +461,7 @@ class ControlClient:
             self._channel = channel
             self.sessions += 1
             self.connected.set()
+            self._tell(True)
             channel.send(control.message(LINKS, {"links": self.links}))
             loops = [
                 asyncio.ensure_future(self._heartbeats(channel)),
@@ -467,10 +473,20 @@ class ControlClient:
         finally:
             for task in loops:
                 task.cancel()
+            was_up = self._channel is channel
             self._channel = None
             self.connected.clear()
-            self.api_sessions.unsynced()
+            self.api_sessions.unsynced(self)
             channel.close()
+            if was_up:
+                self._tell(False)
+
+    def _tell(self, up: bool) -> None:
+        if self.on_connection is not None:
+            try:
+                self.on_connection(self, up)
+            except Exception:
+                log.exception("control %s: telling of the connection failed", self.address)
 
     async def _hello(self, channel: _ControlChannel) -> bool:
         edge = self.edge
@@ -489,14 +505,17 @@ class ControlClient:
         try:
             reply = await channel.request(hello, self.request_seconds)
         except TimeoutError:
-            log.warning("control: the controller did not answer the hello in time")
+            log.warning("control %s: the controller did not answer the hello in time", self.address)
             return False
         except ChannelClosed:
-            log.warning("control: the controller closed the connection before answering the hello")
+            log.warning(
+                "control %s: the controller closed the connection before answering the hello", self.address
+            )
             return False
         if reply.content_type != RESULT or not reply.flag(RESULT_SUCCESS):
             log.warning(
-                "control: the controller refused the hello: %s",
+                "control %s: the controller refused the hello: %s",
+                self.address,
                 reply.body.decode("utf-8", "replace") or "no reason",
             )
             return False
@@ -507,13 +526,17 @@ class ControlClient:
             unknown = strings(body, "unknownTerminators")
             every = body.get("heartbeatSeconds")
         except BadBody as ex:
-            log.warning("control: the hello answer is not understood: %s", ex)
+            log.warning("control %s: the hello answer is not understood: %s", self.address, ex)
             return False
         if isinstance(every, int | float) and not isinstance(every, bool) and every > 0:
             self.heartbeat_seconds = float(every)
-        log.info("control: connected to %s as router %s (%s)", self.address, self.router_name, self.router_id)
+        log.info("control %s: connected as router %s (%s)", self.address, self.router_name, self.router_id)
         if unknown and edge is not None:
-            log.info("control: the controller does not know terminators %s: ending their binds", unknown)
+            log.info(
+                "control %s: the controller does not know terminators %s: ending their binds",
+                self.address,
+                unknown,
+            )
             edge.drop_terminators(unknown)
         return True
 
@@ -524,7 +547,9 @@ class ControlClient:
             await asyncio.sleep(tick)
             now = time.monotonic()
             if now - channel.last_received > self.silent_seconds:
-                log.warning("control: nothing heard for %.0f s: closing", self.silent_seconds)
+                log.warning(
+                    "control %s: nothing heard for %.0f s: closing", self.address, self.silent_seconds
+                )
                 channel.abort(TimeoutError("control connection silent"))
                 return
             if now - last_sent >= self.heartbeat_seconds:
@@ -569,9 +594,9 @@ class ControlClient:
                 if self.edge is not None:
                     self.edge.close_circuits(ids, reason or "closed by an administrator")
             else:
-                log.debug("control: ignoring %r", message)
+                log.debug("control %s: ignoring %r", self.address, message)
         except BadBody as ex:
-            log.warning("control: ignoring a message of content type %d: %s", kind, ex)
+            log.warning("control %s: ignoring a message of content type %d: %s", self.address, kind, ex)
 
     def _on_heartbeat(self, channel: Channel, message: Message) -> None:
         value = message.headers.get(HEARTBEAT_REQUEST)
@@ -590,11 +615,11 @@ class ControlClient:
             try:
                 sessions.append(ApiSession.from_wire(value))
             except ValueError as ex:
-                log.warning("control: skipping an API session: %s", ex)
+                log.warning("control %s: skipping an API session: %s", self.address, ex)
         if body.get("fullState") is True:
-            gone = self.api_sessions.add_full_state(sessions, body.get("isLast") is True)
+            gone = self.api_sessions.add_full_state(sessions, body.get("isLast") is True, self)
             if body.get("isLast") is True:
-                log.info("control: %d API sessions in sync", len(self.api_sessions))
+                log.info("control %s: %d API sessions in sync", self.address, len(self.api_sessions))
             if gone and self.edge is not None:
                 self.edge.close_api_sessions([s.id for s in gone])
         else:
@@ -610,13 +635,13 @@ class ControlClient:
             try:
                 services.append(HostedService.from_wire(value))
             except ValueError as ex:
-                log.warning("control: skipping a hosted service: %s", ex)
+                log.warning("control %s: skipping a hosted service: %s", self.address, ex)
         self.hosted_services = services
         if self.on_hosted_services is not None:
             try:
                 self.on_hosted_services(list(services))
             except Exception:
-                log.exception("control: taking the list of hosted services failed")
+                log.exception("control %s: taking the list of hosted services failed", self.address)
 
     def _on_router_links(self, body: dict[str, Any]) -> None:
         routers = body.get("routers", [])
@@ -638,4 +663,4 @@ class ControlClient:
             try:
                 self.on_router_links(list(links))
             except Exception:
-                log.exception("control: taking the list of routers failed")
+                log.exception("control %s: taking the list of routers failed", self.address)

@@ -26,6 +26,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs7
 
+from router.control import parse_address
 from router.identity import RouterRecord, csr_pem, new_key, server_names, write
 
 #: JOSE algorithms a controller signs enrollment JWTs with.
@@ -121,9 +122,10 @@ def enroll(
 ) -> RouterRecord:
     """Enroll with ``token`` (the JWT text) and write the router's directory; its record.
 
-    ``ctrl`` is the controller's control address (``host:port``; empty: the JWT's host, port
-    6262, unless the JWT names one), ``edge`` the edge listener's bind address, ``advertise`` the host SDKs are told and
-    ``link`` where the router takes links from other routers (empty: none)."""
+    ``ctrl`` is the controllers' control addresses (``host:port``, several separated by commas;
+    empty: every address the JWT's ``ctrls`` names, else the JWT's host on port 6262), ``edge``
+    the edge listener's bind address, ``advertise`` the host SDKs are told and ``link`` where the
+    router takes links from other routers (empty: none)."""
     claims = read_claims(token)
     bundle = fetch_ca_bundle(claims, token)
     parts = urlsplit(claims["iss"])
@@ -156,26 +158,52 @@ def enroll(
     data = answer.get("data", {}) if isinstance(answer, dict) else {}
     if not all(isinstance(data.get(k), str) for k in ("cert", "serverCert", "ca")):
         raise EnrollError("the controller's enrollment answer lacks cert, serverCert or ca")
+    ctrls = split_addresses(ctrl) or controller_addresses(claims, host)
     record = RouterRecord(
         id=claims["sub"],
         name=str(claims.get("name") or claims["sub"]),
         controller=f"https://{host}:{port}",
-        ctrl=ctrl or controller_address(claims, host),
+        ctrl=ctrls[0],
         edge=edge,
         advertise=advertise,
         link=link,
+        ctrls=tuple(ctrls),
     )
     write(directory, record, key, data["cert"], data["serverCert"], data["ca"] or bundle)
     return record
 
 
-def controller_address(claims: dict[str, Any], host: str) -> str:
-    """Where to reach the control listener: the JWT's first ``ctrls`` entry (``tls:host:port``),
-    else the JWT's host on port 6262."""
+def controller_addresses(claims: dict[str, Any], host: str) -> list[str]:
+    """Where to reach the control listeners: every ``ctrls`` entry of the JWT (``tls:host:port``,
+    in order, each once), else the JWT's host on port 6262."""
     ctrls = claims.get("ctrls")
-    if isinstance(ctrls, list) and ctrls and isinstance(ctrls[0], str) and ctrls[0]:
-        return ctrls[0].removeprefix("tls://").removeprefix("tls:")
-    return f"{host}:6262"
+    found: list[str] = []
+    if isinstance(ctrls, list):
+        for entry in ctrls:
+            if isinstance(entry, str) and entry.strip():
+                address = entry.strip().removeprefix("tls://").removeprefix("tls:")
+                try:
+                    parse_address(address)
+                except ValueError:
+                    continue  # not an address the router could dial
+                if address not in found:
+                    found.append(address)
+    return found or [f"{host}:6262"]
+
+
+def controller_address(claims: dict[str, Any], host: str) -> str:
+    """The first of :func:`controller_addresses`."""
+    return controller_addresses(claims, host)[0]
+
+
+def split_addresses(text: str) -> list[str]:
+    """Control addresses separated by commas (``TRELLIS_ROUTER_CTRL``), in order, each once."""
+    found: list[str] = []
+    for part in text.split(","):
+        address = part.strip()
+        if address and address not in found:
+            found.append(address)
+    return found
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -7,12 +7,16 @@ The directory (mode 0700) holds::
     server.pem   the server certificate chain its edge listener presents to SDKs
     ca.pem       the controller's CA bundle: what the router trusts
     router.json  {"id", "name", "controller": "https://host:port", "ctrl": "host:port",
-                  "edge": "host:port", "advertise": "host", "link": "host:port"}
+                  "edge": "host:port", "advertise": "host", "link": "host:port",
+                  "ctrls": ["host:port", ...]}
 
 ``edge`` is where the edge listener binds and ``advertise`` the host SDKs are told
 (``tls://advertise:port``), ``link`` where the router takes links from other routers ("" in a
 record written before links: none); all are chosen at enrollment and kept, so a router keeps its
-addresses across restarts. Nothing here talks to the network: :mod:`router.enroll` fills the
+addresses across restarts. ``ctrls`` are the control addresses of every controller the router
+keeps a connection to (the enrollment JWT's ``ctrls``); ``ctrl`` is the first of them, and the
+only one in a record written before ``ctrls`` (or by an embedded router, which has one
+controller). Nothing here talks to the network: :mod:`router.enroll` fills the
 directory.
 """
 
@@ -53,6 +57,19 @@ class RouterRecord:
     edge: str
     advertise: str
     link: str = ""
+    #: Every controller's control address ("host:port"); empty in a record from before: ``ctrl``.
+    ctrls: tuple[str, ...] = ()
+
+    @property
+    def ctrl_addresses(self) -> list[str]:
+        """The control addresses to keep a connection to, in order (``ctrls``, else ``ctrl``)."""
+        return list(self.ctrls) if self.ctrls else [self.ctrl]
+
+    def with_ctrls(self, addresses: list[str]) -> RouterRecord:
+        """This record with ``addresses`` as its controllers (``ctrl`` the first of them)."""
+        if not addresses:
+            raise ValueError("a router needs at least one controller address")
+        return dataclasses.replace(self, ctrl=addresses[0], ctrls=tuple(addresses))
 
     @property
     def edge_url(self) -> str:
@@ -153,10 +170,17 @@ def load(directory: Path) -> RouterRecord:
     try:
         raw = json.loads((directory / CONFIG).read_text())
         fields = RouterRecord.__dataclass_fields__
-        return RouterRecord(
-            **{k: str(raw[k]) for k, f in fields.items() if k in raw or f.default is dataclasses.MISSING}
-        )
-    except (ValueError, KeyError, TypeError) as ex:
+        values: dict[str, object] = {
+            k: str(raw[k])
+            for k, f in fields.items()
+            if k != "ctrls" and (k in raw or f.default is dataclasses.MISSING)
+        }
+        ctrls = raw.get("ctrls", [])
+        if not isinstance(ctrls, list) or not all(isinstance(c, str) and c for c in ctrls):
+            raise ValueError("ctrls must be a list of host:port addresses")
+        values["ctrls"] = tuple(ctrls)
+        return RouterRecord(**values)  # type: ignore[arg-type]
+    except (ValueError, KeyError, TypeError, AttributeError) as ex:
         raise IdentityError(f"{directory / CONFIG} is not a router record ({ex})") from None
 
 

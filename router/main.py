@@ -1,8 +1,9 @@
 """``trellis router run``: the router process, from an enrolled directory to serving SDKs.
 
-It builds the edge listener (:mod:`router.edge`) and the control client (:mod:`router.control`)
-from the directory's certificates and ``router.json``, listens on the recorded edge address,
-keeps the control connection up, and stops cleanly on SIGTERM or SIGINT (open SDK channels are
+It builds the edge listener (:mod:`router.edge`) and a control client (:mod:`router.control`)
+for every controller address of ``router.json`` (:mod:`router.controllers` holds them) from the
+directory's certificates and ``router.json``, listens on the recorded edge address, keeps a
+control connection to every controller up, and stops cleanly on SIGTERM or SIGINT (open SDK channels are
 closed; the controller removes their terminators). One asyncio loop, no threads: the process does
 nothing but relay.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from router import identity
 from router.control import ControlClient, client_context, parse_address
+from router.controllers import Controllers
 from router.edge import EdgeListener
 from router.hosting import Hosting
 from router.links import Links
@@ -75,24 +77,28 @@ AWAIT_SECONDS = 0.05
 async def serve(
     directory: Path, record: identity.RouterRecord, stop: asyncio.Event, *, await_controller: bool = False
 ) -> None:
-    """Run until ``stop`` is set. With ``await_controller`` the control connection is first made
-    once the control listener accepts connections (:func:`control_accepts`, tried quietly every
+    """Run until ``stop`` is set. With ``await_controller`` the control connections are first
+    made once a control listener accepts connections (:func:`control_accepts`, tried quietly every
     :data:`AWAIT_SECONDS`): ``serve`` starts its embedded router with its own start, so that the
     router's start overlaps the controller's instead of following it."""
     sessions = ApiSessions()
-    ctrl_host, _ = parse_address(record.ctrl)
-    client = ControlClient(
-        address=record.ctrl,
-        ssl_context=client_context(
-            directory / identity.CERT, directory / identity.KEY, directory / identity.CA
-        ),
-        hostname=record.advertise or socket.gethostname(),
-        protocols={"tls": record.edge_url},
-        version=version_info(),
-        api_sessions=sessions,
-        tunneler=True,
-        server_hostname=server_hostname(ctrl_host),
-        link_listener=record.link_url,
+    context = client_context(directory / identity.CERT, directory / identity.KEY, directory / identity.CA)
+    addresses = record.ctrl_addresses
+    client = Controllers(
+        [
+            ControlClient(
+                address=address,
+                ssl_context=context,
+                hostname=record.advertise or socket.gethostname(),
+                protocols={"tls": record.edge_url},
+                version=version_info(),
+                api_sessions=sessions,
+                tunneler=True,
+                server_hostname=server_hostname(parse_address(address)[0]),
+                link_listener=record.link_url,
+            )
+            for address in addresses
+        ]
     )
     listener = EdgeListener(
         ssl_context=identity.edge_context(directory),
@@ -122,15 +128,16 @@ async def serve(
     client.on_router_links = links.update
     links.on_change = client.links_changed  # the controller lists them (/fabric/v1/links)
     log.info(
-        "router %s (%s): SDKs connect to %s; links to %s; controller %s",
+        "router %s (%s): SDKs connect to %s; links to %s; %s %s",
         record.name,
         record.id,
         record.edge_url,
         record.link_url or "(none)",
-        record.ctrl,
+        "controller" if len(addresses) == 1 else "controllers",
+        ", ".join(addresses),
     )
     if await_controller:
-        while not await asyncio.to_thread(control_accepts, directory, record.ctrl, AWAIT_SECONDS * 20):
+        while not await _any_accepts(directory, addresses):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), AWAIT_SECONDS)
             if stop.is_set():
@@ -146,6 +153,16 @@ async def serve(
         control.cancel()
         await asyncio.gather(control, return_exceptions=True)
         log.info("router %s stopped", record.name)
+
+
+async def _any_accepts(directory: Path, addresses: list[str]) -> bool:
+    """Whether any of the control listeners at ``addresses`` accepts connections now."""
+    if len(addresses) == 1:
+        return await asyncio.to_thread(control_accepts, directory, addresses[0], AWAIT_SECONDS * 20)
+    found = await asyncio.gather(
+        *(asyncio.to_thread(control_accepts, directory, address, AWAIT_SECONDS * 20) for address in addresses)
+    )
+    return any(found)
 
 
 def run_router(directory: Path, record: identity.RouterRecord, *, await_controller: bool = False) -> None:

@@ -4,7 +4,7 @@
 ControlClient` implements it over the control connection). :class:`EdgePort` is the edge side as
 the control side drives it when the controller pushes a change (:class:`router.edge.EdgeListener`
 implements it). :class:`ApiSessions` is the router's copy of the fully authenticated API sessions
-the controller pushes: an SDK's hello is checked against it.
+the controllers push: an SDK's hello is checked against it.
 """
 
 from __future__ import annotations
@@ -217,15 +217,19 @@ class ApiSession:
 
 
 class ApiSessions:
-    """The API sessions the controller pushed, by token hash and by id (event-loop only).
+    """The API sessions the controllers pushed, by token hash and by id (event-loop only).
 
-    ``synced`` is set once a full state has arrived on the current control connection; a hello
-    whose token is unknown waits for it (up to a few seconds) before it is refused."""
+    Each control connection is a *source* (the router keeps one per controller): its full state
+    arrives in chunks kept apart from the others' and replaces everything once its last chunk is
+    in; single additions and removals from any source apply at once. ``synced`` is set while at
+    least one source's full state has arrived on its current connection; a hello whose token is
+    unknown waits for a push (up to a few seconds) before it is refused."""
 
     def __init__(self) -> None:
         self._by_hash: dict[str, ApiSession] = {}
         self._by_id: dict[str, ApiSession] = {}
-        self._incoming: dict[str, ApiSession] | None = None
+        self._incoming: dict[object, dict[str, ApiSession]] = {}
+        self._synced: set[object] = set()
         self.synced = asyncio.Event()
         self._changed = asyncio.Event()
 
@@ -258,30 +262,37 @@ class ApiSessions:
                 gone.append(session)
         return gone
 
-    def begin_full_state(self) -> None:
-        """A full state starts arriving: it replaces everything when its last chunk is in."""
-        self._incoming = {}
+    def begin_full_state(self, source: object = None) -> None:
+        """A full state starts arriving from ``source``: it replaces everything when its last
+        chunk is in."""
+        self._incoming[source] = {}
 
-    def add_full_state(self, sessions: list[ApiSession], is_last: bool) -> list[ApiSession]:
-        """One chunk of a full state; on the last, the sessions that are no more (to close)."""
-        if self._incoming is None:
-            self._incoming = {}
+    def add_full_state(
+        self, sessions: list[ApiSession], is_last: bool, source: object = None
+    ) -> list[ApiSession]:
+        """One chunk of ``source``'s full state; on the last, the sessions that are no more (to
+        close)."""
+        incoming = self._incoming.setdefault(source, {})
         for session in sessions:
-            self._incoming[session.id] = session
+            incoming[session.id] = session
         if not is_last:
             return []
-        incoming, self._incoming = self._incoming, None
+        del self._incoming[source]
         gone = [s for i, s in self._by_id.items() if i not in incoming]
         self._by_id = incoming
         self._by_hash = {s.token_hash: s for s in incoming.values()}
+        self._synced.add(source)
         self.synced.set()
         self._wake()
         return gone
 
-    def unsynced(self) -> None:
-        """The control connection is down: what is held stays usable, a new full state will come."""
-        self.synced.clear()
-        self._incoming = None
+    def unsynced(self, source: object = None) -> None:
+        """``source``'s control connection is down: what is held stays usable, a new full state
+        will come."""
+        self._synced.discard(source)
+        self._incoming.pop(source, None)
+        if not self._synced:
+            self.synced.clear()
 
     async def wait_for_token(self, token: str, timeout: float) -> ApiSession | None:
         """The session of ``token``, waiting up to ``timeout`` s for a sync or a push to bring it."""
