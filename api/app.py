@@ -148,6 +148,7 @@ def build_controller(
         # shared with the store's other processes where it has any (PostgreSQL)
         attempts=store.attempts_ledger(),
         activity=store.activity_board(max(settings.session_timeout * 2, timedelta(days=1))),
+        fleet_board=store.fleet_board(),
     )
     managers = build_managers(
         env,

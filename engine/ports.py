@@ -294,6 +294,39 @@ class NoActivityBoard:
         return None
 
 
+#: A process's fleet as it shares it (:meth:`engine.managers.fleet.Fleet.export`): plain JSON.
+FleetState = dict[str, Any]
+
+
+class FleetBoard(Protocol):
+    """Which routers are connected to the other processes that share the store.
+
+    A router keeps its control connection to one process of each controller (the one that leads,
+    ``Store.lead``), yet every process answers ``isOnline``, a session's routers and the fabric's
+    links. Each process's fleet (``engine.managers.fleet``) shares its own connections here and
+    takes the others'. A store only one process opens has nothing to share (:class:`NoFleetBoard`)."""
+
+    def attach(self, export: Callable[[], FleetState], absorb: Callable[[list[FleetState]], None]) -> None:
+        """Share what ``export`` returns (now, after :meth:`changed`, and now and then so that it
+        does not expire), and hand ``absorb`` what the other live processes share, when it changes
+        (on the board's own thread)."""
+        ...
+
+    def changed(self) -> None:
+        """What ``export`` returns has changed (cheap: shared in the background, soon)."""
+        ...
+
+
+class NoFleetBoard:
+    """The :class:`FleetBoard` of a store only one process opens: nothing to share."""
+
+    def attach(self, export: Callable[[], FleetState], absorb: Callable[[list[FleetState]], None]) -> None:
+        return None
+
+    def changed(self) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class JwtKeySource:
     """Where an external JWT signer's public keys come from: one certificate or a JWKS endpoint."""
@@ -550,6 +583,11 @@ class Store(StoreView, Protocol):
     def activity_board(self, retain: timedelta) -> ActivityBoard:
         """Where API sessions' activity is shared with the other processes of the store (nothing
         to share for a store only this process opens); what is not used for ``retain`` goes."""
+        ...
+
+    def fleet_board(self) -> FleetBoard:
+        """Where the routers connected to this process are shared with the other processes of
+        the store, and theirs learnt (nothing to share for a store only this process opens)."""
         ...
 
     def snapshot(self, at: datetime) -> str:

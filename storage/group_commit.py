@@ -56,7 +56,9 @@ from engine.ports import (
     Change,
     CommitListener,
     Durable,
+    FleetBoard,
     NoActivityBoard,
+    NoFleetBoard,
     Put,
     StoreView,
 )
@@ -322,6 +324,10 @@ class GroupCommitStore:
     def activity_board(self, retain: timedelta) -> ActivityBoard:
         """Nothing to share: only this process serves the store."""
         return NoActivityBoard()
+
+    def fleet_board(self) -> FleetBoard:
+        """Nothing to share: every router connected to this store connects to this process."""
+        return NoFleetBoard()
 
     @property
     def last_seq(self) -> int:

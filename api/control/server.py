@@ -517,12 +517,14 @@ class ControlServer:
         )
         self.ctrl.managers.edge_control.add_sink(self._on_events)
         self.ctrl.managers.circuits.add_sink(self._on_close_circuits)
+        self.ctrl.managers.fleet.add_listener(self._on_fleet_elsewhere)
         self._ticker = self.loop.create_task(self._heartbeats())
 
     async def stop(self) -> None:
         """Stop listening and close every router's connection."""
         self.ctrl.managers.edge_control.remove_sink(self._on_events)
         self.ctrl.managers.circuits.remove_sink(self._on_close_circuits)
+        self.ctrl.managers.fleet.remove_listener(self._on_fleet_elsewhere)
         if self._ticker is not None:
             self._ticker.cancel()
         if self._hosted_task is not None:
@@ -599,6 +601,12 @@ class ControlServer:
         if self.ctrl.managers.fleet.disconnect(router.id, presence.connection):
             log.info("control: edge router %s (%s) disconnected", router.name, router.id)
             self.links_changed()
+
+    def _on_fleet_elsewhere(self) -> None:
+        """The routers online at the other processes of a shared store changed (on the fleet
+        board's thread): the routers connected here are told, on the loop."""
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is connected any more
+            self.loop.call_soon_threadsafe(self.links_changed)
 
     def links_changed(self) -> None:
         """Tell every router the other online routers and where they take links."""

@@ -26,8 +26,10 @@ from engine.ports import (
     Change,
     Clock,
     ExternalJwtVerifier,
+    FleetBoard,
     IdGenerator,
     NoActivityBoard,
+    NoFleetBoard,
     PasswordHasher,
     SchemaChecker,
     Store,
@@ -65,6 +67,8 @@ class Env:
     attempts: Attempts = field(default_factory=MemoryAttempts)
     #: API sessions' last use, shared with the other processes of a shared store.
     activity: ActivityBoard = field(default_factory=NoActivityBoard)
+    #: The routers connected to the other processes of a shared store (``engine.managers.fleet``).
+    fleet_board: FleetBoard = field(default_factory=NoFleetBoard)
     #: Told every published batch, in order (the policy engine, caches, session enforcement).
     listeners: list[Listener] = field(default_factory=list)
 

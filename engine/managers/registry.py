@@ -106,7 +106,7 @@ def build_managers(
     posture = PostureManager(env, access)
     env.listeners.append(posture.on_commit)
     posture.add_listener(lambda identity_id: service_updates.mark([identity_id]))
-    fleet = Fleet(env.clock)
+    fleet = Fleet(env.clock, env.fleet_board)
     dial_bind = SessionManager(env, access, posture, fleet)
     env.listeners.append(dial_bind.on_commit)
     posture.add_listener(dial_bind.enforce_posture)

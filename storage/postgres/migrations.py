@@ -120,8 +120,17 @@ def _v3(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
     cur.execute("CREATE UNLOGGED TABLE api_session_activity (id text PRIMARY KEY, at timestamptz NOT NULL)")
 
 
+def _v4(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
+    """The routers connected to each process (:mod:`storage.postgres.fleet`), ``UNLOGGED``: one
+    row per process, its fleet as JSON, until ``expires_at`` unless the process renews it."""
+    cur.execute(
+        "CREATE UNLOGGED TABLE fleet_state (owner text PRIMARY KEY, state jsonb NOT NULL, "
+        "expires_at timestamptz NOT NULL)"
+    )
+
+
 Migration = Callable[["psycopg.Cursor[tuple[object, ...]]"], None]
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1), (2, _v2), (3, _v3)]
+MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4)]
 LATEST = MIGRATIONS[-1][0]
 
 

@@ -73,6 +73,7 @@ from storage.codec import UnstorableValueError, decode, encode
 from storage.group_commit import COMMIT_WAIT_SECONDS, GroupCommitStore
 from storage.postgres.activity import PostgresActivity
 from storage.postgres.attempts import PostgresAttempts
+from storage.postgres.fleet import PostgresFleetBoard
 from storage.postgres.migrations import (
     CHANGE_LOG_TABLE,
     LATEST,
@@ -269,7 +270,7 @@ class PostgresStore(GroupCommitStore):
         self._leads: bool | None = None
         #: The guesses ledgers handed out (:meth:`attempts_ledger`), closed with the store.
         self._ledgers: list[PostgresAttempts] = []
-        self._boards: list[PostgresActivity] = []
+        self._boards: list[PostgresActivity | PostgresFleetBoard] = []
         try:
             with self._writer_lock:
                 conn = self._connection_for_writes()
@@ -850,6 +851,13 @@ class PostgresStore(GroupCommitStore):
         """The API-session activity every process of this database shares (its own connection
         and thread); rows not used for ``retain`` are dropped."""
         board = PostgresActivity(self._connect, retain=retain)
+        self._boards.append(board)
+        return board
+
+    def fleet_board(self) -> PostgresFleetBoard:
+        """The routers connected to each process of this database, shared (its own connection
+        and thread, started when the fleet attaches)."""
+        board = PostgresFleetBoard(self._connect)
         self._boards.append(board)
         return board
 

@@ -152,6 +152,43 @@ def test_serve_with_two_workers_answers_alike_on_every_connection(tmp_path: Path
     assert log.count("another worker serves the control listener") == 1, log[-4000:]
 
 
+def test_the_router_connected_to_one_worker_is_online_on_every_connection(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """``trellis serve`` with two workers and its embedded router: the router's control
+    connection is held by the worker that leads, and the other worker shares it (the fleet
+    board): ``isOnline`` is true on every fresh connection, whichever worker answers it."""
+    from tests.e2e.server import Server
+
+    env = {"TRELLIS_DATABASE_URL": postgres_url, "TRELLIS_WORKERS": "2", "TRELLIS_ROUTER": "on"}
+    with Server(tmp_path / "home", env=env) as server:
+        server.init()
+        server.start()
+        token = server.login()
+
+        def online_on_fresh_connections(count: int) -> bool:
+            for _ in range(count):
+                with server.session() as fresh:
+                    got = fresh.get(
+                        f"{server.url}{MGMT}/edge-routers",
+                        params={"filter": 'name="trellis-router"'},
+                        headers={"zt-session": token},
+                        timeout=10,
+                    )
+                    [router] = server.expect(got, 200, "edge routers on a fresh connection")["data"]
+                    if not router["isOnline"] or router["syncStatus"] != "SYNC_DONE":
+                        return False
+            return True
+
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while not online_on_fresh_connections(20):
+            assert time.monotonic() < deadline, f"not online on every worker\n{server.log_tail()}"
+            time.sleep(0.2)
+        server.stop()
+        log = server.log.read_text()
+    assert log.count("Booting worker") == 2, log[-4000:]
+
+
 def test_writes_on_a_shared_database_never_run_on_the_event_loop(pair: tuple[Api, Api]) -> None:
     """A write may wait for the write token another process holds: the pool runs it, never the
     server's event loop; reads still may run there."""

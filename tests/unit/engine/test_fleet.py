@@ -149,3 +149,98 @@ def test_a_link_keeps_when_it_was_first_reported() -> None:
 
     assert [(k.id, k.created_at) for k in fleet.links()] == [("l1", first), ("l2", clock.now())]
     assert fleet.link_between("r1", "r2") == fleet.link("l1")
+
+
+# -- several processes: each shares its own connections, every one answers for all -------------------
+def test_a_router_connected_elsewhere_is_online_here_with_what_its_hello_said() -> None:
+    here, there = Fleet(FixedClock()), Fleet(FixedClock())
+    presence = connect(there, "r2")
+    there.mark_synced("r2", presence.connection)
+    there.set_edge_sessions("r2", presence.connection, {"as1": "id1"})
+
+    here.absorb([there.export()])
+
+    seen = here.presence("r2")
+    assert seen is not None
+    assert (seen.hostname, dict(seen.protocols), seen.version) == (
+        "r2.example.test",
+        {"tls": "tls://r2.example.test:3022"},
+        VersionInfo("v1", "rev", "date", "linux", "amd64"),
+    )
+    assert here.is_online("r2")
+    assert here.sync_status("r2") == SYNC_DONE
+    assert [p.router_id for p in here.online()] == ["r2"]
+    assert here.has_edge_connection("id1")
+    assert here.export()["online"] == []  # shares only its own connections
+
+    here.absorb([])  # the other process's router went away (or the process)
+
+    assert not here.is_online("r2")
+    assert here.sync_status("r2") == SYNC_DISCONNECTED
+    assert not here.has_edge_connection("id1")
+
+
+def test_a_link_between_routers_of_two_processes_is_listed_by_both() -> None:
+    clock = FixedClock()
+    here, there = Fleet(clock), Fleet(clock)
+    a = here.connect(
+        "ra",
+        name="ra",
+        fingerprint="",
+        hostname="a",
+        protocols={},
+        link_listener="tls://a:4000",
+        version=VersionInfo(),
+        tunneler=False,
+    )
+    b = there.connect(
+        "rb",
+        name="rb",
+        fingerprint="",
+        hostname="b",
+        protocols={},
+        link_listener="tls://b:4000",
+        version=VersionInfo(),
+        tunneler=False,
+    )
+    here.set_links("ra", a.connection, [LinkReport("l1", peer_id="rb", dialed=True)])
+    there.set_links("rb", b.connection, [LinkReport("l1", peer_id="ra", dialed=False)])
+    heard: list[str] = []
+    here.add_listener(lambda: heard.append("here"))
+    there.add_listener(lambda: heard.append("there"))
+
+    here.absorb([there.export()])
+    there.absorb([here.export()])
+
+    for fleet in (here, there):
+        [link] = fleet.links()
+        assert (link.id, link.source_id, link.dest_id, link.dial_address) == (
+            "l1",
+            "ra",
+            "rb",
+            "tls://b:4000",
+        )
+        assert fleet.link_between("rb", "ra") == link
+    assert heard == ["here", "there"]  # each learnt of a router online elsewhere
+    here.absorb([there.export()])
+    assert heard == ["here", "there"]  # nothing new: no one is told again
+
+
+def test_a_router_held_here_and_elsewhere_shows_this_connection() -> None:
+    here, there = Fleet(FixedClock()), Fleet(FixedClock())
+    connect(there, "r1")
+    mine = connect(here, "r1")
+    here.absorb([there.export()])
+
+    assert here.presence("r1") == mine
+    here.disconnect("r1", mine.connection)
+    assert here.is_online("r1")  # still connected to the other process
+
+
+def test_a_state_that_cannot_be_read_is_left_out_not_the_others() -> None:
+    here, there = Fleet(FixedClock()), Fleet(FixedClock())
+    connect(there, "r2")
+
+    here.absorb([{"online": [{"routerId": "bad", "connectedAt": "yesterday"}]}, there.export()])
+
+    assert [p.router_id for p in here.online()] == ["r2"]
