@@ -1,5 +1,8 @@
 """The router's control connection: :class:`ControlClient`, the controller as the edge side asks it.
 
+This is one connection to one controller; a router keeps one to each of its controllers, and
+:class:`router.controllers.Controllers` asks and tells them as one (its docstring says how).
+
 The router dials the controller's control address over mutual TLS (its enrolled client
 certificate; the controller's certificate checked against the CA bundle of the enrollment and
 against the host name), says hello (its version, host name, the edge listener's advertised

@@ -255,9 +255,10 @@ def parse_duration(text: str) -> float | None:
 
 # -- the controller, as hosting asks it -------------------------------------------------------------
 class TunnelController(Protocol):
-    """What :class:`Hosting` asks of the controller (:class:`router.control.ControlClient`)."""
+    """What :class:`Hosting` asks of the controller (:class:`router.controllers.Controllers`, or one
+    :class:`router.control.ControlClient`)."""
 
-    #: Set while the control connection is up (requests made without it fail at once).
+    #: Set while a control connection is up (requests made without one fail at once).
     connected: asyncio.Event
 
     async def create_tunnel_terminator(

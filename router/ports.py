@@ -1,7 +1,8 @@
 """What the router's edge side (SDK channels) needs of its control side, and what it offers.
 
 :class:`ControllerPort` is the controller as the edge side sees it (:class:`router.control.
-ControlClient` implements it over the control connection). :class:`EdgePort` is the edge side as
+ControlClient` implements it over one control connection, :class:`router.controllers.Controllers`
+over one to each controller). :class:`EdgePort` is the edge side as
 the control side drives it when the controller pushes a change (:class:`router.edge.EdgeListener`
 implements it). :class:`ApiSessions` is the router's copy of the fully authenticated API sessions
 the controllers push: an SDK's hello is checked against it.
