@@ -120,7 +120,7 @@ def test_the_embedded_router_starts_and_stops_quietly(tmp_path: Path) -> None:
             server.start()
             proc, server.proc = server.proc, None
             assert proc is not None
-            _wait_for_log(server, "control: connected to", number)
+            _wait_for_log(server, ": connected as router trellis-router", number)
             stop(proc.pid)
             assert proc.wait(timeout=60) == 0, how
             log = server.log.read_text(errors="replace")
