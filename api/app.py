@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import ssl
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import falcon
@@ -126,8 +128,11 @@ def build_controller(
     ca: CertificateAuthority | None = None,
     totp: TotpService | None = None,
     jwt_verifier: ExternalJwtVerifier | None = None,
+    joining: bool = False,
 ) -> Controller:
-    """The controller's state: ports (given or built from ``settings``) and one set of managers."""
+    """The controller's state: ports (given or built from ``settings``) and one set of managers.
+    ``joining``: ``trellis init`` issued this home's server certificate (see
+    :func:`controller_identity`)."""
     authority = ca if ca is not None else load_pki(settings)
     store = store if store is not None else open_store(settings)
     ids = ids if ids is not None else ShortIds()
@@ -157,7 +162,8 @@ def build_controller(
         code_backoff=Backoff(settings.mfa_free_failures, settings.mfa_backoff, settings.mfa_backoff_max),
     )
     # several workers may start at once on a new shared database: the first one's id for all
-    instance_id = store.get_setting("instance_id") or store.setdefault_setting("instance_id", ids.new_id())
+    existing = store.get_setting("instance_id")
+    instance_id = existing or store.setdefault_setting("instance_id", ids.new_id())
     return Controller(
         settings=settings,
         managers=managers,
@@ -165,7 +171,36 @@ def build_controller(
         instance_id=instance_id,
         version=ZITI_COMPAT_VERSION,
         version_trellis=__version__,
+        controller_id=controller_identity(
+            settings.home, instance_id, ids, joining=joining and bool(existing)
+        ),
     )
+
+
+#: The file of a home that holds its controller's id among the network's (``/controllers``).
+CONTROLLER_ID_FILE = "controller.id"
+
+
+def controller_identity(home: Path, instance_id: str, ids: IdGenerator, *, joining: bool) -> str:
+    """This controller's id: the one its home keeps; else, kept from now on, a new one for a
+    controller joining a network that has one already (``trellis init`` of a home whose server
+    certificate it issues, on a shared database that has an ``instance_id``), and otherwise the
+    store's ``instance_id`` (the first controller, and every home made before homes kept it)."""
+    path = home / CONTROLLER_ID_FILE
+    try:
+        kept = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        kept = ""
+    except OSError as ex:
+        raise SettingError(f"{path} cannot be read: {ex.strerror}") from None
+    if kept:
+        return kept
+    chosen = ids.new_id() if joining else instance_id
+    if home.is_dir():
+        partial = path.with_name(f".{CONTROLLER_ID_FILE}.{os.getpid()}")
+        partial.write_text(chosen + "\n", encoding="utf-8")
+        os.replace(partial, path)  # several workers at once write the same id: any one wins
+    return chosen
 
 
 class TrellisApp(falcon.App[falcon.Request, falcon.Response]):

@@ -97,13 +97,16 @@ def init(settings: Settings, *, out: TextIO = sys.stdout) -> bool:
     settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     secure_home(settings)
     created = False
-    if not PkiPaths.in_directory(settings.pki_dir).exists():
+    paths = PkiPaths.in_directory(settings.pki_dir)
+    # a home given a network's CA (its pki/ copied without the server certificate) joins it
+    joining = not paths.server_cert.is_file()
+    if not paths.exists():
         init_pki(settings.pki_dir, sans=list(settings.sans), now=datetime.now(UTC))
         print(
             f"created PKI in {settings.pki_dir}; clients trust {settings.pki_dir / 'ca-bundle.pem'}", file=out
         )
         created = True
-    ctrl = build_controller(settings)
+    ctrl = build_controller(settings, joining=joining)
     try:
         if not has_default_admin(ctrl.env):
             password = chosen

@@ -26,6 +26,13 @@ class Controller:
     instance_id: str
     version: str
     version_trellis: str
+    #: This controller among the network's (``/controllers``); the store's ``instance_id`` for the
+    #: first controller of a network (and for every single one), its own for each that joined it.
+    controller_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.controller_id:
+            self.controller_id = self.instance_id
 
     @property
     def env(self) -> Env:

@@ -59,16 +59,23 @@ def ctrl_address(settings: Settings) -> str:
     return with_host(settings.ctrl_bind, "127.0.0.1")
 
 
+def router_name(ctrl: Controller) -> str:
+    """The embedded router's name: ``trellis-router`` for the network's first controller,
+    ``trellis-router-<controller id>`` for each that joined it (each has its own)."""
+    return NAME if ctrl.controller_id == ctrl.instance_id else f"{NAME}-{ctrl.controller_id}"
+
+
 def ensure(ctrl: Controller, settings: Settings, *, out: TextIO) -> bool:
     """Create and enroll the embedded router unless its directory is enrolled; True if made."""
     directory = settings.embedded_router_dir
     if identity.is_enrolled(directory):
         return False
     managers = ctrl.managers
-    existing = managers.edge_routers.env.store.find_unique(EdgeRouter, "name", NAME)
+    name = router_name(ctrl)
+    existing = managers.edge_routers.env.store.find_unique(EdgeRouter, "name", name)
     if existing is None:
         router = managers.edge_routers.create(
-            {"name": NAME, "role_attributes": [ROLE], "is_tunneler_enabled": True}
+            {"name": name, "role_attributes": [ROLE], "is_tunneler_enabled": True}
         )
         _default_policies(ctrl)
     else:  # enrolled before, its directory lost: a new enrollment retires the old certificate
@@ -85,7 +92,7 @@ def ensure(ctrl: Controller, settings: Settings, *, out: TextIO) -> bool:
     )
     record = identity.RouterRecord(
         id=router.id,
-        name=NAME,
+        name=name,
         controller=f"https://{settings.advertised_address}",
         ctrl=ctrl_address(settings),
         edge=bind,
@@ -93,7 +100,7 @@ def ensure(ctrl: Controller, settings: Settings, *, out: TextIO) -> bool:
         link=link,
     )
     identity.write(directory, record, key, certs.cert, certs.server_cert, certs.ca)
-    print(f"created edge router '{NAME}' in {directory}, listening for SDKs on {record.edge_url}", file=out)
+    print(f"created edge router '{name}' in {directory}, listening for SDKs on {record.edge_url}", file=out)
     return True
 
 

@@ -1,8 +1,14 @@
-"""``GET /controllers`` on both APIs: this controller as the cluster's one member.
+"""``GET /controllers`` on both APIs: every controller of the network.
+
+This controller first, then every other controller a live process serves on the same database
+(each process says what its controller is through the fleet, ``engine.managers.fleet``:
+:meth:`~engine.managers.fleet.Fleet.set_member`). A controller whose processes have all stopped
+is no longer listed (OpenZiti lists a cluster member that is away with ``isOnline`` false).
 
 The client API sees only the ``edge-client`` addresses and no ``ctrlAddress`` (OpenZiti's
-``MapControllerToClientRestModel``). ``createdAt`` is the controller's first start (the built-in
-``default`` auth policy's creation), ``lastJoinedAt``/``updatedAt`` this process's start.
+``MapControllerToClientRestModel``). ``createdAt`` is the first controller's first start (the
+built-in ``default`` auth policy's creation) and, for another, when it joined;
+``lastJoinedAt``/``updatedAt`` the start of the process that says it (the first of a controller's).
 
 Any authenticated identity lists it on the client API (OpenZiti's ``IsAuthenticated``); on the
 management API it is for administrators, as seed 001 says of every management operation but the
@@ -82,31 +88,61 @@ class ControllerCollection:
         self.auth = auth
 
     def info(self, client: bool) -> ControllerInfo:
+        """This controller."""
         ctrl = self.ctrl
         default = ctrl.managers.auth_policies.get(DEFAULT_AUTH_POLICY_ID)
-        created_at = default.created_at if default is not None else self.started_at
-        addresses = {"edge-client": [{"url": ctrl.base_url + CLIENT_BASE, "version": "v1"}]}
-        if not client:
-            addresses["edge-management"] = [{"url": ctrl.base_url + MANAGEMENT_BASE, "version": "v1"}]
-        pki = ctrl.pki
-        return ControllerInfo(
-            id=ctrl.instance_id,
-            created_at=created_at,
-            updated_at=self.started_at,
-            name=ctrl.instance_id,
-            ctrl_address=None if client else f"tls:{ctrl.settings.advertised_ctrl_address}",
-            api_addresses=addresses,
-            cert_pem=pki.server_cert_pem if pki is not None else "",
-            fingerprint=pki.server_fingerprint if pki is not None else "",
-            last_joined_at=self.started_at,
-        )
+        first = ctrl.controller_id == ctrl.instance_id
+        created_at = default.created_at if default is not None and first else self.started_at
+        return _info(member(ctrl, self.started_at), created_at, client)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         client = req.path.startswith(CLIENT_BASE)
-        list_response(req, resp, [self.info(client)], SYMBOLS, render_controller)
+        listed = [self.info(client)]
+        for other in self.ctrl.managers.fleet.peers():
+            try:
+                listed.append(_info(other, None, client))
+            except (KeyError, TypeError, ValueError):  # a process of another version: left out
+                continue
+        list_response(req, resp, listed, SYMBOLS, render_controller)
+
+
+def member(ctrl: Controller, started_at: datetime) -> dict[str, Any]:
+    """What this controller says of itself to the network's other processes (JSON)."""
+    pki = ctrl.pki
+    return {
+        "id": ctrl.controller_id,
+        "name": ctrl.controller_id,
+        "ctrlAddress": f"tls:{ctrl.settings.advertised_ctrl_address}",
+        "apiAddresses": {
+            "edge-client": [{"url": ctrl.base_url + CLIENT_BASE, "version": "v1"}],
+            "edge-management": [{"url": ctrl.base_url + MANAGEMENT_BASE, "version": "v1"}],
+        },
+        "certPem": pki.server_cert_pem if pki is not None else "",
+        "fingerprint": pki.server_fingerprint if pki is not None else "",
+        "joinedAt": started_at.isoformat(),
+    }
+
+
+def _info(shared: dict[str, Any], created_at: datetime | None, client: bool) -> ControllerInfo:
+    joined_at = datetime.fromisoformat(str(shared["joinedAt"]))
+    addresses = {str(k): list(v) for k, v in dict(shared.get("apiAddresses") or {}).items()}
+    if client:  # the client API shows clients where to log in, not where to manage
+        addresses = {k: v for k, v in addresses.items() if k == "edge-client"}
+    return ControllerInfo(
+        id=str(shared["id"]),
+        created_at=created_at or joined_at,
+        updated_at=joined_at,
+        name=str(shared.get("name") or shared["id"]),
+        ctrl_address=None if client else str(shared.get("ctrlAddress") or "") or None,
+        api_addresses=addresses,
+        cert_pem=str(shared.get("certPem") or ""),
+        fingerprint=str(shared.get("fingerprint") or ""),
+        last_joined_at=joined_at,
+    )
 
 
 def register(routes: Routes) -> None:
     started_at = routes.ctrl.env.clock.now()
+    routes.ctrl.managers.fleet.set_member(member(routes.ctrl, started_at))
     routes.client("/controllers", ControllerCollection(routes.ctrl, started_at, auth=SESSION))
     routes.management("/controllers", ControllerCollection(routes.ctrl, started_at, auth=ADMIN))

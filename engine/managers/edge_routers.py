@@ -11,6 +11,7 @@ administrators like any other field: a replacement without it clears it. So are 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from engine.entities.routers import EdgeRouter, Router, RouterBase
@@ -68,9 +69,13 @@ class RouterManagerBase(EntityManager[R]):
     #: The ``em`` claim of this kind's enrollment JWT.
     method: str
 
-    def __init__(self, env: Env, settings: EnrollmentSettings) -> None:
+    def __init__(
+        self, env: Env, settings: EnrollmentSettings, peers: Callable[[], tuple[str, ...]] | None = None
+    ) -> None:
         super().__init__(env)
         self.settings = settings
+        #: The control addresses of the network's other controllers, asked at each enrollment.
+        self.peers = peers
 
     def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> R:
         router = super().build(uow, _with_configs(uow, fields))
@@ -80,7 +85,8 @@ class RouterManagerBase(EntityManager[R]):
         return super().apply(uow, old, _with_configs(uow, fields))
 
     def new_enrollment(self, router_id: str) -> dict[str, Any]:
-        return router_enrollment_fields(self.env, self.settings, router_id, self.method)
+        peers = self.peers() if self.peers is not None else ()
+        return router_enrollment_fields(self.env, self.settings, router_id, self.method, peers)
 
     def check_unique(self, uow: UnitOfWork, entity: R) -> None:
         try:

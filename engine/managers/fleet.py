@@ -20,6 +20,10 @@ process holds its control connection (this one's record wins where both do), an 
 edge connection while an SDK of it has a channel on any router, and a link is listed while a
 router at one of its ends reports it to any process and both ends are online. Listeners added
 with :meth:`Fleet.add_listener` hear when the routers online elsewhere change.
+
+The controllers of the network are shared the same way: each process says what its controller is
+(:meth:`Fleet.set_member`: an opaque JSON object with an ``id``, which the REST layer makes and
+reads) and :meth:`Fleet.members` lists every controller some live process serves.
 """
 
 from __future__ import annotations
@@ -173,6 +177,8 @@ class Fleet:
         #: What the other processes sharing the store report (:meth:`absorb`), in the same shapes.
         self._remote = _Remote()
         self._listeners: list[Callable[[], None]] = []
+        #: What this process's controller says of itself (:meth:`set_member`), shared with the rest.
+        self._member: dict[str, Any] | None = None
         self._board = board if board is not None else NoFleetBoard()
         self._board.attach(self.export, self.absorb)
 
@@ -351,10 +357,31 @@ class Fleet:
         if listener in self._listeners:
             self._listeners.remove(listener)
 
+    def set_member(self, member: Mapping[str, Any]) -> None:
+        """What this process's controller is (JSON, with a string ``id``), for the others."""
+        with self._lock:
+            self._member = dict(member)
+        self._board.changed()
+
+    def members(self) -> list[dict[str, Any]]:
+        """Every controller a live process serves: this one's first, then :meth:`peers`."""
+        with self._lock:
+            own = [dict(self._member)] if self._member is not None else []
+        return own + self.peers()
+
+    def peers(self) -> list[dict[str, Any]]:
+        """The other controllers a live process serves, by id (a controller several processes
+        serve once, as the one of them that joined first says)."""
+        with self._lock:
+            own_id = self._member.get("id") if self._member is not None else None
+            others = self._remote.members
+            return [dict(others[k]) for k in sorted(others) if k != own_id]
+
     def export(self) -> FleetState:
         """This process's own connections, as JSON, for the other processes."""
         with self._lock:
             return {
+                "member": self._member,
                 "online": [_presence_to_json(p) for p in self._online.values()],
                 "identities": dict(self._identities),
                 "links": {
@@ -465,9 +492,15 @@ class _Remote:
         self.link_reporters: dict[str, set[str]] = {}
         self.link_peers: dict[str, dict[str, str]] = {}
         self.link_seen: dict[str, datetime] = {}
+        self.members: dict[str, dict[str, Any]] = {}
 
     def add(self, state: FleetState) -> None:
         """One process's state: a router two processes hold is shown as its latest connection."""
+        member = state.get("member")
+        if isinstance(member, dict) and isinstance(member.get("id"), str):
+            held_member = self.members.get(member["id"])
+            if held_member is None or str(member.get("joinedAt", "")) < str(held_member.get("joinedAt", "")):
+                self.members[member["id"]] = member
         for item in state.get("online") or []:
             presence = _presence_from_json(item)
             held = self.online.get(presence.router_id)

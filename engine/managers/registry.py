@@ -107,6 +107,12 @@ def build_managers(
     env.listeners.append(posture.on_commit)
     posture.add_listener(lambda identity_id: service_updates.mark([identity_id]))
     fleet = Fleet(env.clock, env.fleet_board)
+
+    def peers() -> tuple[str, ...]:
+        """The control addresses of the other controllers serving the store (routers enroll to
+        connect to every controller)."""
+        return tuple(str(m["ctrlAddress"]) for m in fleet.peers() if m.get("ctrlAddress"))
+
     dial_bind = SessionManager(env, access, posture, fleet)
     env.listeners.append(dial_bind.on_commit)
     posture.add_listener(dial_bind.enforce_posture)
@@ -130,7 +136,7 @@ def build_managers(
         database=database,
         edge_control=edge_control,
         edge_router_policies=EdgeRouterPolicyManager(env),
-        edge_routers=EdgeRouterManager(env, enrollment),
+        edge_routers=EdgeRouterManager(env, enrollment, peers),
         enroll=EnrollManager(env, enrollment),
         enrollments=EnrollmentManager(env, enrollment),
         enrollment_trust=EnrollmentTrust(env, enrollment),
@@ -142,7 +148,7 @@ def build_managers(
         mfa=MfaManager(env, sessions, issuer=enrollment.issuer, code_backoff=code_backoff),
         posture=posture,
         posture_checks=PostureCheckManager(env),
-        routers=RouterManager(env, enrollment),
+        routers=RouterManager(env, enrollment, peers),
         service_edge_router_policies=ServiceEdgeRouterPolicyManager(env),
         service_policies=ServicePolicyManager(env),
         service_updates=service_updates,

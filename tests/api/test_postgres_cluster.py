@@ -8,19 +8,28 @@ and the sessions a policy change ends are ended once, by the controller that cha
 from __future__ import annotations
 
 import dataclasses
+import io
+import ipaddress
+import shutil
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
+from cryptography import x509
 
+from api.app import CONTROLLER_ID_FILE
+from api.cli import init
 from api.settings import Settings
 from engine.entities.sessions import Session
+from pki.authority import PkiPaths
+from pki.passwords import Argon2idPasswordHasher
 from tests.api.session_helpers import dial, world
 from tests.api.test_postgres_store import start
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api, new_home, open_app
 
 pytestmark = pytest.mark.durable
 
@@ -187,6 +196,113 @@ def test_the_router_connected_to_one_worker_is_online_on_every_connection(
         server.stop()
         log = server.log.read_text()
     assert log.count("Booting worker") == 2, log[-4000:]
+
+
+def test_two_controllers_list_each_other_and_routers_enroll_to_both(
+    settings: Settings, postgres_url: str, tmp_path: Path, pki_template: Path
+) -> None:
+    """Two controllers (two homes, as two hosts have) on one database: each lists both in
+    ``/controllers`` (this one first; the client API without the management addresses and the
+    control address), and a router's enrollment JWT names both control listeners (``ctrls``)."""
+    a = dataclasses.replace(settings, database_url=postgres_url, ctrl_bind="127.0.0.1:16262")
+    b_home = new_home(tmp_path / "b", pki_template)
+    (b_home / CONTROLLER_ID_FILE).write_text("ctrl-b\n")  # what `trellis init` of a joining home keeps
+    b = dataclasses.replace(
+        a, home=b_home, bind="127.0.0.2:1280", advertise="127.0.0.2:1280", ctrl_bind="127.0.0.2:16262"
+    )
+    first = start(a, first=True)
+    second = start(b)
+    try:
+        a_id = first.ctrl.controller_id
+        assert a_id == first.ctrl.instance_id  # the first controller keeps the network's id
+        assert second.ctrl.controller_id == "ctrl-b"
+
+        def listed(api: Api, base: str) -> list[dict[str, Any]]:
+            got = api.get("/controllers", base=base)
+            assert got.status_code == 200, got.text
+            data: list[dict[str, Any]] = got.json["data"]
+            return data
+
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while len(listed(first, MGMT)) < 2 or len(listed(second, CLIENT)) < 2:
+            assert time.monotonic() < deadline, (listed(first, MGMT), listed(second, CLIENT))
+            time.sleep(0.05)
+
+        on_a = listed(first, MGMT)
+        assert [c["id"] for c in on_a] == [a_id, "ctrl-b"]
+        assert [c["ctrlAddress"] for c in on_a] == ["tls:127.0.0.1:16262", "tls:127.0.0.2:16262"]
+        assert on_a[1]["apiAddresses"]["edge-management"] == [
+            {"url": "https://127.0.0.2:1280/edge/management/v1", "version": "v1"}
+        ]
+        assert all(c["isOnline"] for c in on_a)
+        on_b = listed(second, CLIENT)
+        assert [c["id"] for c in on_b] == ["ctrl-b", a_id]
+        assert all(c["ctrlAddress"] is None and set(c["apiAddresses"]) == {"edge-client"} for c in on_b)
+        filtered = second.get(
+            "/controllers", base=MGMT, params={"filter": 'ctrlAddress contains "127.0.0.1"'}
+        )
+        assert [c["id"] for c in filtered.json["data"]] == [a_id]
+
+        router_id = first.create("/edge-routers", {"name": "er-both", "isTunnelerEnabled": False})
+        jwt_text = first.get(f"/edge-routers/{router_id}").json["data"]["enrollmentJwt"]
+        claims = jwt.decode(jwt_text, options={"verify_signature": False})
+        assert claims["ctrls"] == ["tls:127.0.0.1:16262", "tls:127.0.0.2:16262"]
+    finally:
+        for api in (first, second):
+            api.ctrl.env.store.close()
+
+    again = start(a)  # the other controller is gone: only this one is listed
+    try:
+        assert [c["id"] for c in again.get("/controllers", base=MGMT).json["data"]] == [a_id]
+    finally:
+        again.ctrl.env.store.close()
+
+
+def test_a_controller_joins_the_network_with_its_ca_and_its_own_router(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``trellis init`` of a second home on the same database, given the network's CA (its
+    ``pki/`` copied without the server certificate and key): the home gets a server
+    certificate of its own from that CA, an id of its own among the network's controllers, and an
+    embedded router of its own (the first controller's is left alone)."""
+    monkeypatch.setenv("TRELLIS_ADMIN_PASSWORD", ADMIN_PASSWORD)
+    base = Settings(database_url=postgres_url, db_writer="thread", router=True)
+    a = dataclasses.replace(base, home=tmp_path / "a", bind="127.0.0.1:1280", ctrl_bind="127.0.0.1:16262")
+    b = dataclasses.replace(
+        base, home=tmp_path / "b", bind="127.0.0.2:1280", ctrl_bind="127.0.0.2:16262", sans=("127.0.0.2",)
+    )
+    assert init(a, out=io.StringIO())
+    a_paths, b_paths = PkiPaths.in_directory(a.pki_dir), PkiPaths.in_directory(b.pki_dir)
+    b.pki_dir.mkdir(parents=True)
+    for path in a_paths.all_files():
+        if path not in (a_paths.server_cert, a_paths.server_key):
+            shutil.copy2(path, b.pki_dir / path.name)
+
+    printed = io.StringIO()
+    assert init(b, out=printed)
+
+    a_id = (a.home / CONTROLLER_ID_FILE).read_text().strip()
+    b_id = (b.home / CONTROLLER_ID_FILE).read_text().strip()
+    assert a_id
+    assert b_id
+    assert a_id != b_id
+    assert b_paths.ca_bundle.read_bytes() == a_paths.ca_bundle.read_bytes()
+    assert b_paths.server_cert.read_bytes() != a_paths.server_cert.read_bytes()
+    server = x509.load_pem_x509_certificate(b_paths.server_cert.read_bytes())
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert ipaddress.ip_address("127.0.0.2") in sans.get_values_for_type(x509.IPAddress)
+    assert f"created edge router 'trellis-router-{b_id}'" in printed.getvalue()
+    assert init(b, out=io.StringIO()) is False  # idempotent: the same id, nothing new
+    assert (b.home / CONTROLLER_ID_FILE).read_text().strip() == b_id
+
+    api = Api(open_app(dataclasses.replace(a, router=False), durable=True, hasher=Argon2idPasswordHasher()))
+    api.token = api.login(ADMIN_USER, ADMIN_PASSWORD)  # the admin init made, with the real hash
+    try:
+        names = sorted(r["name"] for r in api.get("/edge-routers").json["data"])
+        assert names == ["trellis-router", f"trellis-router-{b_id}"]
+        assert api.ctrl.controller_id == a_id
+    finally:
+        api.ctrl.env.store.close()
 
 
 def test_writes_on_a_shared_database_never_run_on_the_event_loop(pair: tuple[Api, Api]) -> None:

@@ -139,14 +139,16 @@ def sign(
 
 
 def router_enrollment_fields(
-    env: Env, settings: EnrollmentSettings, router_id: str, method: str
+    env: Env, settings: EnrollmentSettings, router_id: str, method: str, ctrls: tuple[str, ...] = ()
 ) -> dict[str, Any]:
-    """Fresh one-time enrollment fields of a router: token, times and the signed JWT."""
+    """Fresh one-time enrollment fields of a router: token, times and the signed JWT, whose
+    ``ctrls`` are this controller's and then ``ctrls`` (the network's other controllers)."""
     now = env.clock.now()
     token = env.ids.new_token()
     expires_at = now + settings.router_duration
+    every = tuple(dict.fromkeys((*settings.ctrls, *ctrls)))
     claims = enrollment_claims(
-        settings, method=method, subject=router_id, token=token, expires_at=expires_at, ctrls=settings.ctrls
+        settings, method=method, subject=router_id, token=token, expires_at=expires_at, ctrls=every
     )
     return {
         "enrollment_token": token,

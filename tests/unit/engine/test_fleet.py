@@ -244,3 +244,18 @@ def test_a_state_that_cannot_be_read_is_left_out_not_the_others() -> None:
     here.absorb([{"online": [{"routerId": "bad", "connectedAt": "yesterday"}]}, there.export()])
 
     assert [p.router_id for p in here.online()] == ["r2"]
+
+
+def test_the_controllers_of_the_network_are_this_one_then_the_others_once_each() -> None:
+    here, worker_1, worker_2, other = (Fleet(FixedClock()) for _ in range(4))
+    here.set_member({"id": "a", "joinedAt": "2026-01-01T00:00:00+00:00"})
+    worker_1.set_member({"id": "b", "joinedAt": "2026-01-02T00:00:00+00:00", "name": "later"})
+    worker_2.set_member({"id": "b", "joinedAt": "2026-01-01T12:00:00+00:00", "name": "first"})
+    other.set_member({"id": "0", "joinedAt": "2026-01-03T00:00:00+00:00"})
+
+    here.absorb([worker_1.export(), worker_2.export(), other.export(), here.export()])
+
+    assert [m["id"] for m in here.members()] == ["a", "0", "b"]
+    assert [m.get("name") for m in here.peers()] == [None, "first"]  # b as its first process says
+    here.absorb([])
+    assert [m["id"] for m in here.members()] == ["a"]
