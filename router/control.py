@@ -106,6 +106,10 @@ from router.ports import (
 
 log = logging.getLogger(__name__)
 
+#: When this router's process started (milliseconds since the epoch), in every hello: a controller
+#: then keeps the terminators made since that the hello could not list yet.
+STARTED_AT_MS = int(time.time() * 1000)
+
 #: Reconnect pauses: the first, and the most they grow to (doubling).
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
@@ -502,6 +506,8 @@ class ControlClient:
                 "tunneler": self.tunneler,
                 "terminators": edge.terminator_ids() if edge is not None else [],
                 "circuits": edge.circuit_ids()[:MAX_HELLO_CIRCUITS] if edge is not None else [],
+                # a terminator made since, through another controller, is not one to drop
+                "startedAt": STARTED_AT_MS,
             },
         )
         hello.set_text(HELLO_VERSION, self.version)

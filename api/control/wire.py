@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from channel import control
@@ -113,7 +114,22 @@ def read_hello(message: Message) -> RouterHello:
         tunneler=flag(body, "tunneler"),
         terminators=tuple(strings(body, "terminators")),
         version=version,
+        started_at=_started_at(body),
     )
+
+
+#: The latest ``startedAt`` a hello may give (milliseconds since the epoch): the year 9999.
+MAX_STARTED_AT_MS = 253_402_300_799_999
+
+
+def _started_at(body: dict[str, Any]) -> datetime | None:
+    """When the router's process started (``startedAt``, milliseconds since the epoch), if said."""
+    if body.get("startedAt") is None:
+        return None
+    ms = integer(body, "startedAt")
+    if not 0 <= ms <= MAX_STARTED_AT_MS:
+        raise BadBody("startedAt must be milliseconds since 1970 (a whole number, not negative)")
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def hello_circuits(message: Message) -> list[str]:

@@ -50,6 +50,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from engine.entities.identities import ApiSession, ApiSessionCertificate, Authenticator, Identity
@@ -139,6 +140,10 @@ class RouterHello:
     tunneler: bool
     terminators: tuple[str, ...]
     version: VersionInfo
+    #: When the router's process started (None from a router that does not say): a terminator
+    #: made since, and not in ``terminators``, was asked for through another controller while
+    #: this hello was on its way, and is kept.
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,8 +276,9 @@ class EdgeControlManager:
     def router_hello(self, router: EdgeRouter, hello: RouterHello) -> list[str]:
         """Keep what the router reports of itself and reconcile its terminators; the ids it holds
         that the controller does not know (it ends those binds, or asks again for those it hosts).
-        Its edge-hosted and tunnel terminators it did not list are deleted (terminators an
-        administrator made are left alone)."""
+        Its edge-hosted and tunnel terminators it did not list are deleted if they are older than
+        the router's process (terminators an administrator made are left alone): one made since
+        came from a request of this process to another controller, crossing this hello."""
         store = self.env.store
         with store.write_lock():
             uow = UnitOfWork(store)
@@ -291,8 +297,11 @@ class EdgeControlManager:
             held = set(hello.terminators)
             mine = uow.find_by(Terminator, "router_id", router.id)
             for terminator in mine:
-                if terminator.binding in ROUTER_BINDINGS and terminator.id not in held:
-                    uow.delete(Terminator, terminator.id)
+                if terminator.binding not in ROUTER_BINDINGS or terminator.id in held:
+                    continue
+                if hello.started_at is not None and terminator.created_at >= hello.started_at:
+                    continue
+                uow.delete(Terminator, terminator.id)
             known = {t.id for t in mine}
             if uow.changes():
                 self.env.commit(uow)

@@ -166,19 +166,20 @@ class RouterLink:
         link_listener: str = "",
         host: str = "er.example.test",
         circuits: list[str] | None = None,
+        started_at_ms: int | None = None,
     ) -> Message:
-        """The hello and its answer (``RESULT``)."""
-        message = control.message(
-            control.HELLO,
-            {
-                "hostname": host,
-                "protocols": {"tls": f"tls://{host}:3022"},
-                "linkListener": link_listener,
-                "tunneler": False,
-                "terminators": terminators or [],
-                "circuits": circuits or [],
-            },
-        )
+        """The hello and its answer (``RESULT``); ``started_at_ms``: the router's ``startedAt``."""
+        fields: dict[str, object] = {
+            "hostname": host,
+            "protocols": {"tls": f"tls://{host}:3022"},
+            "linkListener": link_listener,
+            "tunneler": False,
+            "terminators": terminators or [],
+            "circuits": circuits or [],
+        }
+        if started_at_ms is not None:
+            fields["startedAt"] = started_at_ms
+        message = control.message(control.HELLO, fields)
         message.set_text(HELLO_VERSION, VERSION)
         return self.request(message)
 

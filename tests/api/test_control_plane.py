@@ -9,8 +9,10 @@ import hashlib
 import json
 import logging
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from channel.frames import (
     HEARTBEAT,
     HEARTBEAT_REQUEST,
     HEARTBEAT_RESPONSE,
+    HELLO_VERSION,
     RESULT_SUCCESS,
     Message,
 )
@@ -39,6 +42,7 @@ from tests.api.certs import (
     unique,
 )
 from tests.api.control_helpers import (
+    VERSION,
     WAIT,
     ClientCert,
     Plane,
@@ -627,6 +631,46 @@ def test_a_reconnecting_router_reconciles_its_terminators(api: Api, plane: Plane
     assert body(answer)["unknownTerminators"] == ["gone-terminator"]
     assert api.get(f"/terminators/{kept['terminatorId']}").status_code == 200
     assert api.get(f"/terminators/{dropped['terminatorId']}").status_code == 404
+
+
+def test_a_hello_keeps_the_terminators_made_since_its_router_started(api: Api, plane: Plane) -> None:
+    """With several controllers a router's Bind through one may cross its hello to another: the
+    hello cannot list that terminator yet. Those made since the router's process started
+    (``startedAt``) are kept; older ones it does not list are dropped, as from one controller."""
+    net = network(api, plane)
+    older = body(
+        net.link.request(bind(net.person, session_token(api, net.person, net.service, "Bind")["token"]))
+    )
+    older_at = api.get(f"/terminators/{older['terminatorId']}").json["data"]["createdAt"]
+    started_ms = int(datetime.fromisoformat(older_at.replace("Z", "+00:00")).timestamp() * 1000) + 1
+    while time.time() * 1000 < started_ms + 1:  # the next terminator is made after that moment
+        time.sleep(0.001)
+    other = person(api, net.role)
+    crossing = body(net.link.request(bind(other, session_token(api, other, net.service, "Bind")["token"])))
+    plane.loop.call(net.link.channel.abort)
+    again = plane.connect(net.router)
+
+    answer = again.hello(terminators=[], started_at_ms=started_ms)
+
+    assert answer.flag(RESULT_SUCCESS)
+    assert api.get(f"/terminators/{older['terminatorId']}").status_code == 404
+    assert api.get(f"/terminators/{crossing['terminatorId']}").status_code == 200
+
+
+@pytest.mark.parametrize("startedAt", [-1, "yesterday", 2**60])
+def test_a_hello_with_a_bad_start_time_is_refused(api: Api, plane: Plane, startedAt: object) -> None:
+    router = enrolled_router(api)
+    link = plane.connect(router)
+    message = control.message(
+        control.HELLO,
+        {"hostname": "h", "protocols": {}, "linkListener": "", "tunneler": False, "startedAt": startedAt},
+    )
+    message.set_text(HELLO_VERSION, VERSION)
+
+    answer = link.request(message)
+
+    assert not answer.flag(RESULT_SUCCESS)
+    assert b"startedAt" in answer.body
 
 
 @pytest.mark.parametrize("change", ["disabled", "re-enrolled", "extended", "deleted"])
