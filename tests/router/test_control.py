@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,7 @@ from channel.frames import (
     Message,
     result,
 )
-from router.control import ControlClient, RouterLink, client_context, parse_address
+from router.control import STARTED_AT_MS, ControlClient, RouterLink, client_context, parse_address
 from router.edge import EdgeListener, fingerprint
 from router.ports import (
     ApiSession,
@@ -257,7 +258,9 @@ async def test_the_hello_says_who_the_router_is_and_a_full_state_replaces_the_ap
                 "tunneler": False,
                 "terminators": ["t-1", "t-2"],
                 "circuits": ["c-1"],
+                "startedAt": STARTED_AT_MS,  # when this process started: no later than now
             }
+            assert 0 < STARTED_AT_MS <= time.time() * 1000
             assert controller.channel.peer_chain[0] == pki.router_client.der  # mutual TLS
             assert (client.router_id, client.router_name) == ("r-1", "router-one")
             assert client.connected.is_set()
