@@ -13,6 +13,9 @@ from engine import errors as e
 log = logging.getLogger("trellis.api")
 
 ERROR_META = {"apiEnrollmentVersion": "0.0.1", "apiVersion": "0.0.1"}
+#: ``Retry-After`` (seconds) of a write refused because the store cannot make it durable now (the
+#: database away, a full disk): soon, as a restarted database is back within seconds.
+COMMIT_RETRY_AFTER_SECONDS = 2
 
 STATUS: dict[type[e.ControllerError], int] = {
     e.ControllerError: 500,
@@ -107,6 +110,7 @@ def handle_controller_error(
         # Expected while the disk is full or the database has gone: the store reports the outage
         # once as it starts, counts while it lasts and once as it ends (engine.logs.Outage).
         log.debug("write refused: %s", ex.message, extra=_fields(req))
+        resp.set_header("Retry-After", str(COMMIT_RETRY_AFTER_SECONDS))
     elif isinstance(ex, e.RequestTimeoutError):
         log.warning("request ran out of time", extra=_fields(req))
     elif status >= 500:

@@ -70,6 +70,44 @@ class ProtocolsResource:
         ok(resp, {"https": {"address": self.ctrl.settings.advertised_address}})
 
 
+#: Whether this process can take writes (``HealthChecksResource``).
+HEALTH_PATH = "/trellis/health-checks"
+
+
+class HealthChecksResource:
+    """``/trellis/health-checks``: whether this process can take writes, for load balancers and
+    monitoring.
+
+    OpenZiti's controller serves ``/health-checks`` (its ``health-checks`` API binding) as
+    ``{"data": {"healthy": ..., "checks": [{"id", "healthy", "lastCheckTime", ...}]}, "meta": {}}``.
+    Trellis answers in that form under a path of its own, so nothing OpenZiti serves (nor its
+    ``/version``) changes. The checks are the store's (``health()``): with PostgreSQL, whether the
+    database can be reached and this process has not fallen behind its change log; otherwise
+    whether the last batch was made durable. Unlike OpenZiti's, the answer is 503 when a check
+    fails, so a load balancer can send writes elsewhere (reads from memory go on meanwhile).
+    ``?type=short`` keeps each check's ``id`` and ``healthy`` only, as OpenZiti's does. No
+    authentication: it shows no data, only whether writes are taken."""
+
+    auth = NONE
+    loop_methods = LOOP_READS
+
+    def __init__(self, ctrl: Controller) -> None:
+        self.ctrl = ctrl
+
+    def checks(self) -> list[dict[str, Any]]:
+        health = getattr(self.ctrl.env.store, "health", None)
+        return list(health()) if callable(health) else []
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        found = self.checks()
+        if req.get_param("type") == "short":
+            found = [{"id": c["id"], "healthy": c["healthy"]} for c in found]
+        healthy = all(c["healthy"] for c in found)
+        resp.status = falcon.HTTP_200 if healthy else falcon.HTTP_503
+        resp.media = {"data": {"healthy": healthy, "checks": found}, "meta": {}}
+        resp.set_header("Cache-Control", "no-store")
+
+
 SPEC_IDS = {"client": "edge-client", "management": "edge-management", "fabric": "fabric"}
 SPEC_NAMES = {"client": "edge-client.yml", "management": "edge-management.yml", "fabric": "fabric.yml"}
 
@@ -152,3 +190,7 @@ def register(routes: Routes) -> None:
     # the fabric API's description (OpenZiti's fabric API has no /specs of its own)
     routes.add("fabric", "/swagger.json", SpecsResource(ctrl, "fabric", routes.table), suffix="swagger")
     routes.client("/protocols", ProtocolsResource(ctrl))
+    # Trellis's own, not OpenZiti's: a path outside /edge, /fabric and /.well-known is the client
+    # API's (the request middleware puts the client base before it, as OpenZiti's default handler
+    # takes it), so this is where /trellis/health-checks arrives; mounted raw, in no spec.
+    routes.raw(CLIENT_BASE + HEALTH_PATH, HealthChecksResource(ctrl))

@@ -43,8 +43,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import TypeVar, cast
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar, cast
 
 from engine.attempts import MemoryAttempts
 from engine.entities import Entity
@@ -328,6 +328,19 @@ class GroupCommitStore:
     def fleet_board(self) -> FleetBoard:
         """Nothing to share: every router connected to this store connects to this process."""
         return NoFleetBoard()
+
+    def health(self) -> list[dict[str, Any]]:
+        """Whether this process can write, as checks in OpenZiti's health-check form (``id``,
+        ``healthy``, ``lastCheckTime``, ``details`` when failing): here, whether the last batch
+        was made durable (a full disk refuses writes until one is). A shared store says more."""
+        check: dict[str, Any] = {
+            "id": "store.commit",
+            "healthy": not self._outage.failing,
+            "lastCheckTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        if self._outage.failing:
+            check["details"] = "the last batch could not be made durable: writes are refused"
+        return [check]
 
     @property
     def last_seq(self) -> int:

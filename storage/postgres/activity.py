@@ -25,6 +25,8 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
+from storage.postgres.connections import alive
+
 log = logging.getLogger(__name__)
 
 ACTIVITY_TABLE = "api_session_activity"
@@ -109,11 +111,12 @@ class PostgresActivity:
         with self._conn_lock:
             try:
                 conn = self._conn
-                if conn is None or conn.closed or conn.broken:
+                if not alive(conn):
                     if conn is not None:
                         conn.close()
                     self._conn = None
                     conn = self._conn = self._connect()
+                assert conn is not None
                 cur = conn.execute(sql, params)
                 return cur.fetchall() if fetch else []
             except psycopg.Error as ex:

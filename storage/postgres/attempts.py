@@ -31,6 +31,7 @@ import psycopg
 
 from engine.errors import CommitFailedError
 from engine.ports import Attempt, Backoff, Lockout
+from storage.postgres.connections import alive
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +62,12 @@ class PostgresAttempts:
         with self._lock:
             try:
                 conn = self._conn
-                if conn is None or conn.closed or conn.broken:
+                if not alive(conn):  # a server restarted since: a new connection, not a refusal
                     if conn is not None:
                         conn.close()
                     self._conn = None
                     conn = self._conn = self._connect()
+                assert conn is not None
                 with conn.transaction(), conn.cursor() as cur:
                     yield cur
             except psycopg.Error as ex:

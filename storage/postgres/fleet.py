@@ -29,6 +29,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from engine.ports import FleetState
+from storage.postgres.connections import alive
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +134,12 @@ class PostgresFleetBoard:
 
     def _connection(self) -> Connection:
         conn = self._conn
-        if conn is None or conn.closed or conn.broken:
+        if not alive(conn):
             self._drop_connection()
             conn = self._conn = self._connect()
+            # a crash of the server empties UNLOGGED tables: this process's row is shared again
+            self._dirty.set()
+        assert conn is not None
         return conn
 
     def _drop_connection(self) -> None:

@@ -57,7 +57,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -73,6 +73,7 @@ from storage.codec import UnstorableValueError, decode, encode
 from storage.group_commit import COMMIT_WAIT_SECONDS, GroupCommitStore
 from storage.postgres.activity import PostgresActivity
 from storage.postgres.attempts import PostgresAttempts
+from storage.postgres.connections import alive
 from storage.postgres.fleet import PostgresFleetBoard
 from storage.postgres.migrations import (
     CHANGE_LOG_TABLE,
@@ -104,14 +105,24 @@ assert STATEMENT_TIMEOUT_MS < COMMIT_WAIT_SECONDS * 1000
 #: attempt, TCP keep-alives and a bound on unacknowledged data, so that a server that vanished
 #: from the network is noticed within seconds instead of the system's minutes.
 CONNECT_DEFAULTS = {
-    "connect_timeout": "10",
+    "connect_timeout": "5",
     "application_name": "trellis",
     "keepalives": "1",
-    "keepalives_idle": "30",
-    "keepalives_interval": "10",
+    "keepalives_idle": "10",
+    "keepalives_interval": "3",
     "keepalives_count": "3",
-    "tcp_user_timeout": "30000",
+    "tcp_user_timeout": "10000",
 }
+#: After a connection attempt failed slowly (it took :data:`SLOW_CONNECT_SECONDS` or more: a
+#: server unreachable on the network, not one that refuses at once), writes are refused at once
+#: (503 with ``Retry-After``) for this long (seconds) instead of each waiting for a connection
+#: attempt of its own in turn; the follower tries again meanwhile. A connection refused at once
+#: costs nothing to try again: the first write after the server is back is not refused.
+RECONNECT_SECONDS = 1.0
+SLOW_CONNECT_SECONDS = 0.5
+#: The health check calls the database unreachable when the follower has not completed a round
+#: for this long (seconds): it completes one at least every :data:`FOLLOW_SECONDS`.
+HEALTH_STALE_SECONDS = 5.0
 #: Set whatever the connection string says: documents are UTF-8 text.
 CONNECT_FIXED = {"client_encoding": "UTF8"}
 
@@ -268,6 +279,19 @@ class PostgresStore(GroupCommitStore):
         self._round_at = time.monotonic()
         self._lead_conn: Connection | None = None
         self._leads: bool | None = None
+        self._lead_guard = threading.Lock()
+        # -- reachability (the health check, and refusing writes at once while it is away) --
+        #: When the last connection attempt failed (monotonic), None once one succeeded; when
+        #: one last failed slowly; the error it failed with.
+        self._connect_failed_at: float | None = None
+        self._connect_failed_slowly_at: float | None = None
+        self._connect_error: BaseException | None = None
+        #: Since when (wall clock) connection attempts fail, and the last one's error.
+        self._unreachable_since: datetime | None = None
+        self._unreachable_error = ""
+        #: When the follower last completed a round (monotonic), and its last error since.
+        self._followed_at = time.monotonic()
+        self._follow_error = ""
         #: The guesses ledgers handed out (:meth:`attempts_ledger`), closed with the store.
         self._ledgers: list[PostgresAttempts] = []
         self._boards: list[PostgresActivity | PostgresFleetBoard] = []
@@ -299,7 +323,20 @@ class PostgresStore(GroupCommitStore):
         commit before it is on disk, so a crash of the server could lose an acknowledged write;
         Trellis's connections then set it ``on`` (any stronger setting, for a synchronous
         replica, is kept)."""
-        conn = psycopg.connect(self._conninfo, autocommit=True)
+        began = time.monotonic()
+        try:
+            conn = psycopg.connect(self._conninfo, autocommit=True)
+        except psycopg.Error as ex:
+            if self._connect_failed_at is None:
+                self._unreachable_since = datetime.now(UTC)
+            self._unreachable_error = " ".join(str(ex).split())
+            self._connect_error = ex
+            now = self._connect_failed_at = time.monotonic()
+            if now - began >= SLOW_CONNECT_SECONDS:
+                self._connect_failed_slowly_at = now
+            raise
+        self._connect_failed_at = self._connect_failed_slowly_at = None
+        self._unreachable_since = None
         try:
             conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
             row = conn.execute("SELECT current_setting('synchronous_commit')").fetchone()
@@ -323,7 +360,7 @@ class PostgresStore(GroupCommitStore):
     def _connection_for_writes(self) -> Connection:
         """The writer connection (under ``_writer_lock``), a new one if the last has failed."""
         conn = self._write_conn
-        if conn is None or not self._usable(conn):
+        if conn is None or not alive(conn):
             if conn is not None:
                 conn.close()
             self._write_conn = None
@@ -333,7 +370,7 @@ class PostgresStore(GroupCommitStore):
     def _connection_for_reads(self) -> Connection:
         """The reader connection (under ``_reader_lock``), a new one if the last has failed."""
         conn = self._read_conn
-        if conn is None or not self._usable(conn):
+        if conn is None or not alive(conn):
             if conn is not None:
                 conn.close()
             self._read_conn = None
@@ -567,7 +604,13 @@ class PostgresStore(GroupCommitStore):
             raise CommitFailedError(
                 "this process has fallen behind the change log: restart it"
             ) from self._gap
+        self._refuse_if_unreachable()
         with self._token:
+            self._refuse_if_unreachable()  # another writer's attempt, waited for, just failed
+            if self._token_held and not alive(self._token_conn):
+                # the token's connection is gone (the server restarted, the backend was ended),
+                # and the advisory lock with it: let it go and take it again, caught up
+                self._token_suspect = True
             if (
                 self._token_held
                 and self._token_wanted
@@ -583,6 +626,15 @@ class PostgresStore(GroupCommitStore):
             if not self._token_held:
                 self._take_token()
             self._writers += 1
+
+    def _refuse_if_unreachable(self) -> None:
+        """Refuse the write at once (nothing staged) when a connection attempt failed slowly a
+        moment ago (:data:`RECONNECT_SECONDS`): writers do not queue for connection attempts
+        that each take ``connect_timeout`` while the server is unreachable."""
+        failed_at = self._connect_failed_slowly_at
+        if failed_at is not None and time.monotonic() - failed_at < RECONNECT_SECONDS:
+            self._outage.failed(self._unreachable_error or "the database cannot be reached", expected=True)
+            raise CommitFailedError("the database cannot be reached") from self._connect_error
 
     def _after_write(self) -> None:
         with self._token:
@@ -605,7 +657,7 @@ class PostgresStore(GroupCommitStore):
         database cannot be reached or the token is not had within the statement timeout."""
         try:
             conn = self._token_conn
-            if conn is None or not self._usable(conn):
+            if conn is None or not alive(conn):
                 if conn is not None:
                     conn.close()
                 self._token_conn = None
@@ -645,7 +697,7 @@ class PostgresStore(GroupCommitStore):
             self._token_wanted = False
             conn = self._token_conn
             try:
-                if conn is not None and self._usable(conn):
+                if conn is not None and alive(conn):
                     conn.execute("SELECT pg_advisory_unlock(%s)", [WRITE_TOKEN_LOCK])
             except psycopg.Error as ex:
                 log.warning("could not let the write token go (closing its connection): %s", ex)
@@ -706,6 +758,7 @@ class PostgresStore(GroupCommitStore):
         or every :data:`FOLLOW_SECONDS`, applies what others committed and lets an idle token go."""
         conn: Connection | None = None
         said = False
+        worked = False  # the connection lost had served: connect again at once, not in a second
         while not self._stopping.is_set():
             try:
                 if conn is None or not self._usable(conn):
@@ -717,6 +770,8 @@ class PostgresStore(GroupCommitStore):
                     if said:
                         log.info("following the change log again")
                         said = False
+                    self._follow_round(conn)  # what was missed while away, before any wait
+                    self._keep_lead()
                 # Someone waits for the token this process holds and could not be given it at the
                 # last look (a writer was inside): look again soon, not at the next notification.
                 pending = self._token_wanted and self._token_held
@@ -729,14 +784,21 @@ class PostgresStore(GroupCommitStore):
                     break
                 self._follow_round(conn)
                 self._tick_token(conn)
+                self._keep_lead()
+                self._followed_at = time.monotonic()
+                self._follow_error = ""
+                worked = True
             except psycopg.Error as ex:
+                self._follow_error = " ".join(str(ex).split())
                 if not said:
                     log.warning("cannot follow the change log (retrying every %g s): %s", FOLLOW_SECONDS, ex)
                     said = True
                 if conn is not None:
                     conn.close()
                 conn = None
-                self._stopping.wait(FOLLOW_SECONDS)
+                if not worked:
+                    self._stopping.wait(FOLLOW_SECONDS)
+                worked = False
             except LogGapError as ex:
                 log.error("%s", ex)
                 break
@@ -775,8 +837,10 @@ class PostgresStore(GroupCommitStore):
         if not self._token.acquire(blocking=False):
             return
         try:
+            if self._token_held and not alive(self._token_conn):
+                self._token_suspect = True  # its lock went with its connection
             lingered = time.monotonic() - self._last_write >= self.token_linger
-            if self._token_held and (self._token_wanted or lingered):
+            if self._token_held and (self._token_wanted or lingered or self._token_suspect):
                 self._release_if_idle(force=lingered)
         finally:
             self._token.release()
@@ -872,6 +936,10 @@ class PostgresStore(GroupCommitStore):
         listener and the maintenance ticker: the first to ask, holding a session-level advisory
         lock on a connection of its own for as long as it runs (a process that stops frees it for
         the next to start). Asked once; False when the database cannot be asked."""
+        with self._lead_guard:
+            return self._lead()
+
+    def _lead(self) -> bool:
         if self._leads is None:
             try:
                 conn = self._connect()
@@ -886,6 +954,69 @@ class PostgresStore(GroupCommitStore):
             else:
                 conn.close()
         return self._leads
+
+    def _keep_lead(self) -> None:
+        """On the follower, connected: when this process leads and the connection holding the
+        lead lock is gone (the server restarted, the backend was ended), the lock went with it:
+        take it again on a new connection. Should another process have taken it meanwhile (one
+        started while the lock was free), this one no longer leads (:meth:`lead` answers False
+        from then on, and an ERROR says so): one process leads, never two."""
+        with self._lead_guard:
+            if not self._leads or alive(self._lead_conn):
+                return
+            lost, self._lead_conn = self._lead_conn, None
+            if lost is not None:
+                lost.close()
+            conn = self._connect()
+            try:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_LOCK]).fetchone()
+            except BaseException:
+                conn.close()
+                raise
+            if row and row[0]:
+                self._lead_conn = conn
+                log.warning("the connection holding the lead was lost: the lead is taken again")
+                return
+            conn.close()
+            self._leads = False
+            log.error(
+                "the connection holding the lead was lost and another process took the lead "
+                "meanwhile: this process no longer leads (restart it to stop its control listener "
+                "and maintenance)"
+            )
+
+    def health(self) -> list[dict[str, Any]]:
+        """Whether this process can write (OpenZiti's health-check form: ``id``, ``healthy``,
+        ``lastCheckTime``, and ``details``, ``failingSince`` when failing): the database can be
+        reached (the last connection attempt succeeded, and the follower completed a round within
+        :data:`HEALTH_STALE_SECONDS`), and this process has not fallen behind the change log."""
+        now = datetime.now(UTC)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        stale = time.monotonic() - self._followed_at
+        reachable: dict[str, Any] = {"id": "postgres.reachable", "healthy": True, "lastCheckTime": stamp}
+        if self._connect_failed_at is not None:
+            since = self._unreachable_since or now
+            reachable.update(
+                healthy=False,
+                details=f"cannot connect: {self._unreachable_error}",
+                failingSince=since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            )
+        elif stale > HEALTH_STALE_SECONDS:
+            since = now - timedelta(seconds=stale)
+            reachable.update(
+                healthy=False,
+                details=f"no answer for {stale:.0f} s"
+                + (f": {self._follow_error}" if self._follow_error else ""),
+                failingSince=since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            )
+        log_check: dict[str, Any] = {
+            "id": "postgres.change-log",
+            "healthy": self._gap is None,
+            "lastCheckTime": stamp,
+        }
+        if self._gap is not None:
+            log_check["details"] = str(self._gap)
+        return [reachable, log_check]
 
     def setdefault_setting(self, key: str, value: str) -> str:
         """``key``'s setting, set to ``value`` first if the database has none: the first of

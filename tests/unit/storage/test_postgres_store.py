@@ -63,18 +63,24 @@ def test_an_empty_database_is_initialised_with_an_empty_log(postgres_server: Any
 def test_a_store_that_lost_its_write_token_is_fenced_off_then_takes_it_again(
     postgres_server: Any, postgres_url: str
 ) -> None:
-    """The write token's connection is cut while its store believes it holds the token: another
-    store takes the token and writes; the first one's next batch finds ``log_head`` moved and is
-    refused whole (the fence), and its next write takes the token again and catches up."""
+    """The write token's connection is cut while its store is inside the write lock (too late to
+    notice before staging): another store takes the token and writes; the first one's batch finds
+    ``log_head`` moved and is refused whole (the fence), and its next write takes the token again
+    and catches up."""
     first = PostgresStore(postgres_url)
     second = PostgresStore(postgres_url, token_linger=600.0)  # keeps the token while idle
     second.commit([Put(_identity(1))])
     assert second.holds_write_token
     token_pid = second._token_conn.info.backend_pid  # type: ignore[union-attr]
-    postgres_server.execute(postgres_url, f"SELECT pg_terminate_backend({token_pid})")
-    first.commit([Put(_identity(2))])  # the lock went with the connection: first takes it
+
+    def cut_inside_the_write_lock() -> None:
+        with second.write_lock():
+            postgres_server.execute(postgres_url, f"SELECT pg_terminate_backend({token_pid})")
+            first.commit([Put(_identity(2))])  # the lock went with the connection: first takes it
+            second.commit([Put(_identity(3)), Delete(Identity, "id-1")])
+
     with pytest.raises(CommitFailedError) as refused:
-        second.commit([Put(_identity(3)), Delete(Identity, "id-1")])
+        cut_inside_the_write_lock()
     assert isinstance(refused.value.__cause__, LogHeadMovedError)
     assert "another process" in str(refused.value.__cause__)
     assert second.get(Identity, "id-3") is None  # nothing of it applied in memory either
@@ -88,6 +94,29 @@ def test_a_store_that_lost_its_write_token_is_fenced_off_then_takes_it_again(
     assert [(row[0], row[3]) for row in reopened.change_log()] == [(1, "id-1"), (2, "id-2"), (3, "id-4")]
     assert reopened.change_log_problems() == []
     reopened.close()
+
+
+def test_a_store_whose_token_connection_was_ended_takes_the_token_again_before_writing(
+    postgres_server: Any, postgres_url: str
+) -> None:
+    """The write token's connection is ended (``pg_terminate_backend``; a restart of the server
+    does the same) while its store is idle but believes it holds the token: another store takes
+    the token and writes; the first one notices the lost connection before its next write, takes
+    the token again, catches up, and that write is not refused."""
+    first = PostgresStore(postgres_url)
+    second = PostgresStore(postgres_url, token_linger=600.0)  # keeps the token while idle
+    second.commit([Put(_identity(1))])
+    assert second.holds_write_token
+    token_pid = second._token_conn.info.backend_pid  # type: ignore[union-attr]
+    postgres_server.execute(postgres_url, f"SELECT pg_terminate_backend({token_pid})")
+    first.commit([Put(_identity(2))])  # the lock went with the connection: first takes it
+    second.commit([Put(_identity(3)), Delete(Identity, "id-2")])  # checked against id-2: caught up
+    assert sorted(i.id for i in second.all(Identity)) == ["id-1", "id-3"]
+    first.catch_up()
+    assert sorted(i.id for i in first.all(Identity)) == ["id-1", "id-3"]
+    assert second.change_log_problems() == []
+    second.close()
+    first.close()
 
 
 def test_two_stores_committing_at_once_both_land_in_one_order(postgres_url: str) -> None:
