@@ -33,6 +33,12 @@ Several processes (``TRELLIS_WORKERS``, or controllers on several hosts) may ser
 
 A database that fails (the server gone, the connection cut) refuses the batch in hand and all
 staged after it, as a full disk does to the DuckDB store; the next batch opens a new connection.
+An idle connection the server closed meanwhile (a restart, ``pg_terminate_backend``) is noticed
+before it is used (:func:`~storage.postgres.connections.alive`), so the first write after the
+server is back is not refused; the write token and the lead lock, gone with their connections,
+are taken again (the token caught up, before the next write; the lead by the follower). While no
+connection can be made a write is refused before anything is staged, and :meth:`PostgresStore.health`
+says so (``/trellis/health-checks``).
 Each connection attempt is bounded (``connect_timeout``), and so is each statement
 (``statement_timeout``, below the writers' own wait), so a writer is answered, never left hanging.
 A connection lost while the server was committing leaves the outcome unknown: the store then

@@ -282,3 +282,11 @@ def test_the_health_check_answers_in_openzitis_form(pg: Settings) -> None:
         assert all(set(c) == {"id", "healthy"} for c in short)
     finally:
         api.ctrl.env.store.close()
+
+
+def test_the_health_check_of_a_store_of_its_own_is_its_last_commit(api: Api) -> None:
+    """Without PostgreSQL (here the tests' memory store, as DuckDB's): one check, the commit."""
+    answer = health(api)
+    assert answer.status_code == 200
+    assert [(c["id"], c["healthy"]) for c in answer.json["data"]["checks"]] == [("store.commit", True)]
+    assert api.client.simulate_get("/version").status_code == 200  # /version is OpenZiti's, unchanged
