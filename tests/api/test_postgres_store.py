@@ -256,7 +256,7 @@ def test_init_and_serve_on_an_empty_database(tmp_path: Path, postgres_url: str) 
     with Server(tmp_path / "home", env={"TRELLIS_DATABASE_URL": postgres_url}) as server:
         made = server.init()
         assert "created admin 'admin' with the password from TRELLIS_ADMIN_PASSWORD" in made.stdout
-        assert sorted(p.name for p in server.home.iterdir()) == ["pki"]  # no trellis.duckdb
+        assert sorted(p.name for p in server.home.iterdir()) == ["controller.id", "pki"]  # no trellis.duckdb
         server.start()
         token = server.login()
         body = {"name": "on-postgres", "isAdmin": False, "type": "Default", "roleAttributes": ["pg"]}
