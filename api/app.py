@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import fcntl
 import logging
 import os
 import ssl
@@ -154,6 +155,7 @@ def build_controller(
         attempts=store.attempts_ledger(),
         activity=store.activity_board(max(settings.session_timeout * 2, timedelta(days=1))),
         fleet_board=store.fleet_board(),
+        posture_board=store.posture_board(),
     )
     managers = build_managers(
         env,
@@ -216,16 +218,37 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
     #: The control listener, once :meth:`serve_alongside` runs it.
     control: ControlServer | None = None
 
+    #: The descriptor of the home's control lock, once this process holds it.
+    _control_lock: int | None = None
+
+    def serves_control(self) -> bool:
+        """Whether this process runs the control listener. With one store per process (DuckDB),
+        it does. With a shared database, one worker of each controller does: the first of them
+        to take its home's control lock, held for as long as it runs. Every controller of a
+        network has a home and a control address of its own, so each listens on its own;
+        :meth:`~engine.ports.Store.lead` (one process of the whole database) decides the
+        maintenance ticker only."""
+        if not self.ctrl.settings.database_url:
+            return self.ctrl.env.store.lead()
+        if self._control_lock is None:
+            self._control_lock = _hold_control_lock(self.ctrl.settings.home)
+        return self._control_lock is not None
+
+    def _release_control(self) -> None:
+        fd, self._control_lock = self._control_lock, None
+        if fd is not None:
+            os.close(fd)
+
     async def serve_alongside(
         self, loop: asyncio.AbstractEventLoop, executor: concurrent.futures.Executor
     ) -> Callable[[], Awaitable[None]]:
         """Serve, on the server's event loop, what runs beside the HTTP API: the control listener
         edge routers connect to (``TRELLIS_CTRL_BIND``, ``api.control``), its engine calls on
         ``executor``. The answer stops it. An address that cannot be bound is logged and the API
-        served all the same. Of several workers sharing a database, only the one that leads
-        (:meth:`~engine.ports.Store.lead`) listens: one process can bind the address."""
+        served all the same. Of several workers of one controller, only one listens: one process
+        can bind the address (:meth:`serves_control`)."""
         settings = self.ctrl.settings
-        if not self.ctrl.env.store.lead():
+        if not self.serves_control():
             log.info("another worker serves the control listener on %s", settings.ctrl_bind)
             return _nothing
         server = ControlServer(
@@ -243,10 +266,18 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
                 settings.ctrl_bind,
                 getattr(ex, "strerror", None) or ex,
             )
+            self._release_control()
             return _nothing
         self.control = server
         log.info("edge routers connect to %s", settings.ctrl_bind)
-        return server.stop
+
+        async def stop() -> None:
+            try:
+                await server.stop()
+            finally:
+                self._release_control()
+
+        return stop
 
     def tls_context(self) -> ssl.SSLContext:
         """The TLS context for a new connection: trusts our CA and the verified third-party CAs now."""
@@ -287,6 +318,22 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
 
 #: Methods that do not write (a write on the event loop could wait for the write token).
 _READING_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+#: In a controller's home, held by the one of its workers that runs the control listener.
+CONTROL_LOCK_FILE = "control.lock"
+
+
+def _hold_control_lock(home: Path) -> int | None:
+    """The descriptor of ``home``'s control lock, held from now on by this process (kept open
+    for its life; a process that ends frees it), or None when another process holds it."""
+    fd = os.open(home / CONTROL_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 async def _nothing() -> None:
