@@ -24,7 +24,7 @@ TEST_SOAK_SECONDS ?= 30
 PYTEST_FLAGS := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q --dist worksteal
 PYTEST := $(PYTEST_FLAGS) -n $(JOBS)
 
-.PHONY: help run init serve settings test test-fast test-diff fuzz check bench clean
+.PHONY: help run init serve settings cluster test test-fast test-diff fuzz check bench clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -e 's/\$$\$$/$$/g' | awk -F ':.*## ' '{ printf "%-10s %s\n", $$1, $$2 }'
@@ -52,6 +52,11 @@ settings: $(STAMP)  ## print the settings table of docs/operations.md from api/s
 	@$(BIN)/python -m api.settings --markdown
 
 run: init serve  ## init if needed, then serve in the foreground (Ctrl-C stops)
+
+# `make cluster CLUSTER_ARGS='--api-port 2280 --ctrl-port 2262'` (python -m cluster --help).
+CLUSTER_ARGS ?=
+cluster: $(STAMP)  ## three controllers on one PostgreSQL and two routers on 127.0.0.1-3, to try failover (Ctrl-C stops)
+	@$(BIN)/python -m cluster $(CLUSTER_ARGS)
 
 test: $(STAMP)  ## every test (what CI runs): unit, API, e2e, bench smoke runs, a short fuzz (TEST_FUZZ_SECONDS)
 	TRELLIS_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) TRELLIS_SOAK_SECONDS=$(TEST_SOAK_SECONDS) $(PYTEST_FLAGS) -n $(TEST_JOBS) $(ARGS)
