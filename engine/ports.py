@@ -327,6 +327,55 @@ class NoFleetBoard:
         return None
 
 
+#: An identity's posture data as it is shared (``engine.managers.posture.sharing``): plain JSON.
+PostureState = dict[str, Any]
+
+
+class PostureBoard(Protocol):
+    """Identities' posture data, shared by the processes serving one database.
+
+    Posture data is kept in memory (``engine.managers.posture``); an SDK's responses reach one
+    process and its session requests any. Each process publishes an identity's data when it
+    changes and takes in what the others publish; one about to refuse a session for posture
+    reads the identity's latest first. A store only one process opens has nothing to share
+    (:class:`NoPostureBoard`)."""
+
+    def attach(self, absorb: Callable[[dict[str, PostureState]], None]) -> None:
+        """Hand ``absorb`` what other processes publish (identity id -> state), as it comes (on
+        the board's own thread)."""
+        ...
+
+    def publish(self, identity_id: str, state: PostureState) -> None:
+        """This process changed the identity's data: shared before this returns where the
+        database answers (a session request to another process right after must count it)."""
+        ...
+
+    def latest(self, identity_id: str) -> PostureState | None:
+        """The identity's data as last published by any process (None when none has, or the
+        board cannot tell now)."""
+        ...
+
+    def forget(self, identity_id: str) -> None:
+        """The identity is gone: drop what is published of it."""
+        ...
+
+
+class NoPostureBoard:
+    """The :class:`PostureBoard` of a store only one process opens: nothing to share."""
+
+    def attach(self, absorb: Callable[[dict[str, PostureState]], None]) -> None:
+        return None
+
+    def publish(self, identity_id: str, state: PostureState) -> None:
+        return None
+
+    def latest(self, identity_id: str) -> PostureState | None:
+        return None
+
+    def forget(self, identity_id: str) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class JwtKeySource:
     """Where an external JWT signer's public keys come from: one certificate or a JWKS endpoint."""
@@ -588,6 +637,11 @@ class Store(StoreView, Protocol):
     def fleet_board(self) -> FleetBoard:
         """Where the routers connected to this process are shared with the other processes of
         the store, and theirs learnt (nothing to share for a store only this process opens)."""
+        ...
+
+    def posture_board(self) -> PostureBoard:
+        """Where identities' posture data is shared with the other processes of the store
+        (nothing to share for a store only this process opens)."""
         ...
 
     def snapshot(self, at: datetime) -> str:

@@ -59,6 +59,8 @@ from engine.ports import (
     FleetBoard,
     NoActivityBoard,
     NoFleetBoard,
+    NoPostureBoard,
+    PostureBoard,
     Put,
     StoreView,
 )
@@ -328,6 +330,10 @@ class GroupCommitStore:
     def fleet_board(self) -> FleetBoard:
         """Nothing to share: every router connected to this store connects to this process."""
         return NoFleetBoard()
+
+    def posture_board(self) -> PostureBoard:
+        """Nothing to share: every posture response to this store reaches this process."""
+        return NoPostureBoard()
 
     def health(self) -> list[dict[str, Any]]:
         """Whether this process can write, as checks in OpenZiti's health-check form (``id``,

@@ -30,7 +30,9 @@ from engine.ports import (
     IdGenerator,
     NoActivityBoard,
     NoFleetBoard,
+    NoPostureBoard,
     PasswordHasher,
+    PostureBoard,
     SchemaChecker,
     Store,
     TokenSigner,
@@ -69,6 +71,8 @@ class Env:
     activity: ActivityBoard = field(default_factory=NoActivityBoard)
     #: The routers connected to the other processes of a shared store (``engine.managers.fleet``).
     fleet_board: FleetBoard = field(default_factory=NoFleetBoard)
+    #: Identities' posture data, shared with the other processes of a shared store.
+    posture_board: PostureBoard = field(default_factory=NoPostureBoard)
     #: Told every published batch, in order (the policy engine, caches, session enforcement).
     listeners: list[Listener] = field(default_factory=list)
 

@@ -572,7 +572,7 @@ class EdgeControlManager:
             raise ControlRefused(Refusal.INVALID_API_SESSION, "the identity is gone")
         if not identity.is_admin and wanted not in self.access.permissions(identity.id, service.id):
             raise ControlRefused(Refusal.INVALID_SESSION, f"the identity may no longer {wanted} the service")
-        verdict = self.posture.evaluate(identity.id, api_session.id, service.id, wanted)
+        verdict = self.posture.evaluate(identity.id, api_session.id, service.id, wanted, refresh=True)
         if not verdict.passed:
             raise ControlRefused(Refusal.INVALID_SESSION, "the session no longer passes posture")
         return session, identity, service

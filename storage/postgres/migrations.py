@@ -129,8 +129,20 @@ def _v4(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
     )
 
 
+def _v5(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
+    """Identities' posture data as the processes share it (:mod:`storage.postgres.posture`),
+    ``UNLOGGED``: the latest state of each identity, who published it, and a number from
+    ``posture_changes`` that orders the publications (what a process has not read yet)."""
+    cur.execute("CREATE SEQUENCE posture_changes")
+    cur.execute(
+        "CREATE UNLOGGED TABLE posture_data (identity_id text PRIMARY KEY, owner text NOT NULL, "
+        "state jsonb NOT NULL, changed bigint NOT NULL)"
+    )
+    cur.execute("CREATE INDEX posture_data_changed ON posture_data (changed)")
+
+
 Migration = Callable[["psycopg.Cursor[tuple[object, ...]]"], None]
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4)]
+MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5)]
 LATEST = MIGRATIONS[-1][0]
 
 

@@ -95,6 +95,7 @@ from storage.postgres.migrations import (
     migrate,
     table_name,
 )
+from storage.postgres.posture import PostgresPostureBoard
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +301,7 @@ class PostgresStore(GroupCommitStore):
         self._follow_error = ""
         #: The guesses ledgers handed out (:meth:`attempts_ledger`), closed with the store.
         self._ledgers: list[PostgresAttempts] = []
-        self._boards: list[PostgresActivity | PostgresFleetBoard] = []
+        self._boards: list[PostgresActivity | PostgresFleetBoard | PostgresPostureBoard] = []
         try:
             with self._writer_lock:
                 conn = self._connection_for_writes()
@@ -921,6 +922,13 @@ class PostgresStore(GroupCommitStore):
         """The API-session activity every process of this database shares (its own connection
         and thread); rows not used for ``retain`` are dropped."""
         board = PostgresActivity(self._connect, retain=retain)
+        self._boards.append(board)
+        return board
+
+    def posture_board(self) -> PostgresPostureBoard:
+        """Identities' posture data every process of this database shares (its own connection
+        and thread, started when first used)."""
+        board = PostgresPostureBoard(self._connect)
         self._boards.append(board)
         return board
 

@@ -29,6 +29,7 @@ from pki.authority import PkiPaths
 from pki.passwords import Argon2idPasswordHasher
 from tests.api.session_helpers import dial, world
 from tests.api.test_postgres_store import start
+from tests.api.test_posture import domain, guarded, respond
 from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api, new_home, open_app
 
 pytestmark = pytest.mark.durable
@@ -303,6 +304,41 @@ def test_a_controller_joins_the_network_with_its_ca_and_its_own_router(
         assert api.ctrl.controller_id == a_id
     finally:
         api.ctrl.env.store.close()
+
+
+def test_a_posture_response_to_one_controller_counts_on_the_other(pair: tuple[Api, Api]) -> None:
+    """Posture data is kept in memory, yet an SDK's response may reach one process and its session
+    request another: the request is answered with the response counted (the refusing process
+    reads the latest first), and the other process holds the data soon after in any case."""
+    first, second = pair
+    g = guarded(first)
+    with_token = user_token_on(second, g.user)
+    assert dial(second, with_token, g.service).status_code == 409  # nothing reported yet
+
+    answer = respond(first, g.user.token, domain(g.check, "DOMAIN1"))
+    assert answer.status_code == 201, answer.text
+    dialed = dial(second, with_token, g.service)
+
+    assert dialed.status_code == 201, dialed.text
+    identity = g.user.id
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while second.get(f"/identities/{identity}/posture-data").json["data"]["domain"] is None:
+        assert time.monotonic() < deadline, "the posture data never reached the second controller"
+        time.sleep(0.05)
+    assert second.get(f"/identities/{identity}/posture-data").json["data"]["domain"]["domain"] == "DOMAIN1"
+
+    respond(first, g.user.token, domain(g.check, "other"))  # now it fails: on the second too
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while dial(second, with_token, g.service).status_code != 409:
+        assert time.monotonic() < deadline, "the failing posture never reached the second controller"
+        time.sleep(0.05)
+
+
+def user_token_on(api: Api, person: Any) -> str:
+    """The person's API session token, usable on ``api`` (the same database: the same token)."""
+    token: str = person.token
+    assert api.get("/current-api-session", token=token, base=CLIENT).status_code == 200
+    return token
 
 
 def test_writes_on_a_shared_database_never_run_on_the_event_loop(pair: tuple[Api, Api]) -> None:

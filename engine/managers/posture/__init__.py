@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -84,7 +85,8 @@ from engine.managers.posture.mac import MacEvaluator, clean_hex
 from engine.managers.posture.mfa import MfaEvaluator
 from engine.managers.posture.os import OsEvaluator
 from engine.managers.posture.process import ProcessEvaluator, ProcessMultiEvaluator
-from engine.ports import Change, Delete
+from engine.managers.posture.sharing import export_data, import_data
+from engine.ports import Change, Delete, PostureState
 
 __all__ = [
     "FailedServiceRequest",
@@ -108,6 +110,8 @@ EVALUATORS: dict[str, Evaluator] = {
 
 Listener = Callable[[str], None]
 
+log = logging.getLogger(__name__)
+
 
 class PostureManager:
     def __init__(self, env: Env, access: AccessManager) -> None:
@@ -116,6 +120,11 @@ class PostureManager:
         self._data: dict[str, PostureData] = {}
         self._lock = threading.RLock()
         self._listeners: list[Listener] = []
+        # the other processes of a shared store: what they are told, and what they tell
+        self._board = env.posture_board
+        #: Per identity, the state last published here or taken in from another process.
+        self._shared: dict[str, PostureState] = {}
+        self._board.attach(self._absorb)
 
     # -- wiring ----------------------------------------------------------------------------------
     def add_listener(self, listener: Listener) -> None:
@@ -130,6 +139,9 @@ class PostureManager:
                     continue
                 if change.kind is Identity:
                     self._data.pop(change.id, None)
+                    self._shared.pop(change.id, None)
+                    if not self.env.store.replaying:  # the process that deleted it says so
+                        self._board.forget(change.id)
                 elif change.kind is ApiSession:
                     for data in self._data.values():
                         data.api_sessions.pop(change.id, None)
@@ -151,6 +163,8 @@ class PostureManager:
             if read is not None:
                 _forget_unread(data.processes, read[0])
                 _forget_unread(data.process_paths, read[1])
+            shared = self._shared[identity_id] = export_data(data)
+        self._board.publish(identity_id, shared)
         timeouts: list[ServiceTimeout] = []
         if woken or unlocked:
             passed_at = self._passed_mfa_at(api_session_id)
@@ -159,6 +173,40 @@ class PostureManager:
         for listener in list(self._listeners):
             listener(identity_id)
         return timeouts
+
+    def _absorb(self, states: Mapping[str, PostureState]) -> None:
+        """What other processes published (identity id -> state): it replaces this process's
+        data of each identity (the refused requests it remembers stay); listeners hear of each."""
+        taken: list[str] = []
+        for identity_id, state in states.items():
+            try:
+                data = import_data(state)
+            except (KeyError, TypeError, ValueError) as ex:
+                log.warning("posture: data another process published cannot be read: %s", ex)
+                continue
+            if self.env.store.get(Identity, identity_id) is None:
+                continue  # deleted meanwhile: its data goes with it
+            with self._lock:
+                held = self._data.get(identity_id)
+                if held is not None:
+                    data.failures = held.failures
+                self._data[identity_id] = data
+                self._shared[identity_id] = state
+            taken.append(identity_id)
+        for identity_id in taken:
+            for listener in list(self._listeners):
+                listener(identity_id)
+
+    def _refresh(self, identity_id: str) -> bool:
+        """Take the identity's data as last published by any process; whether it differed."""
+        state = self._board.latest(identity_id)
+        if state is None:
+            return False
+        with self._lock:
+            if self._shared.get(identity_id) == state:
+                return False
+        self._absorb({identity_id: state})
+        return True
 
     def _process_reads(self, identity_id: str) -> tuple[set[str], set[str]]:
         """The check ids and process paths the identity's PROCESS / PROCESS_MULTI checks read:
@@ -277,17 +325,50 @@ class PostureManager:
         session_type: str,
         *,
         record_failure: bool = False,
+        refresh: bool = False,
     ) -> PostureResult:
         """Whether the API session may open a ``session_type`` session to the service (§6).
 
         With ``record_failure`` a refusal is kept for ``failed-service-requests`` (a session
-        request; re-checks of existing sessions are not).
+        request; re-checks of existing sessions are not). A session request, and with ``refresh``
+        any other first decision (a router's Dial), is refused only after the identity's data as
+        other processes of a shared store last published it was taken in: a posture response
+        sent to one of them a moment before counts.
         """
         policies = self.access.posture_checks_for(identity_id, service_id, session_type)
         if not policies or not any(policies.values()) or not self.access.has_posture_checks():
             # nothing to check: no granting policy names a posture check (a policy without
             # checks passes), or no posture check exists at all
             return PostureResult(True, tuple(sorted(policies)))
+        result = self._evaluate(identity_id, api_session_id, service_id, session_type, policies)
+        if not result.passed and (record_failure or refresh) and self._refresh(identity_id):
+            # responses sent to another process of a shared store a moment ago count too
+            result = self._evaluate(identity_id, api_session_id, service_id, session_type, policies)
+        if result.passed or not record_failure:
+            return result
+        service = self.env.store.get(Service, service_id)
+        self._remember(
+            identity_id,
+            FailedServiceRequest(
+                when=self.env.clock.now(),
+                api_session_id=api_session_id,
+                service_id=service_id,
+                service_name=service.name if service else "",
+                session_type=session_type,
+                policy_failures=result.failures,
+            ),
+        )
+        return result
+
+    def _evaluate(
+        self,
+        identity_id: str,
+        api_session_id: str,
+        service_id: str,
+        session_type: str,
+        policies: Mapping[str, Sequence[str]],
+    ) -> PostureResult:
+        """One evaluation of ``policies`` (policy id -> its check ids) on the data held now."""
         now = self.env.clock.now()
         with self._lock:
             data = self._view(identity_id, api_session_id)
@@ -309,20 +390,6 @@ class PostureManager:
                     passing.append(policy_id)
             if passing:
                 return PostureResult(True, tuple(passing))
-            if not record_failure:
-                return PostureResult(False, (), tuple(failures))
-            service = self.env.store.get(Service, service_id)
-            self._remember(
-                identity_id,
-                FailedServiceRequest(
-                    when=now,
-                    api_session_id=api_session_id,
-                    service_id=service_id,
-                    service_name=service.name if service else "",
-                    session_type=session_type,
-                    policy_failures=tuple(failures),
-                ),
-            )
         return PostureResult(False, (), tuple(failures))
 
     # -- management views ------------------------------------------------------------------------
