@@ -620,7 +620,8 @@ class Cluster:
             f"  ziti edge login {second.api} --ca {self.ca_bundle} -u admin -p <password>",
             "  ziti edge list edge-routers",
             f"  curl --cacert {self.ca_bundle} {second.url}{MGMT}/controllers -H 'zt-session: <token>'",
-            "Ctrl-C stops it all: the routers, then the controllers, then the database.",
+            "Ctrl-C stops it all: the routers, then the controllers"
+            + (", then PostgreSQL." if self.postgres is not None else " (the database is left alone)."),
         ]
         return "\n".join(lines)
 
@@ -775,7 +776,8 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.5)
         print("every process has ended", flush=True)
     except KeyboardInterrupt:
-        print("\nstopping: the routers, then the controllers, then the database", flush=True)
+        then = ", then its PostgreSQL server" if cluster.postgres is not None else ""
+        print(f"\nstopping: the routers, then the controllers{then}", flush=True)
     except ClusterError as ex:
         print(f"cluster: {ex}", file=sys.stderr, flush=True)
         status = 1
