@@ -624,6 +624,12 @@ class Store(StoreView, Protocol):
         control listener, the maintenance ticker); True for a store no other process shares."""
         ...
 
+    def when_leading(self, start: Callable[[], None], stop: Callable[[], None]) -> None:
+        """Call ``start`` once this process leads (at once if it does), ``stop`` if it no longer
+        does; a process that does not lead at first takes the lead when the one that led stops
+        (a shared store: on its own thread, within seconds)."""
+        ...
+
     def attempts_ledger(self) -> Attempts:
         """Where guesses at secrets are counted: this process's memory, or, for a store other
         processes share, a ledger they share (so N processes allow no more guesses than one)."""

@@ -319,6 +319,10 @@ class GroupCommitStore:
         maintenance ticker): always, for a store only this process opens."""
         return True
 
+    def when_leading(self, start: Callable[[], None], stop: Callable[[], None]) -> None:
+        """This process leads for as long as it runs: ``start`` at once."""
+        start()
+
     def attempts_ledger(self) -> Attempts:
         """This process's own ledger: nothing else counts guesses at this store's secrets."""
         return MemoryAttempts()

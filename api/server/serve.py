@@ -239,8 +239,10 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         finally:
             if collecting:
                 gc.enable()
-        if self._app.ctrl.env.store.lead():  # one worker of those on a shared database
-            self._app.maintenance.start()  # in the worker, after the fork: the expired-session purge
+        # in the worker, after the fork: the expired-session purge and the posture sweep, in one
+        # process of those sharing a database (another takes over when it stops)
+        maintenance = self._app.maintenance
+        self._app.ctrl.env.store.when_leading(maintenance.start, maintenance.stop)
         return self._app
 
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from engine.entities.identities import ApiSession, ApiSessionCertificate, Authenticator, Identity
 from engine.entities.sessions import Session
-from engine.errors import UnauthorizedError
+from engine.errors import InvalidAuthError, UnauthorizedError
 from engine.managers._base import EntityManager, Env
 from engine.ports import Change, Put, StoreView, UnitOfWork
 
@@ -52,7 +52,10 @@ class ApiSessionManager(EntityManager[ApiSession]):
         mfa_required: bool = False,
         ca_id: str | None = None,
     ) -> tuple[ApiSession, str]:
-        """A new session and its token (the only time the token exists outside the caller)."""
+        """A new session and its token (the only time the token exists outside the caller);
+        ``INVALID_AUTH`` if the identity is disabled (or gone) by then."""
+        from engine.managers.identities import disabled_at  # identities imports this module
+
         now = self.env.clock.now()
         token = self.env.ids.new_token()
         session = ApiSession(
@@ -71,6 +74,11 @@ class ApiSessionManager(EntityManager[ApiSession]):
         )
         with self.env.store.write_lock():
             uow = UnitOfWork(self.env.store)
+            # Checked again with every write before this one applied (with a shared database the
+            # write lock brings them): a lockout another process committed a moment ago counts.
+            current = uow.get(Identity, identity.id)
+            if current is None or disabled_at(current, now):
+                raise InvalidAuthError()
             uow.put(session)
             self.env.commit(uow)
         return session, token

@@ -62,7 +62,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -137,6 +137,8 @@ _Rows = tuple[list[int], list[str], list[str], list[str], list[str | None]]
 
 #: The follower wakes at least this often (seconds), notification or not: NOTIFY is a hint.
 FOLLOW_SECONDS = 1.0
+#: How often a process that does not lead tries to (the one that led has stopped when it can).
+LEAD_RETRY_SECONDS = 5.0
 #: A catch-up reads about this many change-log rows per round trip (whole batches).
 FOLLOW_ROWS = 5000
 #: With another process waiting for the write token, this process keeps admitting new writers
@@ -287,6 +289,9 @@ class PostgresStore(GroupCommitStore):
         self._lead_conn: Connection | None = None
         self._leads: bool | None = None
         self._lead_guard = threading.Lock()
+        #: What runs while this process leads (:meth:`when_leading`), and the last try to.
+        self._lead_hooks: list[tuple[Callable[[], None], Callable[[], None]]] = []
+        self._lead_tried_at = 0.0
         # -- reachability (the health check, and refusing writes at once while it is away) --
         #: When the last connection attempt failed (monotonic), None once one succeeded; when
         #: one last failed slowly; the error it failed with.
@@ -792,6 +797,7 @@ class PostgresStore(GroupCommitStore):
                 self._follow_round(conn)
                 self._tick_token(conn)
                 self._keep_lead()
+                self._take_lead()
                 self._followed_at = time.monotonic()
                 self._follow_error = ""
                 worked = True
@@ -969,6 +975,41 @@ class PostgresStore(GroupCommitStore):
                 conn.close()
         return self._leads
 
+    def when_leading(self, start: Callable[[], None], stop: Callable[[], None]) -> None:
+        with self._lead_guard:
+            self._lead_hooks.append((start, stop))
+            leads = self._lead()
+        if leads:
+            start()
+
+    def _take_lead(self) -> None:
+        """On the follower, every :data:`LEAD_RETRY_SECONDS`, for a process that does not lead
+        and waits to (:meth:`when_leading`): the process that led has stopped (its lock went
+        with its connection) when the lock can be taken; then this one leads."""
+        with self._lead_guard:
+            if self._leads is not False or not self._lead_hooks:
+                return
+            if time.monotonic() - self._lead_tried_at < LEAD_RETRY_SECONDS:
+                return
+            self._lead_tried_at = time.monotonic()
+            conn = self._connect()
+            try:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_LOCK]).fetchone()
+            except BaseException:
+                conn.close()
+                raise
+            if not (row and row[0]):
+                conn.close()
+                return
+            self._leads, self._lead_conn = True, conn
+            hooks = list(self._lead_hooks)
+        log.warning("the process that led has stopped: this one leads now (maintenance)")
+        for start, _ in hooks:
+            try:
+                start()
+            except Exception:
+                log.exception("starting what the leading process runs failed")
+
     def _keep_lead(self) -> None:
         """On the follower, connected: when this process leads and the connection holding the
         lead lock is gone (the server restarted, the backend was ended), the lock went with it:
@@ -993,11 +1034,16 @@ class PostgresStore(GroupCommitStore):
                 return
             conn.close()
             self._leads = False
-            log.error(
-                "the connection holding the lead was lost and another process took the lead "
-                "meanwhile: this process no longer leads (restart it to stop its control listener "
-                "and maintenance)"
-            )
+            hooks = list(self._lead_hooks)
+        log.error(
+            "the connection holding the lead was lost and another process took the lead "
+            "meanwhile: this process no longer leads (its maintenance stops)"
+        )
+        for _, stop in hooks:
+            try:
+                stop()
+            except Exception:
+                log.exception("stopping what the leading process runs failed")
 
     def health(self) -> list[dict[str, Any]]:
         """Whether this process can write (OpenZiti's health-check form: ``id``, ``healthy``,

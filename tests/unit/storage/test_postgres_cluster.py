@@ -199,3 +199,26 @@ def test_one_store_of_those_on_a_database_leads(postgres_url: str) -> None:
     third = PostgresStore(postgres_url)
     assert third.lead()
     third.close()
+
+
+def test_when_the_leading_store_stops_a_running_one_takes_over(postgres_url: str) -> None:
+    """What one process runs (maintenance) does not stop with the process that ran it: a store
+    that waits to lead takes the lead once the one that led has stopped."""
+    first, second = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    events: list[str] = []
+    try:
+        first.when_leading(lambda: events.append("first starts"), lambda: events.append("first stops"))
+        second.when_leading(lambda: events.append("second starts"), lambda: events.append("second stops"))
+        assert events == ["first starts"]
+        assert (first.lead(), second.lead()) == (True, False)
+
+        first.close()  # killed or stopped: its lock goes with its connection
+
+        deadline = time.monotonic() + 60
+        while "second starts" not in events:
+            assert time.monotonic() < deadline, events
+            time.sleep(0.05)
+        assert events == ["first starts", "second starts"]
+        assert second.lead()
+    finally:
+        second.close()
