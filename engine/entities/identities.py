@@ -51,6 +51,10 @@ class Identity(Entity):
     #: config replaces the service's own config of that type (``/identities/{id}/service-configs``).
     service_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
+    def is_disabled_at(self, moment: datetime) -> bool:
+        """Whether disabled at ``moment``: locked, and the lock has no end or has not ended."""
+        return self.disabled and (self.disabled_until is None or self.disabled_until > moment)
+
     @property
     def overrides_configs(self) -> bool | None:
         """True when the identity has service-config overrides, else None (an index of the store,

@@ -54,8 +54,6 @@ class ApiSessionManager(EntityManager[ApiSession]):
     ) -> tuple[ApiSession, str]:
         """A new session and its token (the only time the token exists outside the caller);
         ``INVALID_AUTH`` if the identity is disabled (or gone) by then."""
-        from engine.managers.identities import disabled_at  # identities imports this module
-
         now = self.env.clock.now()
         token = self.env.ids.new_token()
         session = ApiSession(
@@ -77,7 +75,7 @@ class ApiSessionManager(EntityManager[ApiSession]):
             # Checked again with every write before this one applied (with a shared database the
             # write lock brings them): a lockout another process committed a moment ago counts.
             current = uow.get(Identity, identity.id)
-            if current is None or disabled_at(current, now):
+            if current is None or current.is_disabled_at(now):
                 raise InvalidAuthError()
             uow.put(session)
             self.env.commit(uow)

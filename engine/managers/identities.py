@@ -128,14 +128,6 @@ def delete_identity_cascade(uow: UnitOfWork, identity: Identity, clock: Clock) -
     remove_entity_references(uow, identity, clock)
 
 
-def disabled_at(identity: Identity, moment: datetime) -> bool:
-    """Whether ``identity`` is disabled at ``moment``: locked, and the lock has no end or has not ended."""
-    if not identity.disabled:
-        return False
-    until = identity.disabled_until
-    return until is None or until > moment
-
-
 #: The longest disable: the longest Go ``time.Duration`` (int64 nanoseconds) in whole minutes.
 MAX_DISABLE_MINUTES = (2**63 - 1) // 60_000_000_000
 
@@ -240,7 +232,7 @@ class IdentityManager(EntityManager[Identity]):
 
     def is_disabled(self, identity: Identity) -> bool:
         """Disabled now: locked and the lock has no end or has not ended yet."""
-        return disabled_at(identity, self.env.clock.now())
+        return identity.is_disabled_at(self.env.clock.now())
 
     # -- service configs -----------------------------------------------------------------------
     def service_configs(self, id: str) -> list[tuple[Service, Config]]:

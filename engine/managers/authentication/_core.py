@@ -30,7 +30,6 @@ from engine.logs import event
 from engine.managers._base import Env
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.auth_policies import PolicyRules, rules_for, secondary_for
-from engine.managers.identities import disabled_at
 from engine.ports import Store, UnitOfWork
 
 
@@ -119,7 +118,7 @@ def check_allowed(rules: PolicyRules, method: str) -> None:
 
 def is_disabled(env: Env, identity: Identity) -> bool:
     """Disabled now: locked, and the lock has no end or has not ended yet."""
-    return disabled_at(identity, env.clock.now())
+    return identity.is_disabled_at(env.clock.now())
 
 
 def check_enabled(env: Env, identity: Identity) -> None:
