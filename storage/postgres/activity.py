@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from storage.postgres.connections import alive
+from storage.postgres.connections import KeptConnection
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,7 @@ class PostgresActivity:
 
     def __init__(self, connect: Callable[[], Connection], *, retain: timedelta) -> None:
         self.retain = retain
-        self._connect = connect
-        self._conn: Connection | None = None
-        self._conn_lock = threading.Lock()
+        self._db = KeptConnection(connect, "API-session activity")
         self._noted: dict[str, datetime] = {}
         self._noted_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -106,24 +104,9 @@ class PostgresActivity:
         self._run(f"DELETE FROM {ACTIVITY_TABLE} WHERE at < %s", [datetime.now(UTC) - self.retain])
 
     def _run(self, sql: str, params: list[object], *, fetch: bool = False) -> list[tuple[object, ...]] | None:
-        """One statement on the board's connection; None when the database did not answer (the
-        board is advice: a failure is logged and costs at most a session ended early or late)."""
-        with self._conn_lock:
-            try:
-                conn = self._conn
-                if not alive(conn):
-                    if conn is not None:
-                        conn.close()
-                    self._conn = None
-                    conn = self._conn = self._connect()
-                assert conn is not None
-                cur = conn.execute(sql, params)
-                return cur.fetchall() if fetch else []
-            except psycopg.Error as ex:
-                log.warning(
-                    "API-session activity: the database did not answer: %s", " ".join(str(ex).split())
-                )
-                return None
+        """One statement; None when the database did not answer (the board is advice: it costs
+        at most a session ended early or late)."""
+        return self._db.run(sql, params, fetch=fetch)
 
     def close(self) -> None:
         """Share what is noted, stop the thread, close the connection."""
@@ -132,7 +115,4 @@ class PostgresActivity:
         if thread is not None:
             thread.join(SHARE_SECONDS * 2)
         self.share()
-        with self._conn_lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._db.close()

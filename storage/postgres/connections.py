@@ -15,10 +15,15 @@ or is closing it (a ``FATAL`` "terminating connection" first, then the end of th
 
 from __future__ import annotations
 
+import logging
 import select
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
+
+log = logging.getLogger(__name__)
 
 
 def alive(conn: psycopg.Connection[Any] | None) -> bool:
@@ -33,3 +38,38 @@ def alive(conn: psycopg.Connection[Any] | None) -> bool:
         return not poller.poll(0)
     except (OSError, ValueError, psycopg.Error):
         return False
+
+
+class KeptConnection:
+    """One connection for a board's statements (thread-safe), opened with ``connect`` when first
+    needed and again when it has gone (:func:`alive`). The boards' writes are advice, not the
+    data: a statement the database does not answer is logged (naming ``what``) and answered
+    None, for the caller to keep what it meant to write for the next time."""
+
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]], what: str) -> None:
+        self._connect = connect
+        self.what = what
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+
+    def run(self, sql: str, params: list[object], *, fetch: bool = False) -> list[tuple[Any, ...]] | None:
+        """One statement; its rows (``fetch``) or ``[]``; None when the database did not answer."""
+        with self._lock:
+            try:
+                conn = self._conn
+                if conn is None or not alive(conn):
+                    if conn is not None:
+                        conn.close()
+                    self._conn = None
+                    conn = self._conn = self._connect()
+                cur = conn.execute(sql, params)
+                return cur.fetchall() if fetch else []
+            except psycopg.Error as ex:
+                log.warning("%s: the database did not answer: %s", self.what, " ".join(str(ex).split()))
+                return None
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()

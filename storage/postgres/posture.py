@@ -28,7 +28,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from engine.ports import PostureState
-from storage.postgres.connections import alive
+from storage.postgres.connections import KeptConnection
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +45,9 @@ class PostgresPostureBoard:
     """The :class:`~engine.ports.PostureBoard` of a PostgreSQL database (thread-safe)."""
 
     def __init__(self, connect: Callable[[], Connection], *, pull_seconds: float = PULL_SECONDS) -> None:
-        self._connect = connect
+        self._db = KeptConnection(connect, "posture")
         self.pull_seconds = pull_seconds
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self._conn: Connection | None = None
-        self._conn_lock = threading.Lock()
         self._queued: dict[str, PostureState] = {}
         self._forgotten: set[str] = set()
         self._queue_lock = threading.Lock()
@@ -168,22 +166,9 @@ class PostgresPostureBoard:
                     self._thread.start()
 
     def _run(self, sql: str, params: list[object], *, fetch: bool = True) -> list[tuple[object, ...]] | None:
-        """One statement on the board's connection; None when the database did not answer (the
-        board is advice: a failure is logged and costs at most a response counted late)."""
-        with self._conn_lock:
-            try:
-                conn = self._conn
-                if not alive(conn):
-                    if conn is not None:
-                        conn.close()
-                    self._conn = None
-                    conn = self._conn = self._connect()
-                assert conn is not None
-                cur = conn.execute(sql, params)
-                return cur.fetchall() if fetch else []
-            except psycopg.Error as ex:
-                log.warning("posture: the database did not answer: %s", " ".join(str(ex).split()))
-                return None
+        """One statement; None when the database did not answer (the board is advice: a failure
+        costs at most a response counted late)."""
+        return self._db.run(sql, params, fetch=fetch)
 
     def close(self) -> None:
         """Write what is queued, stop the thread, close the connection."""
@@ -193,7 +178,4 @@ class PostgresPostureBoard:
         if thread is not None:
             thread.join(max(self.pull_seconds, 1.0) * 4)
         self.flush()
-        with self._conn_lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._db.close()

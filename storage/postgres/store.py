@@ -992,14 +992,8 @@ class PostgresStore(GroupCommitStore):
             if time.monotonic() - self._lead_tried_at < LEAD_RETRY_SECONDS:
                 return
             self._lead_tried_at = time.monotonic()
-            conn = self._connect()
-            try:
-                row = conn.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_LOCK]).fetchone()
-            except BaseException:
-                conn.close()
-                raise
-            if not (row and row[0]):
-                conn.close()
+            conn = self._try_lead_lock()
+            if conn is None:
                 return
             self._leads, self._lead_conn = True, conn
             hooks = list(self._lead_hooks)
@@ -1009,6 +1003,19 @@ class PostgresStore(GroupCommitStore):
                 start()
             except Exception:
                 log.exception("starting what the leading process runs failed")
+
+    def _try_lead_lock(self) -> Connection | None:
+        """A new connection holding the lead lock, or None (closed) when another process holds it."""
+        conn = self._connect()
+        try:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_LOCK]).fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        if row and row[0]:
+            return conn
+        conn.close()
+        return None
 
     def _keep_lead(self) -> None:
         """On the follower, connected: when this process leads and the connection holding the
@@ -1022,17 +1029,11 @@ class PostgresStore(GroupCommitStore):
             lost, self._lead_conn = self._lead_conn, None
             if lost is not None:
                 lost.close()
-            conn = self._connect()
-            try:
-                row = conn.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_LOCK]).fetchone()
-            except BaseException:
-                conn.close()
-                raise
-            if row and row[0]:
+            conn = self._try_lead_lock()
+            if conn is not None:
                 self._lead_conn = conn
                 log.warning("the connection holding the lead was lost: the lead is taken again")
                 return
-            conn.close()
             self._leads = False
             hooks = list(self._lead_hooks)
         log.error(
