@@ -388,6 +388,18 @@ def test_an_attacker_gets_no_more_guesses_from_two_controllers_than_from_one(pai
             time.sleep(0.01)
 
 
+def test_a_password_made_on_one_controller_logs_in_on_the_other_at_once(pair: tuple[Api, Api]) -> None:
+    """An unknown username makes a process catch up once before it answers 401: a user made on
+    one controller (and a wrong guess counted against it) logs in on the other at once."""
+    from tests.api.test_brute_force import PASSWORD, authenticate, person
+
+    first, second = pair
+    for _ in range(10):
+        _, username, _ = person(first)
+        assert authenticate(second, username, PASSWORD).status_code == 200
+    assert authenticate(second, "nobody-by-this-name", PASSWORD).status_code == 401
+
+
 def test_a_session_used_only_on_one_controller_is_not_ended_as_idle_by_the_other(
     settings: Settings, postgres_url: str
 ) -> None:

@@ -92,6 +92,8 @@ class CertCheck:
             )
             return identity, stand_in
         authenticator = store.find_unique(Authenticator, "fingerprint", leaf.fingerprint)
+        if authenticator is None and self.env.store.catch_up():  # enrolled on another process just now
+            authenticator = store.find_unique(Authenticator, "fingerprint", leaf.fingerprint)
         if authenticator is None or authenticator.method != "cert":
             note.refuse("no authenticator has the certificate")
             raise InvalidAuthError()

@@ -59,6 +59,9 @@ class PasswordCheck:
         note = attempt if attempt is not None else LoginAttempt("password")
         note.username = username
         found = self.env.store.find_unique(Authenticator, "username", username)
+        if found is None and self.env.store.catch_up():
+            # another process of a shared store may have made it a moment ago: look again
+            found = self.env.store.find_unique(Authenticator, "username", username)
         identity = self.env.store.get(Identity, found.identity_id) if found is not None else None
         if found is None or identity is None or found.method != "updb" or not found.password_hash:
             note.refuse("unknown username" if found is None else "not a password authenticator", identity)
