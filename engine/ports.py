@@ -340,6 +340,9 @@ class PostureBoard(Protocol):
     reads the identity's latest first. A store only one process opens has nothing to share
     (:class:`NoPostureBoard`)."""
 
+    #: Whether other processes read what is published (nothing need be made for them if not).
+    shares: bool
+
     def attach(self, absorb: Callable[[dict[str, PostureState]], None]) -> None:
         """Hand ``absorb`` what other processes publish (identity id -> state), as it comes (on
         the board's own thread)."""
@@ -362,6 +365,8 @@ class PostureBoard(Protocol):
 
 class NoPostureBoard:
     """The :class:`PostureBoard` of a store only one process opens: nothing to share."""
+
+    shares = False
 
     def attach(self, absorb: Callable[[dict[str, PostureState]], None]) -> None:
         return None

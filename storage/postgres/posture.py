@@ -44,6 +44,8 @@ Connection = psycopg.Connection[tuple[object, ...]]
 class PostgresPostureBoard:
     """The :class:`~engine.ports.PostureBoard` of a PostgreSQL database (thread-safe)."""
 
+    shares = True
+
     def __init__(self, connect: Callable[[], Connection], *, pull_seconds: float = PULL_SECONDS) -> None:
         self._db = KeptConnection(connect, "posture")
         self.pull_seconds = pull_seconds

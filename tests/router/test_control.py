@@ -55,6 +55,23 @@ from router.ports import (
 )
 from tests.router.helpers import Pki, Sdk, caller, run_async, until, within
 
+#: A controller's answer to a CreateCircuit, as the stand-ins give it.
+CIRCUIT_REPLY = {
+    "circuitId": "c-1",
+    "sessionId": "s-1",
+    "serviceId": "svc-1",
+    "serviceName": "echo",
+    "callerId": "dialer",
+    "terminator": {
+        "id": "t-1",
+        "routerId": "r-1",
+        "binding": "edge",
+        "address": "hosted:x",
+        "instanceId": "",
+    },
+    "path": ["r-1"],
+}
+
 
 def wire_session(pki: Pki, who: str) -> dict[str, Any]:
     return {
@@ -413,21 +430,6 @@ async def test_requests_are_asked_and_answers_understood(pki: Pki) -> None:
             controller.channel.send(reply(request))
             return request
 
-        circuit_reply = {
-            "circuitId": "c-1",
-            "sessionId": "s-1",
-            "serviceId": "svc-1",
-            "serviceName": "echo",
-            "callerId": "dialer",
-            "terminator": {
-                "id": "t-1",
-                "routerId": "r-1",
-                "binding": "edge",
-                "address": "hosted:x",
-                "instanceId": "",
-            },
-            "path": ["r-1"],
-        }
         asked = asyncio.ensure_future(
             client.create_circuit(
                 session_token="tok",
@@ -438,7 +440,7 @@ async def test_requests_are_asked_and_answers_understood(pki: Pki) -> None:
             )
         )
         request = await answer(
-            CREATE_CIRCUIT, lambda r: control.message(CREATE_CIRCUIT_REPLY, circuit_reply).reply_to(r)
+            CREATE_CIRCUIT, lambda r: control.message(CREATE_CIRCUIT_REPLY, CIRCUIT_REPLY).reply_to(r)
         )
         assert json.loads(request.body) == {
             "sessionToken": "tok",

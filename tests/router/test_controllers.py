@@ -33,24 +33,8 @@ from router.enroll import controller_addresses, split_addresses
 from router.main import serve
 from router.ports import ApiSessions, Circuit, Refused, Unavailable
 from tests.router.helpers import Ca, Pki, Sdk, run_async, until, within, write_pair
-from tests.router.test_control import Controller, Edge, full_state, wire_session
+from tests.router.test_control import CIRCUIT_REPLY, Controller, Edge, full_state, wire_session
 from tests.router.test_links import router_dir
-
-CIRCUIT_REPLY = {
-    "circuitId": "c-1",
-    "sessionId": "s-1",
-    "serviceId": "svc-1",
-    "serviceName": "echo",
-    "callerId": "dialer",
-    "terminator": {
-        "id": "t-1",
-        "routerId": "r-1",
-        "binding": "edge",
-        "address": "hosted:x",
-        "instanceId": "",
-    },
-    "path": ["r-1"],
-}
 
 
 def client_for(
@@ -73,7 +57,8 @@ def client_for(
 
 
 class Plane:
-    """:class:`Controllers` over a client per stand-in controller, running until the block ends."""
+    """:class:`Controllers` over ``clients`` (by default a client per stand-in controller),
+    running until the block ends."""
 
     def __init__(
         self,
@@ -81,12 +66,14 @@ class Plane:
         controllers: list[Controller],
         edge: Any = None,
         sessions: ApiSessions | None = None,
+        *,
+        clients: list[ControlClient] | None = None,
         **options: Any,
     ) -> None:
         self.sessions = sessions if sessions is not None else ApiSessions()
-        self.plane = Controllers(
-            [client_for(pki, c.address, self.sessions, edge, **options) for c in controllers]
-        )
+        if clients is None:
+            clients = [client_for(pki, c.address, self.sessions, edge, **options) for c in controllers]
+        self.plane = Controllers(clients)
         self._task: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> Controllers:
@@ -215,16 +202,12 @@ async def test_a_dial_succeeds_with_a_controller_that_never_answered_the_phone(p
     await nobody.__aexit__(None, None, None)  # nothing listens there any more
     async with Controller(pki) as two:
         sessions = ApiSessions()
-        plane = Controllers([client_for(pki, dead, sessions), client_for(pki, two.address, sessions)])
-        running = asyncio.ensure_future(plane.run())
-        try:
+        clients = [client_for(pki, dead, sessions), client_for(pki, two.address, sessions)]
+        async with Plane(pki, [], sessions=sessions, clients=clients) as plane:
             await within(plane.connected.wait())
             dial = ask_circuit(plane)
             await grant(two)
             assert (await within(dial)).service_name == "echo"
-        finally:
-            plane.stop()
-            await within(running)
 
 
 @run_async
@@ -250,22 +233,16 @@ async def test_a_request_whose_controller_drops_mid_way_is_answered_by_the_other
 async def test_a_request_not_answered_in_time_is_asked_of_the_other(pki: Pki) -> None:
     async with Controller(pki) as one, Controller(pki) as two:
         sessions = ApiSessions()
-        plane = Controllers(
-            [
-                client_for(pki, one.address, sessions, request_seconds=0.5),
-                client_for(pki, two.address, sessions),
-            ]
-        )
-        running = asyncio.ensure_future(plane.run())
-        try:
+        clients = [
+            client_for(pki, one.address, sessions, request_seconds=0.5),
+            client_for(pki, two.address, sessions),
+        ]
+        async with Plane(pki, [], sessions=sessions, clients=clients) as plane:
             await until(lambda: len(plane.up()) == 2, "both control connections up")
             dial = ask_circuit(plane)
             await one.next(CREATE_CIRCUIT)  # and no answer
             await grant(two)
             assert (await within(dial)).circuit_id == "c-1"
-        finally:
-            plane.stop()
-            await within(running)
 
 
 @run_async

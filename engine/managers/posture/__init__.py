@@ -163,8 +163,11 @@ class PostureManager:
             if read is not None:
                 _forget_unread(data.processes, read[0])
                 _forget_unread(data.process_paths, read[1])
-            shared = self._shared[identity_id] = export_data(data)
-        self._board.publish(identity_id, shared)
+            shared = export_data(data) if self._board.shares else None  # only if anyone reads it
+            if shared is not None:
+                self._shared[identity_id] = shared
+        if shared is not None:
+            self._board.publish(identity_id, shared)
         timeouts: list[ServiceTimeout] = []
         if woken or unlocked:
             passed_at = self._passed_mfa_at(api_session_id)
