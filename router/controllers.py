@@ -44,6 +44,9 @@ Pushes from any controller act as they did with one:
 
 The router is connected (:attr:`Controllers.connected`) while any control connection is up; with
 none up, established connections keep flowing and requests fail with ``Unavailable``.
+:attr:`Controllers.on_reachable` is told when the first connection comes up and when the last
+goes: the router's :class:`~router.offline.Offline` counts its grace from then (what the router
+decides alone while no controller can be asked).
 """
 
 from __future__ import annotations
@@ -83,6 +86,9 @@ class Controllers:
         #: every new list (``router.hosting.Hosting``; settable later).
         self.hosted_services: list[HostedService] = []
         self.on_hosted_services: Callable[[list[HostedService]], None] | None = None
+        #: Told True when a first control connection comes up (none was), False when the last
+        #: goes (:class:`router.offline.Offline`; settable later).
+        self.on_reachable: Callable[[bool], None] | None = None
         self._edge: EdgePort | None = None
         self._answered: ControlClient | None = None
         #: Each client's latest list of the other routers, while its connection is up.
@@ -133,6 +139,7 @@ class Controllers:
 
     def _on_connection(self, client: ControlClient, up: bool) -> None:
         if up:
+            first = not self.connected.is_set()
             self.connected.set()
             log.info(
                 "control %s: up (%d of %d controllers connected)",
@@ -140,10 +147,13 @@ class Controllers:
                 len(self.up()),
                 len(self.clients),
             )
+            if first:
+                self._tell_reachable(True)
             return
         connected = self.up()
-        if not connected:
+        if not connected and self.connected.is_set():
             self.connected.clear()
+            self._tell_reachable(False)
         log.info(
             "control %s: down (%d of %d controllers connected)",
             client.address,
@@ -152,6 +162,13 @@ class Controllers:
         )
         if self._listed.pop(client, None) is not None and self._listed:
             self._tell_router_links()
+
+    def _tell_reachable(self, reachable: bool) -> None:
+        if self.on_reachable is not None:
+            try:
+                self.on_reachable(reachable)
+            except Exception:
+                log.exception("control: telling whether a controller is reachable failed")
 
     # -- pushes --------------------------------------------------------------------------------
     def _router_links_of(self, client: ControlClient) -> Callable[[list[RouterLink]], None]:

@@ -25,6 +25,10 @@ every connection is known by (channel, conn id).
 - Refusals answer the Connect or Bind with StateClosed, the reason and its error code; for a
   bad session the text is exactly ``Invalid Session``, on which the SDK fetches a new session
   and tries again.
+- With no controller to ask, established connections go on, and for a bounded time the router
+  decides alone from what it holds (:mod:`router.offline`): hellos from held API sessions, and
+  Dials it was granted before to a terminator at hand; what it cannot decide is refused as
+  OpenZiti's router does (``no controller available, cannot create circuit``, no error code).
 
 Nothing an SDK sends may hurt another channel: unknown connection ids, Data before a connection
 is up, unasked-for replies and odd bodies are dropped (or answered with StateClosed), frames are
@@ -40,6 +44,7 @@ import enum
 import hashlib
 import itertools
 import logging
+import random
 import ssl
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Coroutine, Iterable
@@ -77,7 +82,17 @@ from channel.edge import (
     UPDATE_BIND,
 )
 from channel.frames import CONNECTION_ID, HELLO, HELLO_VERSION, LATENCY, MAX_HELLO_BODY_BYTES, Message, result
-from router.ports import ApiSession, ApiSessions, Circuit, ControllerPort, Refused, Unavailable, version_text
+from router.offline import NO_CONTROLLER_CIRCUIT, NO_CONTROLLER_TERMINATOR, Offline
+from router.ports import (
+    ApiSession,
+    ApiSessions,
+    Circuit,
+    ControllerPort,
+    HostedService,
+    Refused,
+    Unavailable,
+    version_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +125,15 @@ def fingerprint(der: bytes) -> str:
     return hashlib.sha1(der, usedforsecurity=False).hexdigest()
 
 
-class _Refusal(Exception):
-    """A Connect or Bind that cannot go on: answered with StateClosed, ``reason`` and ``code``."""
+#: Terminator precedences, best first (the controller's order of choice).
+PRECEDENCE_RANK = {"required": 0, "default": 1, "failed": 2}
 
-    def __init__(self, reason: str, code: int = ERROR_INTERNAL) -> None:
+
+class _Refusal(Exception):
+    """A Connect or Bind that cannot go on: answered with StateClosed, ``reason`` and ``code``
+    (None: no error code header, as OpenZiti's router answers when it has no controller)."""
+
+    def __init__(self, reason: str, code: int | None = ERROR_INTERNAL) -> None:
         super().__init__(reason)
         self.reason = reason
         self.code = code
@@ -188,6 +208,14 @@ class HostedServices(Protocol):
 
     def drop_terminators(self, terminator_ids: Iterable[str]) -> None: ...
 
+    def services(self) -> dict[str, HostedService]:
+        """The services hosted, by id."""
+        ...
+
+    def terminators(self) -> dict[str, str]:
+        """Service id -> the terminator held for it."""
+        ...
+
 
 class RouterLinks(Protocol):
     """The links to other routers, as the listener uses them (``router.links``)."""
@@ -198,6 +226,10 @@ class RouterLinks(Protocol):
         """A circuit over the link to the router of ``circuit``'s terminator for ``dialer`` (still
         connecting when it returns): the far end, and the public key to show the dialer;
         :class:`~router.ports.Refused` when it cannot be made."""
+        ...
+
+    def link(self, peer_id: str) -> object | None:
+        """The open link to router ``peer_id``, if any."""
         ...
 
 
@@ -285,17 +317,44 @@ class SdkConnection(End):
 
 
 class Bind:
-    """An SDK's Bind on one of its channels: the terminator the controller made for it."""
+    """An SDK's Bind on one of its channels: the terminator the controller made for it, and what
+    the SDK asked for (its cost, precedence and instance id)."""
 
-    __slots__ = ("conn_id", "public_key", "sdk", "session_id", "state", "terminator_id", "token")
+    __slots__ = (
+        "conn_id",
+        "cost",
+        "instance_id",
+        "precedence",
+        "public_key",
+        "sdk",
+        "service_id",
+        "session_id",
+        "state",
+        "terminator_id",
+        "token",
+    )
 
-    def __init__(self, sdk: SdkChannel, conn_id: int, token: str, public_key: bytes | None) -> None:
+    def __init__(
+        self,
+        sdk: SdkChannel,
+        conn_id: int,
+        token: str,
+        public_key: bytes | None,
+        *,
+        cost: int = 0,
+        precedence: str = "default",
+        instance_id: str = "",
+    ) -> None:
         self.sdk = sdk
         self.conn_id = conn_id
         self.token = token
         self.public_key = public_key
+        self.cost = cost
+        self.precedence = precedence
+        self.instance_id = instance_id
         self.terminator_id = ""
         self.session_id = ""
+        self.service_id = ""
         self.state = State.CONNECTING
 
     def __repr__(self) -> str:
@@ -466,7 +525,15 @@ class SdkChannel:
             return
         raw = message.headers.get(COST)
         cost = int.from_bytes(raw[:2], "little") if raw else 0  # 0.29.3 sends 4 bytes: the first 2 count
-        bind = Bind(self, conn_id, _token(message.body), message.headers.get(PUBLIC_KEY))
+        bind = Bind(
+            self,
+            conn_id,
+            _token(message.body),
+            message.headers.get(PUBLIC_KEY),
+            cost=cost,
+            precedence=precedence,
+            instance_id=message.text(TERMINATOR_IDENTITY) or "",
+        )
         self.conns[conn_id] = bind
         self.listener._spawn(self.listener._bind(self, bind, message, cost, precedence))
 
@@ -563,6 +630,9 @@ class EdgeListener:
         self.links: RouterLinks | None = None
         #: The services this router hosts itself (:mod:`router.hosting`; set once made), None: none.
         self.hosting: HostedServices | None = None
+        #: What the router decides alone while no controller can be asked (:mod:`router.offline`;
+        #: settable later), None: nothing.
+        self.offline: Offline | None = None
 
     # -- life ----------------------------------------------------------------------------------
     async def start(self, host: str, port: int) -> None:
@@ -604,6 +674,8 @@ class EdgeListener:
         toks = {t for t in tokens if t}
         if not ids and not toks:
             return
+        if self.offline is not None:
+            self.offline.forget_sessions(ids, toks)
         for sdk in list(self._by_api_session_channels()):
             for conn in list(sdk.conns.values()):
                 if isinstance(conn, Bind):
@@ -613,6 +685,9 @@ class EdgeListener:
                     conn.end_both("session ended")
 
     def close_api_sessions(self, api_session_ids: Iterable[str]) -> None:
+        api_session_ids = list(api_session_ids)
+        if self.offline is not None:
+            self.offline.forget_api_sessions(api_session_ids)
         for session_id in api_session_ids:
             for sdk in list(self._by_api_session.get(session_id, ())):
                 log.info("%s: API session %s is gone: closing", sdk.name, session_id)
@@ -684,6 +759,11 @@ class EdgeListener:
             problem = "unknown API session"
         elif fingerprints[0] not in session.fingerprints:
             problem = f"certificate {fingerprints[0]} is not one of API session {session.id}'s"
+        elif self.offline is not None and not self.offline.admits_hellos():
+            problem = (
+                f"no controller for {self.offline.absent_for():.0f} s (the grace is "
+                f"{self.offline.grace_seconds:g} s): held API sessions open no new channel"
+            )
         if problem is not None or session is None:
             log.info("%s: hello refused: %s", sdk.name, problem)
             sdk.channel.close()
@@ -773,6 +853,7 @@ class EdgeListener:
         assert sdk.api_session is not None
         try:
             terminator = await self._ask(
+                NO_CONTROLLER_TERMINATOR,
                 self.controller.create_terminator(
                     session_token=bind.token,
                     api_session_id=sdk.api_session.id,
@@ -782,7 +863,7 @@ class EdgeListener:
                     precedence=precedence,
                     has_public_key=bind.public_key is not None,
                     address=HOSTED_PREFIX + bind.token,
-                )
+                ),
             )
         except _Refusal as refusal:
             if bind.state is State.CONNECTING:
@@ -804,6 +885,7 @@ class EdgeListener:
             return
         bind.terminator_id = terminator.terminator_id
         bind.session_id = terminator.session_id
+        bind.service_id = terminator.service_id
         bind.state = State.CONNECTED
         self._terminators[terminator.terminator_id] = bind
         answer = Message(STATE_CONNECTED).reply_to(request)
@@ -856,15 +938,7 @@ class EdgeListener:
         try:
             if not dialer.session_token:
                 raise _Refusal(INVALID_SESSION_TEXT, ERROR_INVALID_SESSION)
-            circuit = await self._ask(
-                self.controller.create_circuit(
-                    session_token=dialer.session_token,
-                    api_session_id=sdk.api_session.id,
-                    fingerprints=list(sdk.fingerprints),
-                    terminator_instance_id=request.text(TERMINATOR_IDENTITY) or "",
-                    has_public_key=PUBLIC_KEY in request.headers,
-                )
-            )
+            circuit = await self._ask(NO_CONTROLLER_CIRCUIT, self._circuit(sdk, dialer, request))
             dialer.session_id = circuit.session_id
             if circuit.circuit_id:
                 dialer.circuit_id = circuit.circuit_id
@@ -885,6 +959,122 @@ class EdgeListener:
             answer.headers[PUBLIC_KEY] = key
         sdk.send(answer)
         log.debug("%s: connection %d to %s connected", sdk.name, dialer.conn_id, circuit.service_name)
+
+    async def _circuit(self, sdk: SdkChannel, dialer: SdkConnection, request: Message) -> Circuit:
+        """The controller's answer to a Connect; when no controller can be asked, the router's own
+        (:mod:`router.offline`), or :class:`~router.ports.Unavailable`."""
+        api_session = sdk.api_session
+        assert api_session is not None
+        instance_id = request.text(TERMINATOR_IDENTITY) or ""
+        has_key = PUBLIC_KEY in request.headers
+        try:
+            circuit = await self.controller.create_circuit(
+                session_token=dialer.session_token,
+                api_session_id=api_session.id,
+                fingerprints=list(sdk.fingerprints),
+                terminator_instance_id=instance_id,
+                has_public_key=has_key,
+            )
+        except Unavailable as ex:
+            alone = self._decide_alone(api_session, dialer.session_token, instance_id, has_key)
+            if alone is None:
+                log.info(
+                    "%s: connect %d: no controller to ask (%s), and no decision alone",
+                    sdk.name,
+                    dialer.conn_id,
+                    ex,
+                )
+                raise
+            log.info(
+                "%s: connect %d: no controller to ask (%s): granted alone, service %s, terminator %s",
+                sdk.name,
+                dialer.conn_id,
+                ex,
+                alone.service_name,
+                alone.terminator_id,
+            )
+            return alone
+        if self.offline is not None:
+            self.offline.remember(
+                dialer.session_token, api_session.id, circuit, with_key=has_key, router_id=self.router_id
+            )
+        return circuit
+
+    def _decide_alone(
+        self, api_session: ApiSession, token: str, instance_id: str, has_key: bool
+    ) -> Circuit | None:
+        """The circuit the router grants alone to a Dial with ``token`` from ``api_session``, or
+        None when it cannot decide (docs/dataplane.md §9)."""
+        offline = self.offline
+        if offline is None or not token or not offline.within_grace():
+            return None
+        grant = offline.grant(token)
+        if grant is None or grant.api_session_id != api_session.id:
+            return None
+        if self.api_sessions.by_id(api_session.id) is None:
+            return None
+        if grant.with_key and not has_key:
+            return None  # the service may require end-to-end encryption: only the controller knows
+        # (whether on another router, precedence rank, cost, terminator id, binding, address, instance, router)
+        found: list[tuple[int, int, int, str, str, str, str, str]] = []
+        for bind in self._terminators.values():
+            if (
+                bind.service_id == grant.service_id
+                and bind.state is State.CONNECTED
+                and bind.sdk.is_open
+                and instance_id in ("", bind.instance_id)
+            ):
+                rank = PRECEDENCE_RANK.get(bind.precedence, 1)
+                found.append(
+                    (
+                        0,
+                        rank,
+                        bind.cost,
+                        bind.terminator_id,
+                        "edge",
+                        bind.terminator_id,
+                        bind.instance_id,
+                        self.router_id,
+                    )
+                )
+        if self.hosting is not None:
+            service = self.hosting.services().get(grant.service_id)
+            terminator_id = self.hosting.terminators().get(grant.service_id)
+            if service is not None and terminator_id and instance_id in ("", service.instance_id):
+                rank = PRECEDENCE_RANK.get(service.precedence, 1)
+                found.append(
+                    (
+                        0,
+                        rank,
+                        service.cost,
+                        terminator_id,
+                        "tunnel",
+                        f"tunnel:{service.id}",
+                        service.instance_id,
+                        self.router_id,
+                    )
+                )
+        if not found and self.links is not None:
+            for far in offline.far_terminators(grant.service_id):
+                if self.links.link(far.router_id) is not None and instance_id in ("", far.instance_id):
+                    found.append((1, 1, 0, far.id, far.binding, far.address, far.instance_id, far.router_id))
+        if not found:
+            return None
+        best = min(entry[:3] for entry in found)
+        chosen = random.choice([entry for entry in found if entry[:3] == best])
+        _, _, _, terminator_id, binding, address, instance, router_id = chosen
+        return Circuit(
+            session_id=grant.session_id,
+            service_id=grant.service_id,
+            service_name=grant.service_name,
+            caller_id=grant.caller_id,
+            terminator_id=terminator_id,
+            router_id=router_id,
+            binding=binding,
+            address=address,
+            instance_id=instance,
+            path=(self.router_id,) if router_id == self.router_id else (self.router_id, router_id),
+        )
 
     def _refuse(self, sdk: SdkChannel, dialer: SdkConnection, request: Message, refusal: _Refusal) -> None:
         closed_by_sdk = dialer.state is State.CLOSED and dialer.close_reason is None
@@ -939,7 +1129,7 @@ class EdgeListener:
         try:
             return await self._open_far_end(circuit, cast(SdkConnection, far), request)
         except _Refusal as refusal:
-            raise Refused(refusal.code, refusal.reason) from None
+            raise Refused(refusal.code or ERROR_INTERNAL, refusal.reason) from None
 
     async def _open_hosted_end(
         self, circuit: Circuit, dialer: SdkConnection, request: Message
@@ -997,8 +1187,9 @@ class EdgeListener:
         return accepted, bind.public_key
 
     # -- helpers -------------------------------------------------------------------------------
-    async def _ask(self, call: Awaitable[T]) -> T:
-        """A controller call; its refusals as :class:`_Refusal` (``Invalid Session`` for codes 2-5)."""
+    async def _ask(self, unavailable: str, call: Awaitable[T]) -> T:
+        """A controller call; its refusals as :class:`_Refusal` (``Invalid Session`` for codes 2-5);
+        no controller to ask, as OpenZiti's router says it: ``unavailable``, with no error code."""
         try:
             return await call
         except Refused as ex:
@@ -1006,9 +1197,8 @@ class EdgeListener:
                 raise _Refusal(INVALID_SESSION_TEXT, ex.code) from None
             raise _Refusal(ex.reason or "refused by the controller", ex.code) from None
         except Unavailable as ex:
-            raise _Refusal(
-                f"the controller is unavailable: {ex}" if str(ex) else "the controller is unavailable"
-            ) from None
+            log.debug("no controller to ask: %s", ex or "unavailable")
+            raise _Refusal(unavailable, None) from None
         except _Refusal:
             raise
         except Exception as ex:

@@ -3,7 +3,8 @@
 It builds the edge listener (:mod:`router.edge`) and a control client (:mod:`router.control`)
 for every controller address of ``router.json`` (:mod:`router.controllers` holds them) from the
 directory's certificates and ``router.json``, listens on the recorded edge address, keeps a
-control connection to every controller up, and stops cleanly on SIGTERM or SIGINT (open SDK channels are
+control connection to every controller up (deciding alone for a while when none is:
+:mod:`router.offline`), and stops cleanly on SIGTERM or SIGINT (open SDK channels are
 closed; the controller removes their terminators). One asyncio loop, no threads: the process does
 nothing but relay.
 """
@@ -25,6 +26,7 @@ from router.controllers import Controllers
 from router.edge import EdgeListener
 from router.hosting import Hosting
 from router.links import Links
+from router.offline import DEFAULT_GRACE_SECONDS, Offline
 from router.ports import ApiSessions
 
 log = logging.getLogger(__name__)
@@ -75,13 +77,21 @@ AWAIT_SECONDS = 0.05
 
 
 async def serve(
-    directory: Path, record: identity.RouterRecord, stop: asyncio.Event, *, await_controller: bool = False
+    directory: Path,
+    record: identity.RouterRecord,
+    stop: asyncio.Event,
+    *,
+    await_controller: bool = False,
+    offline_grace: float = DEFAULT_GRACE_SECONDS,
 ) -> None:
     """Run until ``stop`` is set. With ``await_controller`` the control connections are first
     made once a control listener accepts connections (:func:`control_accepts`, tried quietly every
     :data:`AWAIT_SECONDS`): ``serve`` starts its embedded router with its own start, so that the
-    router's start overlaps the controller's instead of following it."""
+    router's start overlaps the controller's instead of following it. ``offline_grace`` is how
+    long the router decides alone once no controller can be reached (:mod:`router.offline`; 0:
+    never)."""
     sessions = ApiSessions()
+    offline = Offline(offline_grace)
     context = client_context(directory / identity.CERT, directory / identity.KEY, directory / identity.CA)
     addresses = record.ctrl_addresses
     client = Controllers(
@@ -108,6 +118,8 @@ async def serve(
         version=version_info(),
     )
     client.edge = listener
+    listener.offline = offline
+    client.on_reachable = lambda reachable: offline.reachable() if reachable else offline.unreachable()
     hosting = Hosting(client)  # the services the controller says this router hosts (host.v1)
     listener.hosting = hosting
     client.on_hosted_services = hosting.update
@@ -128,13 +140,14 @@ async def serve(
     client.on_router_links = links.update
     links.on_change = client.links_changed  # the controller lists them (/fabric/v1/links)
     log.info(
-        "router %s (%s): SDKs connect to %s; links to %s; %s %s",
+        "router %s (%s): SDKs connect to %s; links to %s; %s %s; deciding alone for %g s without one",
         record.name,
         record.id,
         record.edge_url,
         record.link_url or "(none)",
         "controller" if len(addresses) == 1 else "controllers",
         ", ".join(addresses),
+        offline_grace,
     )
     if await_controller:
         while not await _any_accepts(directory, addresses):
@@ -147,6 +160,7 @@ async def serve(
         await stop.wait()
     finally:
         client.stop()
+        offline.close()
         await listener.stop()
         await hosting.stop()
         await links.stop()
@@ -165,8 +179,14 @@ async def _any_accepts(directory: Path, addresses: list[str]) -> bool:
     return any(found)
 
 
-def run_router(directory: Path, record: identity.RouterRecord, *, await_controller: bool = False) -> None:
-    """Serve until SIGTERM or SIGINT (``await_controller``: see :func:`serve`)."""
+def run_router(
+    directory: Path,
+    record: identity.RouterRecord,
+    *,
+    await_controller: bool = False,
+    offline_grace: float = DEFAULT_GRACE_SECONDS,
+) -> None:
+    """Serve until SIGTERM or SIGINT (``await_controller``, ``offline_grace``: see :func:`serve`)."""
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -174,7 +194,9 @@ def run_router(directory: Path, record: identity.RouterRecord, *, await_controll
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await serve(directory, record, stop, await_controller=await_controller)
+            await serve(
+                directory, record, stop, await_controller=await_controller, offline_grace=offline_grace
+            )
         finally:
             # Stopped already: a signal from here on has nothing left to ask. The embedded router
             # gets a Ctrl-C's SIGINT from the terminal and then serve's SIGTERM; left to the loop,
