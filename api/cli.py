@@ -210,7 +210,12 @@ def router_run(settings: Settings, *, await_controller: bool = False) -> None:
         raise SettingError(f"TRELLIS_ROUTER_HOME: {ex}") from None
     if settings.router_ctrl:
         record = record.with_ctrls(split_addresses(settings.router_ctrl))
-    run_router(settings.router_home, record, await_controller=await_controller)
+    run_router(
+        settings.router_home,
+        record,
+        await_controller=await_controller,
+        offline_grace=settings.router_offline_grace,
+    )
 
 
 def check_serve_home(settings: Settings) -> None:

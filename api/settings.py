@@ -531,6 +531,16 @@ SETTINGS: tuple[Setting, ...] = (
         ROUTER, parser=optional_addresses, shown_default="the JWT's `ctrls`",
     ),
     Setting(
+        "TRELLIS_ROUTER_OFFLINE_GRACE", "router_offline_grace", "1800", seconds_form(zero=True),
+        "how long a router that reaches no controller decides alone (0: never): it lets in the API "
+        "sessions it holds and serves the Dials it was granted before",
+        ("serve", "router-run"), parser=seconds(zero=True),
+        detail="Established connections go on regardless; past it, new SDK channels and Dials are "
+        "refused until a controller is back ([dataplane.md §9](dataplane.md#9-without-controllers)). "
+        "`serve`'s embedded router takes it too. 1800: OpenZiti's default API-session and "
+        "access-token lifetime",
+    ),
+    Setting(
         "TRELLIS_JWKS_ALLOW_LOOPBACK", "jwks_allow_loopback", "off", "on or off",
         "`on`: external JWT signers' `jwksEndpoint` may be on a loopback address (an identity "
         "provider on the controller's own host); `off`: refused when set (400) and when fetched",
@@ -617,6 +627,7 @@ class Settings:
     router_link_bind: str = DEFAULTS["TRELLIS_ROUTER_LINK_BIND"]
     router_advertise: str = DEFAULTS["TRELLIS_ROUTER_ADVERTISE"]
     router_ctrl: str = DEFAULTS["TRELLIS_ROUTER_CTRL"]
+    router_offline_grace: float = DEFAULTS["TRELLIS_ROUTER_OFFLINE_GRACE"]
     #: The log's lowest level and line format (see api.logs).
     log_level: str = DEFAULTS["TRELLIS_LOG_LEVEL"]
     log_format: str = DEFAULTS["TRELLIS_LOG_FORMAT"]
