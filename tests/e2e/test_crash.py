@@ -57,6 +57,10 @@ def test_group_kill_stops_serve_and_its_worker(tmp_path: Path) -> None:
         server.login()
 
 
+# A request cut short by the kill can leave its client socket to the garbage collector (requests
+# drops a broken connection without closing it): the warning of the test's own client, not of
+# Trellis, may then come at any later point of the test.
+@pytest.mark.filterwarnings("ignore:unclosed <ssl.SSLSocket:ResourceWarning")
 @pytest.mark.parametrize("seed", SEEDS)
 def test_kill_9_under_concurrent_writes_loses_no_acknowledged_write(tmp_path: Path, seed: int) -> None:
     rng = Random(seed)
