@@ -227,6 +227,13 @@ def probe(url: str) -> str:
 #: not let go at its last look.
 TOKEN_RETRY_SECONDS = 0.005
 
+#: Whether a process waits for the write token (a lock not yet granted).
+TOKEN_WAITER_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+    "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1)"
+)
+TOKEN_WAITER_PARAMS = [WRITE_TOKEN_LOCK >> 32, WRITE_TOKEN_LOCK & 0xFFFFFFFF]
+
 
 class PostgresStore(GroupCommitStore):
     """A group-commit ``Store`` on a PostgreSQL database (see the module docstring).
@@ -271,6 +278,9 @@ class PostgresStore(GroupCommitStore):
         #: Another process asked for the token (a notification on ``TOKEN_CHANNEL``).
         self._token_wanted = False
         self._token_since = 0.0
+        #: How many times this process has taken the token: a writer waiting for this process's
+        #: hold to end stops waiting once a new hold began (it joins that one).
+        self._token_holds = 0
         #: Threads between taking the token and leaving the outermost write lock.
         self._writers = 0
         self._last_write = 0.0
@@ -508,29 +518,25 @@ class PostgresStore(GroupCommitStore):
         return deletes, upserts, log_rows
 
     def _write_batch(self, entries: Sequence[tuple[int, Change]]) -> None:
+        """The batch's transaction, sent as one pipeline: one round trip to the server, not one per
+        statement (a thread waking from each round trip waits for the GIL again, up to the switch
+        interval when other threads are busy: five round trips cost a busy process 5-25 ms)."""
         first, last = entries[0][0], entries[-1][0]
         deletes, upserts, log_rows = self._rows(entries)
         with self._writer_lock:
             conn = self._connection_for_writes()
             try:
-                with conn.cursor() as cur:
+                with conn.pipeline(), conn.cursor() as cur:
                     cur.execute("BEGIN")
                     # First: it takes the head row's lock, so a second writer waits here for the
-                    # first's commit and then finds the head moved. Its NOTIFY is delivered at
-                    # commit, to every process following: a hint to read the log now.
+                    # first's commit and then finds the head moved: the division by zero (no row
+                    # moved) fails the transaction, and nothing after it runs. Its NOTIFY is
+                    # delivered at commit, to every process following: a hint to read the log now.
                     cur.execute(
-                        f"UPDATE {LOG_HEAD_TABLE} SET seq = %s WHERE id = 1 AND seq = %s "
-                        "RETURNING pg_notify(%s, %s::text)",
+                        f"WITH moved AS (UPDATE {LOG_HEAD_TABLE} SET seq = %s WHERE id = 1 AND seq = %s "
+                        "RETURNING pg_notify(%s, %s::text)) SELECT 1 / (SELECT count(*)::int FROM moved)",
                         [last, first - 1, LOG_CHANNEL, str(last)],
                     )
-                    if cur.rowcount != 1:
-                        cur.execute(f"SELECT seq FROM {LOG_HEAD_TABLE} WHERE id = 1")
-                        row = cur.fetchone()
-                        raise LogHeadMovedError(
-                            f"the database's change log is at {row[0] if row else 'no head'}, this "
-                            f"process's at {first - 1}: another process has written to it (or a commit "
-                            "whose answer was lost did land); batch refused: restart to reload the database"
-                        )
                     for table, ids in deletes.items():
                         cur.execute(f"DELETE FROM {table} WHERE id = ANY(%s::text[])", [ids])
                     for table, (ids, docs) in upserts.items():
@@ -547,15 +553,33 @@ class PostgresStore(GroupCommitStore):
                         "AS u(s, k, i, o, d)",
                         [last, self.origin, *log_rows],
                     )
-            except BaseException:
+                    cur.execute("COMMIT")
+                    # In the same round trip: does another process wait for the token? Then this
+                    # one hands it over at the end of this batch, if nothing else is in flight
+                    # (_after_batch), rather than when its follower hears the notification.
+                    cur.execute(TOKEN_WAITER_SQL, TOKEN_WAITER_PARAMS)
+                    waiting = cur.fetchone()
+                if waiting and waiting[0]:
+                    self._token_wanted = True
+            except psycopg.errors.DivisionByZero:
                 self._rollback(conn)
-                raise
-            try:
-                conn.execute("COMMIT")
+                row = conn.execute(f"SELECT seq FROM {LOG_HEAD_TABLE} WHERE id = 1").fetchone()
+                raise LogHeadMovedError(
+                    f"the database's change log is at {row[0] if row else 'no head'}, this "
+                    f"process's at {first - 1}: another process has written to it (or a commit "
+                    "whose answer was lost did land); batch refused: restart to reload the database"
+                ) from None
             except psycopg.Error as ex:
+                if not (conn.closed or conn.broken):
+                    self._rollback(conn)  # the server refused a statement: nothing was committed
+                    raise
+                # The connection went with the pipeline in flight: the COMMIT may have landed.
                 if not self._landed(last, len(entries)):
                     raise
                 log.warning("the commit of changes %d to %d lost its answer (%s) but landed", first, last, ex)
+            except BaseException:
+                self._rollback(conn)
+                raise
             self._written(len(entries), last)
 
     @staticmethod
@@ -628,10 +652,11 @@ class PostgresStore(GroupCommitStore):
                 and self._token_wanted
                 and time.monotonic() - self._token_since > TOKEN_QUANTUM
             ):
+                hold = self._token_holds
                 deadline = time.monotonic() + COMMIT_WAIT_SECONDS
-                while self._token_held and time.monotonic() < deadline:
+                while self._token_held and self._token_holds == hold and time.monotonic() < deadline:
                     self._release_if_idle(force=True)
-                    if self._token_held:
+                    if self._token_held and self._token_holds == hold:
                         self._token.wait(0.05)
             if self._token_held and self._token_suspect and not self._writers:
                 self._release_if_idle(force=True)
@@ -694,6 +719,8 @@ class PostgresStore(GroupCommitStore):
             raise CommitFailedError("this process has fallen behind the change log: restart it") from ex
         self._token_suspect = False
         self._token_since = time.monotonic()
+        self._token_holds += 1
+        self._token.notify_all()
 
     def _release_if_idle(self, *, force: bool) -> None:
         """Let the token go (under ``_token``) when no writer is in and nothing is staged, queued
@@ -787,11 +814,17 @@ class PostgresStore(GroupCommitStore):
                 # Someone waits for the token this process holds and could not be given it at the
                 # last look (a writer was inside): look again soon, not at the next notification.
                 pending = self._token_wanted and self._token_held
-                for note in conn.notifies(
-                    timeout=TOKEN_RETRY_SECONDS if pending else FOLLOW_SECONDS, stop_after=1
-                ):
-                    if note.channel == TOKEN_CHANNEL and note.payload != self.origin:
+                # Every notification waiting is taken now, not one per round: a busy process
+                # hears its own batches' notifications too, and a request for the token queued
+                # behind hundreds of them was heard hundreds of rounds late.
+                timeout = TOKEN_RETRY_SECONDS if pending else FOLLOW_SECONDS
+                while True:
+                    notes = list(conn.notifies(timeout=timeout, stop_after=1))
+                    if any(n.channel == TOKEN_CHANNEL and n.payload != self.origin for n in notes):
                         self._token_wanted = True
+                    if not notes or self._stopping.is_set():
+                        break
+                    timeout = 0.0
                 if self._stopping.is_set():
                     break
                 self._follow_round(conn)
@@ -840,11 +873,7 @@ class PostgresStore(GroupCommitStore):
         now = time.monotonic()
         if not self._token_wanted and now - self._waiters_checked >= FOLLOW_SECONDS:
             self._waiters_checked = now
-            row = conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1)",
-                [WRITE_TOKEN_LOCK >> 32, WRITE_TOKEN_LOCK & 0xFFFFFFFF],
-            ).fetchone()
+            row = conn.execute(TOKEN_WAITER_SQL, TOKEN_WAITER_PARAMS).fetchone()
             if row and row[0]:
                 self._token_wanted = True
         if not self._token.acquire(blocking=False):
