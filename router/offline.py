@@ -3,9 +3,9 @@
 A router asks a controller about every Dial (``CREATE_CIRCUIT``) and every Bind
 (``CREATE_TERMINATOR``). When none can be asked (every control connection is down, or none
 answered in time), connections already established go on regardless: nothing here, nor in the
-control side, closes them. For a bounded time, the *grace* (``TRELLIS_ROUTER_OFFLINE_GRACE``,
-:data:`DEFAULT_GRACE_SECONDS` by default, 0: never), the router also decides alone from what it
-holds:
+control side, closes them. Once no control connection is up (not merely no answer), for a
+bounded time, the *grace* (``TRELLIS_ROUTER_OFFLINE_GRACE``, :data:`DEFAULT_GRACE_SECONDS` by
+default, 0: never), the router also decides alone from what it holds:
 
 - **hellos**: an SDK channel opens with an API session the controllers pushed
   (:class:`~router.ports.ApiSessions`), as when they are there; past the grace it is refused
@@ -118,11 +118,10 @@ class Offline:
         return 0.0 if self._since is None else max(0.0, self._clock() - self._since)
 
     def within_grace(self) -> bool:
-        """Whether the router may decide alone now: a controller is reachable (but did not answer),
-        or none has been for less than the grace."""
-        if self._since is None:
-            return self.grace_seconds > 0
-        return self.absent_for() < self.grace_seconds
+        """Whether the router may decide a Dial alone now: no controller has been reachable for
+        less than the grace. (One that is connected but does not answer decides nothing: its
+        connection is closed once silent, and then the grace runs.)"""
+        return self._since is not None and self.absent_for() < self.grace_seconds
 
     def admits_hellos(self) -> bool:
         """Whether a held API session may open a new SDK channel now."""

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from channel import control
 from channel.control import (
@@ -46,8 +47,9 @@ from router.controllers import Controllers
 from router.edge import EdgeListener
 from router.hosting import Hosting
 from router.offline import NO_CONTROLLER_CIRCUIT, NO_CONTROLLER_TERMINATOR, Offline
-from router.ports import ApiSessions, Circuit
-from tests.router.helpers import Pki, Sdk, caller, run_async, until, within
+from router.ports import ApiSessions, Circuit, Unavailable
+from tests.router import test_links as linked
+from tests.router.helpers import Ca, Pki, Sdk, caller, run_async, until, within
 from tests.router.test_control import CIRCUIT_REPLY, Controller, full_state, wire_session
 from tests.router.test_controllers import client_for
 from tests.router.test_hosting import EchoServer, payload, tcp_host
@@ -196,7 +198,7 @@ async def refused(dialer: Sdk, token: str, conn_id: int) -> Message:
 
 
 def circuit_reply(**terminator: str) -> dict[str, Any]:
-    reply = json.loads(json.dumps(CIRCUIT_REPLY))
+    reply: dict[str, Any] = json.loads(json.dumps(CIRCUIT_REPLY))
     reply["terminator"].update(terminator)
     return reply
 
@@ -419,10 +421,10 @@ def test_the_grace_is_counted_from_the_last_connection_going() -> None:
     clock = Clock()
     offline = Offline(30, clock=clock)
     assert not offline.is_reachable  # a router starts with no controller
-    offline.reachable()
-    assert (offline.within_grace(), offline.admits_hellos()) == (True, True)
+    offline.reachable()  # a controller that does not answer is no reason to decide alone
+    assert (offline.within_grace(), offline.admits_hellos()) == (False, True)
     clock.now += 1000
-    assert (offline.within_grace(), offline.admits_hellos()) == (True, True)  # no clock runs
+    assert (offline.within_grace(), offline.admits_hellos()) == (False, True)  # no clock runs
     offline.unreachable()
     clock.now += 29.9
     assert (offline.within_grace(), offline.admits_hellos()) == (True, True)
@@ -446,3 +448,52 @@ def _circuit_fields() -> dict[str, Any]:
         "binding": "edge",
         "address": "t-1",
     }
+
+
+# -- over a link -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def link_network(tmp_path_factory: pytest.TempPathFactory) -> linked.Network:
+    parent = tmp_path_factory.mktemp("offline-link-pki")
+    ca, other = Ca("Offline Link CA"), Ca("Offline Foreign CA")
+    (parent / "ca.pem").write_bytes(ca.cert.public_bytes(serialization.Encoding.PEM))
+    return linked.Network(
+        ca_file=parent / "ca.pem",
+        dirs={who: linked.router_dir(parent, ca, who) for who in (linked.A, linked.B)},
+        foreign_x=linked.router_dir(parent, other, linked.X),
+    )
+
+
+@run_async
+async def test_within_the_grace_a_terminator_on_a_linked_router_is_reached_alone(
+    pki: Pki, link_network: linked.Network
+) -> None:
+    """Router A was granted a Dial to a bind on router B; with no controller, A dials B's
+    terminator over the link itself (B checks that it still holds it); without the link, it
+    cannot decide."""
+    async with linked.Pair(pki, link_network) as pair:
+        clock = Clock()
+        offline = Offline(GRACE, clock=clock)
+        offline.reachable()
+        pair.a.edge.offline = offline
+        binder, dialer = await pair.b.sdk("binder"), await pair.a.sdk("dialer")
+        await linked.bind(binder)
+        pair.a.controller.route("dial-1", "bind-1", router_id=linked.B)
+        await linked.connect(dialer, binder, conn_id=3, new_conn=9)
+        assert [f.router_id for f in offline.far_terminators("svc-echo")] == [linked.B]
+
+        pair.a.controller.circuits["dial-1"] = Unavailable("no control connection")
+        offline.unreachable()
+        dial, answer = await linked.connect(dialer, binder, conn_id=4, new_conn=10)
+        assert answer.content_type == STATE_CONNECTED
+        assert dial.text(CALLER_ID) == "dialer"  # the grant's caller, as the controller named it
+        dialer.channel.send(linked.data(dialer, 4, b"over the link, alone"))
+        assert await linked.receive(binder, 10, 20) == (b"over the link, alone", False)
+
+        link = pair.a.links.link(linked.B)
+        assert link is not None
+        pair.a.links.update([])  # B is no longer listed: its link goes
+        await until(lambda: pair.a.links.link(linked.B) is None, "the link is gone")
+        answer = await refused(dialer, "dial-1", 5)
+        assert answer.body.decode() == NO_CONTROLLER_CIRCUIT
+        assert ERROR_CODE not in answer.headers
+        offline.close()
