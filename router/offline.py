@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from router.ports import Circuit
+from router.ports import Circuit, token_hash
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,10 @@ NO_CONTROLLER_TERMINATOR = "no controller available, cannot create terminator"
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """A Dial the controller granted on this router: what serving the next one alone needs."""
+    """A Dial the controller granted on this router: what serving the next one alone needs (the
+    session token is kept as its SHA-256 only, as API-session tokens are)."""
 
-    token: str
+    token_hash: str
     session_id: str
     api_session_id: str
     service_id: str
@@ -193,9 +194,10 @@ class Offline:
         """The controller granted a Dial with ``token`` here (``circuit``, its answer)."""
         if not token or not circuit.service_id:
             return
-        self._grants.pop(token, None)
-        self._grants[token] = Grant(
-            token=token,
+        key = token_hash(token)
+        self._grants.pop(key, None)
+        self._grants[key] = Grant(
+            token_hash=key,
             session_id=circuit.session_id,
             api_session_id=api_session_id,
             service_id=circuit.service_id,
@@ -221,7 +223,7 @@ class Offline:
                 del self._far[next(iter(self._far))]
 
     def grant(self, token: str) -> Grant | None:
-        return self._grants.get(token)
+        return self._grants.get(token_hash(token))
 
     def grants(self) -> list[Grant]:
         """Every grant held (tests, diagnostics)."""
@@ -233,19 +235,19 @@ class Offline:
 
     def forget_sessions(self, session_ids: Iterable[str], tokens: Iterable[str]) -> None:
         """Sessions ended (a pushed removal): their grants go."""
-        ids, toks = set(session_ids), set(tokens)
-        for token, grant in list(self._grants.items()):
-            if token in toks or grant.session_id in ids:
-                del self._grants[token]
+        ids, hashes = set(session_ids), {token_hash(t) for t in tokens}
+        for key, grant in list(self._grants.items()):
+            if key in hashes or grant.session_id in ids:
+                del self._grants[key]
 
     def forget_api_sessions(self, api_session_ids: Iterable[str]) -> None:
         """API sessions ended (a pushed removal, or absent from a full state): their grants go."""
         ids = set(api_session_ids)
         if not ids:
             return
-        for token, grant in list(self._grants.items()):
+        for key, grant in list(self._grants.items()):
             if grant.api_session_id in ids:
-                del self._grants[token]
+                del self._grants[key]
 
     def clear(self) -> None:
         self._grants.clear()

@@ -47,7 +47,7 @@ from router.controllers import Controllers
 from router.edge import EdgeListener
 from router.hosting import Hosting
 from router.offline import NO_CONTROLLER_CIRCUIT, NO_CONTROLLER_TERMINATOR, Offline
-from router.ports import ApiSessions, Circuit, Unavailable
+from router.ports import ApiSessions, Circuit, Unavailable, token_hash
 from tests.router import test_links as linked
 from tests.router.helpers import Ca, Pki, Sdk, caller, run_async, until, within
 from tests.router.test_control import CIRCUIT_REPLY, Controller, full_state, wire_session
@@ -231,8 +231,8 @@ async def test_within_the_grace_a_granted_dial_is_served_alone_and_nothing_else(
         await site.bind(binder)
         await joined(dialer, binder, await site.granted(dialer, "dial-1", 4, CIRCUIT_REPLY), 9)
         [grant] = site.offline.grants()
-        assert (grant.token, grant.session_id, grant.api_session_id, grant.service_id) == (
-            "dial-1",
+        assert (grant.token_hash, grant.session_id, grant.api_session_id, grant.service_id) == (
+            token_hash("dial-1"),
             "s-1",
             "as-dialer",
             "svc-1",
@@ -363,12 +363,14 @@ async def test_pushed_removals_drop_the_grants_they_name(pki: Pki) -> None:
         for token, conn_id, session in (("dial-1", 4, "s-1"), ("dial-2", 5, "s-2"), ("dial-3", 6, "s-3")):
             reply = {**CIRCUIT_REPLY, "sessionId": session, "circuitId": f"c-{session}"}
             await joined(dialer, binder, await site.granted(dialer, token, conn_id, reply), 10 + conn_id)
-        assert {g.token for g in site.offline.grants()} == {"dial-1", "dial-2", "dial-3"}
+        assert {g.token_hash for g in site.offline.grants()} == {
+            token_hash(t) for t in ("dial-1", "dial-2", "dial-3")
+        }
 
         site.controller.channel.send(control.message(SESSION_REMOVED, {"ids": ["s-1"], "tokens": []}))
         site.controller.channel.send(control.message(SESSION_REMOVED, {"ids": [], "tokens": ["dial-2"]}))
         await site.controller.settle()
-        assert {g.token for g in site.offline.grants()} == {"dial-3"}
+        assert {g.token_hash for g in site.offline.grants()} == {token_hash("dial-3")}
 
         site.controller.channel.send(control.message(API_SESSION_REMOVED, {"ids": ["as-dialer"]}))
         await dialer.closed()
@@ -389,7 +391,7 @@ async def test_a_controller_back_after_none_was_forgets_the_grants(pki: Pki) -> 
         site.controller.hello_answer = _refusal
         site.controller.channel.close()
         await until(lambda: not site.offline.is_reachable, "the router sees no controller")
-        assert [g.token for g in site.offline.grants()] == ["dial-1"]
+        assert [g.token_hash for g in site.offline.grants()] == [token_hash("dial-1")]
 
         site.controller.hello_answer = welcome
         await until(lambda: site.offline.is_reachable, "the controller is back")
@@ -407,7 +409,7 @@ def test_grants_are_bounded_and_far_terminators_remembered() -> None:
     circuit = Circuit(**{**_circuit_fields(), "router_id": "r-2", "terminator_id": "t-far"})
     for token in ("a", "b", "c"):
         offline.remember(token, "as-1", circuit, with_key=False, router_id=ROUTER)
-    assert [g.token for g in offline.grants()] == ["b", "c"]
+    assert [g.token_hash for g in offline.grants()] == [token_hash("b"), token_hash("c")]
     [far] = offline.far_terminators("svc-1")
     assert (far.id, far.router_id) == ("t-far", "r-2")
     local = Circuit(**{**_circuit_fields(), "terminator_id": "t-local"})
