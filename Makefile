@@ -48,8 +48,8 @@ init: $(STAMP)  ## create .trellis (database, PKI, admin) if absent
 serve: $(STAMP)  ## serve HTTPS on $$TRELLIS_BIND (trellis serve --help lists the settings)
 	@$(BIN)/trellis serve
 
-settings: $(STAMP)  ## print the settings table of docs/operations.md from api/settings.py
-	@$(BIN)/python -m api.settings --markdown
+settings: $(STAMP)  ## print the settings table of docs/operations.md from controller/settings.py
+	@$(BIN)/python -m controller.settings --markdown
 
 run: init serve  ## init if needed, then serve in the foreground (Ctrl-C stops)
 

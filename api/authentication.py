@@ -7,11 +7,11 @@ import falcon
 from api.controller import Controller
 from api.http import LOOP_READS, empty, ok, read_model
 from api.middleware import ADMIN, NONE, PARTIAL, SESSION, bearer_tokens
+from api.peer import presented_chain
 from api.resources import Family, FamilyCollection, FamilyItem
 from api.routing import Routes
 from api.schemas.api_sessions import Authenticate, info_dict, render_api_session
 from api.schemas.identities import render_identity
-from api.server.peer import presented_chain
 from engine.errors import FieldError, InvalidAuthMethodError
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.authentication import LoginInfo

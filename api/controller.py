@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.managers._base import Env
 from engine.managers.access import AccessManager
 from engine.managers.api_sessions import ApiSessionManager

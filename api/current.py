@@ -22,6 +22,7 @@ import falcon
 from api.controller import Controller
 from api.http import empty, list_response, ok, read_model
 from api.middleware import SESSION
+from api.peer import presented_chain
 from api.routing import Routes
 from api.schemas.authenticators import (
     CurrentAuthenticatorPatch,
@@ -31,7 +32,6 @@ from api.schemas.authenticators import (
     authenticator_symbols,
     render_authenticator,
 )
-from api.server.peer import presented_chain
 from api.wire import WireModel, base, ts
 from engine.entities.identities import ApiSessionCertificate
 from engine.query import Symbol, SymbolTable, SymbolType

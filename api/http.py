@@ -13,7 +13,7 @@ from falcon.util.uri import parse_query_string
 from pydantic import ValidationError
 
 from api.errors import ERROR_META, field_error_from_validation
-from api.server.limits import within_deadline
+from api.limits import within_deadline
 from api.wire import INT64_MAX, INT64_MIN, WireModel
 from engine.entities import Entity
 from engine.errors import (
@@ -41,7 +41,7 @@ from engine.query import (
 M = TypeVar("M", bound=WireModel)
 T = TypeVar("T")
 
-#: Where a request runs (``api.server.worker``): on the server's event loop, with no thread hand-off,
+#: Where a request runs (``controller.worker``): on the server's event loop, with no thread hand-off,
 #: when its resource's ``loop_methods`` holds its method; else on a pool thread. Only requests
 #: that never block belong there: reads bounded by one caller's data (an item, a caller's
 #: services, policy advice) and writes whose answer does not read the write back (they are

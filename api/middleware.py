@@ -16,14 +16,13 @@ from typing import Any
 import falcon
 import orjson
 
+from api import REQUEST_ID_KEY
 from api.controller import CLIENT_BASE, FABRIC_BASE, MANAGEMENT_BASE, Controller
-from api.logs import bind_request_id, unbind_request_id
-from api.server.accesslog import REQUEST_ID_KEY
-from api.server.limits import RequestLimits
-from api.server.peer import parse_networks
+from api.limits import RequestLimits
+from api.peer import parse_networks
 from api.wire import ts
 from engine.errors import UnauthorizedError
-from engine.logs import event
+from engine.logs import bind_request_id, event, unbind_request_id
 
 log = logging.getLogger("trellis.audit")
 

@@ -1,12 +1,12 @@
 """The yardstick of ``python -m bench http``: a bare Falcon app answering ``{"hello": "world"}``.
 
-It is served exactly as ``trellis serve`` serves the controller (:class:`api.server.serve.TrellisServer`:
+It is served exactly as ``trellis serve`` serves the controller (:class:`controller.serve.TrellisServer`:
 one gunicorn worker, ``TRELLIS_THREADS`` threads, the same TLS certificate, key and context, the
 same access log and time limits), with only the app swapped, and optionally the worker class:
 
 - ``gthread``: gunicorn's threaded worker with 8 threads (the serving model the issue's
   yardstick was measured with);
-- ``trellis``: the controller's own worker (:mod:`api.server.worker`), as ``trellis serve`` runs.
+- ``trellis``: the controller's own worker (:mod:`controller.worker`), as ``trellis serve`` runs.
 
 Run (in a home made by ``trellis init``, for its PKI)::
 
@@ -42,8 +42,8 @@ def create_app() -> falcon.App[falcon.Request, falcon.Response]:
 
 def serve(worker: str) -> None:
     """Serve :func:`create_app` with ``trellis serve``'s settings and ``worker``'s overrides."""
-    from api.server.serve import TrellisServer
-    from api.settings import Settings
+    from controller.serve import TrellisServer
+    from controller.settings import Settings
 
     overrides = WORKERS[worker]
 

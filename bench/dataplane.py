@@ -253,7 +253,7 @@ def serving(home: Path) -> Iterator[Served]:
     port, ctrl_port = free_port(), free_port()
     env = _env(home, port, ctrl_port)
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli", "init"],
+        [sys.executable, "-m", "controller.cli", "init"],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -266,7 +266,7 @@ def serving(home: Path) -> Iterator[Served]:
     log = home.parent / "serve.log"
     with log.open("ab") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "serve"],
+            [sys.executable, "-m", "controller.cli", "serve"],
             env=env,
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
@@ -513,7 +513,7 @@ def second_router(served: Served, workdir: Path) -> Iterator[tuple[int, int]]:
     env = _env(served.home, served.port, served.ctrl_port)
     env.update(TRELLIS_ROUTER_HOME=str(directory), TRELLIS_ROUTER_CTRL=f"{HOST}:{served.ctrl_port}")
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli", "router", "enroll", str(jwt_file)],
+        [sys.executable, "-m", "controller.cli", "router", "enroll", str(jwt_file)],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -525,7 +525,7 @@ def second_router(served: Served, workdir: Path) -> Iterator[tuple[int, int]]:
         raise BenchError(f"trellis router enroll exited {done.returncode}: {done.stderr[-1000:]}")
     with (workdir / f"{SECOND_ROUTER}.log").open("ab") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "router", "run"],
+            [sys.executable, "-m", "controller.cli", "router", "run"],
             env=env,
             cwd=ROOT,
             stdin=subprocess.DEVNULL,

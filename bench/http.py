@@ -13,7 +13,7 @@
 2. **The yardstick.** :mod:`bench.bare` (``{"hello": "world"}`` from a bare Falcon app) is served
    with ``trellis serve``'s settings (one gunicorn worker, the same TLS certificate,
    context and access log) twice: with gunicorn's ``gthread`` worker and 8 threads (the issue's yardstick) and
-   with the controller's own worker (:mod:`api.server.worker`). wrk drives ``GET /`` for ``--seconds``.
+   with the controller's own worker (:mod:`controller.worker`). wrk drives ``GET /`` for ``--seconds``.
 3. **The server.** ``trellis serve`` (``--worker trellis``, the default: exactly the shipped
    command) or the same app under gthread with 8 threads (``--worker gthread``) starts on
    127.0.0.1 with the per-client budgets off (``TRELLIS_RATE_AUTH_PER_MINUTE=0``,
@@ -572,7 +572,7 @@ def _database(database: str) -> Iterator[str]:
 def trellis_command(worker: str) -> list[str]:
     """``trellis serve`` itself, or the same app under gthread (bench.serving's ``gthread-8``)."""
     if worker == "trellis":
-        return [sys.executable, "-m", "api.cli", "serve"]
+        return [sys.executable, "-m", "controller.cli", "serve"]
     return [sys.executable, "-m", "bench.serving", "--serve", "gthread-8"]
 
 

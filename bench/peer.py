@@ -412,7 +412,7 @@ class TrellisController(Controller):
         self.directory.mkdir(parents=True, exist_ok=True)
         began = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, "-m", "api.cli", "init"],
+            [sys.executable, "-m", "controller.cli", "init"],
             env=self.env(),
             cwd=ROOT,
             capture_output=True,
@@ -425,7 +425,7 @@ class TrellisController(Controller):
         return time.perf_counter() - began
 
     def command(self) -> tuple[list[str], dict[str, str], Path]:
-        return [sys.executable, "-m", "api.cli", "serve"], self.env(), ROOT
+        return [sys.executable, "-m", "controller.cli", "serve"], self.env(), ROOT
 
 
 # == REST set-up ====================================================================================

@@ -15,7 +15,7 @@ each one measures
   request (``Connection: close``).
 
 Options (``--variants``, comma-separated; default all): ``trellis`` (the asyncio worker,
-:mod:`api.server.worker`), ``gthread-8`` (before: 8 threads), ``gthread-64``, ``gthread-512``,
+:mod:`controller.worker`), ``gthread-8`` (before: 8 threads), ``gthread-64``, ``gthread-512``,
 ``gthread-8-timeouts`` (8 threads, every client socket read/handshake limited to 2 s; a test-only
 worker defined here), ``gevent`` (gunicorn's gevent worker; needs ``gevent`` importable).
 
@@ -303,7 +303,7 @@ def _python_path(extra: str | None) -> str:
 def init_home(home: Path, extra_env: dict[str, str] | None = None) -> None:
     env = dict(os.environ, TRELLIS_HOME=str(home), TRELLIS_ADMIN_PASSWORD=PASSWORD, **(extra_env or {}))
     subprocess.run(
-        [sys.executable, "-m", "api.cli", "init"], env=env, cwd=ROOT, check=True, capture_output=True
+        [sys.executable, "-m", "controller.cli", "init"], env=env, cwd=ROOT, check=True, capture_output=True
     )
 
 
@@ -352,8 +352,8 @@ def running(
 
 def serve_variant(variant: str) -> None:
     """The server side of :func:`running` (``python -m bench.serving --serve VARIANT``)."""
-    from api.server.serve import TrellisServer
-    from api.settings import Settings
+    from controller.serve import TrellisServer
+    from controller.settings import Settings
 
     overrides = VARIANTS[variant]
 

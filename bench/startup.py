@@ -71,7 +71,7 @@ def _entities(tier: str, seed: int) -> list[Entity]:
 
 
 def _measure_start(path: str, out: dict[str, float]) -> None:
-    gc.disable()  # as the serving worker loads (api.server.serve): nothing made at start is garbage
+    gc.disable()  # as the serving worker loads (controller.serve): nothing made at start is garbage
     began = time.perf_counter()
     store = DuckDBStore(Path(path))
     loaded = time.perf_counter()

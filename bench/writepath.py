@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from api.app import create_app
-from api.settings import Settings
+from controller.app import create_app
+from controller.settings import Settings
 from engine.entities.identities import ApiSession
 from engine.errors import ControllerError
 from engine.managers.registry import Managers

@@ -383,7 +383,7 @@ class Cluster:
         with controller.log.open("ab") as log:
             try:
                 done = subprocess.run(
-                    [sys.executable, "-m", "api.cli", "init"],
+                    [sys.executable, "-m", "controller.cli", "init"],
                     env={**self._controller_env(controller, env), "TRELLIS_ADMIN_PASSWORD": self.password},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -403,7 +403,9 @@ class Cluster:
 
     def _serve(self, controller: Controller, env: dict[str, str]) -> None:
         controller.process = _popen(
-            [sys.executable, "-m", "api.cli", "serve"], self._controller_env(controller, env), controller.log
+            [sys.executable, "-m", "controller.cli", "serve"],
+            self._controller_env(controller, env),
+            controller.log,
         )
 
     def _wait_answering(self, controller: Controller) -> None:
@@ -439,8 +441,8 @@ class Cluster:
             time.sleep(0.2)
 
     def _policies(self, api: Api) -> None:
-        """The quickstart's two policies (api/embedded_router.py), when absent."""
-        from api.embedded_router import ERP_NAME, ROLE, SERP_NAME
+        """The quickstart's two policies (controller/embedded_router.py), when absent."""
+        from controller.embedded_router import ERP_NAME, ROLE, SERP_NAME
 
         if not api.listing("/edge-router-policies", f'name = "{ERP_NAME}"'):
             api.expect(
@@ -493,7 +495,7 @@ class Cluster:
     def enroll(self, api: Api, router: Router, edge_port: int = 0) -> str:
         """Create the edge router ``router.name`` on ``api``'s controller and enroll it into its
         home with ``trellis router enroll``; the enrollment JWT."""
-        from api.embedded_router import ROLE
+        from controller.embedded_router import ROLE
         from router import identity
         from router.enroll import free_port
 
@@ -516,7 +518,7 @@ class Cluster:
         try:
             with router.log.open("ab") as log:
                 done = subprocess.run(
-                    [sys.executable, "-m", "api.cli", "router", "enroll", str(jwt_file)],
+                    [sys.executable, "-m", "controller.cli", "router", "enroll", str(jwt_file)],
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -541,7 +543,7 @@ class Cluster:
             "TRELLIS_ROUTER_HOME": str(router.home),
             "TRELLIS_ROUTER_CTRL": ",".join(c.ctrl for c in self.controllers),
         }
-        router.process = _popen([sys.executable, "-m", "api.cli", "router", "run"], env, router.log)
+        router.process = _popen([sys.executable, "-m", "controller.cli", "router", "run"], env, router.log)
 
     def add_router(self, name: str, number: int) -> tuple[Router, str]:
         """One more router, made and enrolled on a controller that runs, then run; it and its JWT."""

@@ -2,7 +2,7 @@
 
 The engine only logs through the standard library: ``logging.getLogger(__name__)``, with the
 record's fields as ``extra`` attributes. What the lines look like (key=value or JSON, the level,
-the request id of the request being served) is the composition root's business (``api.logs``);
+the request id of the request being served) is the composition root's business (``controller.logs``);
 the engine imports nothing of it.
 
 :func:`event` logs a named event (``login.failed``, ``identity.locked_out``, ...) with its
@@ -21,13 +21,46 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar, Token
 from typing import Any
 
-__all__ = ["RESERVED", "Outage", "event"]
+__all__ = [
+    "RESERVED",
+    "Outage",
+    "bind_request_id",
+    "current_request_id",
+    "event",
+    "unbind_request_id",
+]
 
 #: Attributes a ``LogRecord`` has of its own (an ``extra`` key among them is refused by
 #: ``logging``); :func:`event` renames a field so named with a trailing ``_``.
 RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+# -- the request being served: its id is put on each line logged while it is (by the
+# composition root's log filter, controller.logs) ----------------------------------------------
+
+_request_id: ContextVar[str | None] = ContextVar("trellis_request_id", default=None)
+
+
+def bind_request_id(request_id: str) -> Token[str | None]:
+    """Lines logged from here on (in this thread or task) carry ``request_id``; hand the token
+    to :func:`unbind_request_id` when the request is done."""
+    return _request_id.set(request_id)
+
+
+def unbind_request_id(token: Token[str | None] | None) -> None:
+    if token is None:
+        return
+    try:
+        _request_id.reset(token)
+    except ValueError:  # made in another context: the best we can do is to forget the id
+        _request_id.set(None)
+
+
+def current_request_id() -> str | None:
+    return _request_id.get()
+
 
 #: The longest text of a failure's reason that is logged.
 MAX_REASON = 300

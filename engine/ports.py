@@ -2,7 +2,7 @@
 
 ``storage`` implements :class:`Store`; ``pki`` implements :class:`PasswordHasher`,
 :class:`CertificateAuthority`, :class:`TokenSigner`, :class:`TotpService` and
-:class:`ExternalJwtVerifier`; the composition root (``api/app.py``)
+:class:`ExternalJwtVerifier`; the composition root (``controller/app.py``)
 supplies a :class:`Clock` and an :class:`IdGenerator`. ``engine.testing`` ships cheap fakes of
 the clock, the ids and the hasher for tests.
 

@@ -366,7 +366,7 @@ def issuer_index(
     """Which of ``cas`` issued ``chain[0]``, directly or through intermediates of ``chain[1:]``.
 
     The one chain check of a presented client certificate (the API listener's handshake judges
-    nothing, ``api.server.tls``). Every link's names and signature are checked, and every issuer on the
+    nothing, ``controller.tls``). Every link's names and signature are checked, and every issuer on the
     path must be a CA allowed to issue at that depth (:func:`_may_issue`); dates are not checked.
     The leaf must carry no critical extension outside :data:`LEAF_CRITICAL_EXTENSIONS`. With
     ``client_auth`` (the default) the chain must be fit for TLS client authentication, as the

@@ -20,8 +20,8 @@ from typing import Any
 import falcon.testing
 import pytest
 
-from api.app import create_app
-from api.settings import Settings
+from controller.app import create_app
+from controller.settings import Settings
 from engine.managers.bootstrap import create_default_admin
 from engine.ports import Change, Put
 from engine.testing import CheapHasher

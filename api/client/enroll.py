@@ -32,6 +32,7 @@ import falcon
 from api.errors import handle_controller_error, status_of
 from api.http import empty, ok, read_body, read_model
 from api.middleware import NONE, bearer_tokens
+from api.peer import presented_chain
 from api.routing import Routes
 from api.schemas.enroll import (
     EnrollCa,
@@ -42,7 +43,6 @@ from api.schemas.enroll import (
     GenericEnroll,
     RouterExtend,
 )
-from api.server.peer import presented_chain
 from api.wire import WireModel
 from engine.errors import ControllerError, FieldError
 from engine.managers.enrollment import (

@@ -1,6 +1,6 @@
 """What edge routers ask of the controller over their control connections, and what they are told.
 
-The use cases behind ``api.control`` (OpenZiti's edge control handlers), free of the wire:
+The use cases behind ``controller.control`` (OpenZiti's edge control handlers), free of the wire:
 
 - **who a router is**: the client certificate it connected with must come from our CA, be valid
   now, and be the current certificate (``fingerprint``) of a verified, enabled edge router
@@ -85,7 +85,7 @@ PRECEDENCE_RANK = {"required": 0, "default": 1, "failed": 2}
 
 class Refusal(enum.Enum):
     """Why a circuit or terminator request is refused (the wire carries OpenZiti's edge error
-    code for each: ``api.control``)."""
+    code for each: ``controller.control``)."""
 
     INTERNAL = "internal"
     INVALID_API_SESSION = "invalid API session"

@@ -1,6 +1,6 @@
 """The fleet: which edge routers are connected to this controller right now, and what they said.
 
-A router is *online* while its control connection is up (``api.control``). Its hello tells the
+A router is *online* while its control connection is up (``controller.control``). Its hello tells the
 controller its hostname, the addresses SDKs reach it at (``{"tls": "tls://host:port"}``), where it
 takes links from other routers, its version and whether it runs a tunneler; the REST models show
 these while it is online (``isOnline``, ``supportedProtocols``, ``hostname``, ``versionInfo``,

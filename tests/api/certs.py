@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from api.server.peer import PEER_CHAIN_KEY
+from api.peer import PEER_CHAIN_KEY
 from tests.unit.pki.conftest import ECDSA_WITH_SHA256, NETSCAPE_CERT_TYPE, SSL_CLIENT, der_tlv
 
 Key = ec.EllipticCurvePrivateKey
@@ -305,8 +305,8 @@ def unique(prefix: str) -> str:
 def admin_api(directory: Any, pki_template: Any, **collaborators: Any) -> Any:
     """A logged-in admin ``Api`` over a new app whose home is under ``directory`` (with the
     session PKI), for module-scoped fixtures; ``collaborators`` go to ``open_app`` (a clock, a
-    JWT verifier). The caller closes ``api.app.ctrl.env.store``."""
-    from api.settings import Settings
+    JWT verifier). The caller closes ``controller.app.ctrl.env.store``."""
+    from controller.settings import Settings
     from engine.managers.bootstrap import create_default_admin
     from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, new_home, open_app
 

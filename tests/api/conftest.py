@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.managers.bootstrap import create_default_admin
 from tests.api.certs import ThirdPartyCa, admin_api
 from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, is_durable, open_app

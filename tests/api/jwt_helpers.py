@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.testing import FixedClock
 from pki import JwksVerifier
 from tests.api.certs import unique
@@ -148,7 +148,7 @@ def open_admin_api(
     """A logged-in admin over an app on ``clock`` that allows JWKS endpoints on loopback (the
     :class:`Jwks` server is on 127.0.0.1): ``TRELLIS_JWKS_ALLOW_LOOPBACK`` on, and a verifier
     allowed to fetch from loopback whose fetches are not rate limited, unless ``verifier`` is given.
-    The caller closes ``api.app.ctrl.env.store``."""
+    The caller closes ``controller.app.ctrl.env.store``."""
     from engine.managers.bootstrap import create_default_admin
     from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, new_home, open_app
 

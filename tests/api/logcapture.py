@@ -1,4 +1,4 @@
-"""Capturing what Trellis logs, formatted as ``trellis serve`` formats it (``api.logs``)."""
+"""Capturing what Trellis logs, formatted as ``trellis serve`` formats it (``controller.logs``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from api.logs import RequestIdFilter, StructuredFormatter, parse_logfmt
+from controller.logs import RequestIdFilter, StructuredFormatter, parse_logfmt
 
 
 class Captured:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from api.settings import Settings
+from controller.settings import Settings
 from tests.conftest import Api, open_app
 
 

@@ -1,4 +1,4 @@
-"""api/server/accesslog.py writes exactly the line gunicorn's own ``Logger.access`` writes.
+"""controller/accesslog.py writes exactly the line gunicorn's own ``Logger.access`` writes.
 
 Both run against a real gunicorn ``Logger`` set up from a real ``Config`` (its access log handler
 pointed at a file), on the same requests: quotes in the target and the agent, a ``Basic`` user,
@@ -19,7 +19,7 @@ import pytest
 from gunicorn.config import Config
 from gunicorn.glogging import Logger
 
-from api.server.accesslog import DEFAULT_FORMAT, AccessLog, redact_query, redact_uri
+from controller.accesslog import DEFAULT_FORMAT, AccessLog, redact_query, redact_uri
 
 
 class _Resp:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.managers.bootstrap import create_default_admin
 from engine.testing import FixedClock
 from tests.api.certs import unique

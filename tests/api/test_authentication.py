@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.managers.bootstrap import create_default_admin
 from engine.managers.identities import IdentityManager
 from engine.testing import FixedClock

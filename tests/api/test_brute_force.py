@@ -17,8 +17,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from api.server.limits import is_authentication
-from api.settings import Settings
+from api.limits import is_authentication
+from controller.settings import Settings
 from engine.managers.bootstrap import create_default_admin
 from engine.testing import FixedClock
 from pki.passwords import ScryptPasswordHasher

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import pytest
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.managers.bootstrap import create_default_admin
 from tests.api.certs import (
     NetworkCert,

@@ -1,6 +1,6 @@
 """A presented client certificate's purpose, on every operation.
 
-The listener no longer judges client certificates in the handshake (``api.server.tls``); the chain check
+The listener no longer judges client certificates in the handshake (``controller.tls``); the chain check
 in ``pki`` decides, as OpenZiti's controller does: enrolment (``/enroll/ca``, ``/enroll/ottca``)
 and certificate extension need a chain fit for TLS client authentication (a leaf, and CAs on its
 path, whose extendedKeyUsage, where present, lists clientAuth or anyExtendedKeyUsage: OpenZiti's

@@ -1,4 +1,4 @@
-"""Several routers on the control listener (``api.control``): a Dial on one router for a terminator
+"""Several routers on the control listener (``controller.control``): a Dial on one router for a terminator
 bound on another is answered with the path from the one to the other while that router is online,
 and the routers are told of each other (``ROUTER_LINKS``) as they come and go. Real listener, real
 loop, routers enrolled through the API connecting over TLS with their certificates."""
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from api.settings import Settings
 from channel import control
 from channel.frames import Message
+from controller.settings import Settings
 from tests.api.certs import unique
 from tests.api.control_helpers import Plane, RouterCreds, RouterLink, enrolled_router, start_plane
 from tests.api.session_helpers import edge_router_policy, service_edge_router_policy, service_policy

@@ -1,4 +1,4 @@
-"""The control listener edge routers connect to (``api.control``): a real listener on a real loop,
+"""The control listener edge routers connect to (``controller.control``): a real listener on a real loop,
 routers enrolled through the API connecting over TLS with their certificates, speaking channel v2
 (``channel.control`` is the protocol)."""
 
@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from api.settings import Settings
 from channel import control
 from channel.edge import ERROR_CODE, INVALID_SESSION_TEXT
 from channel.frames import (
@@ -29,6 +28,7 @@ from channel.frames import (
     RESULT_SUCCESS,
     Message,
 )
+from controller.settings import Settings
 from tests.api.certs import (
     NetworkCert,
     ThirdPartyCa,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from api.settings import Settings, parse_origins
+from controller.settings import Settings, parse_origins
 from engine.managers.bootstrap import create_default_admin
 from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, MGMT, Api, open_app
 

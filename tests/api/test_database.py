@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.entities.identities import ApiSessionCertificate, Identity, Mfa
 from engine.entities.sessions import Session
 from engine.managers.bootstrap import create_default_admin

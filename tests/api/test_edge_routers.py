@@ -9,7 +9,7 @@ from typing import Any
 import jwt
 import pytest
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.entities.routers import EdgeRouter
 from engine.managers.bootstrap import create_default_admin
 from tests.api.policy_helpers import field_error, put

@@ -9,7 +9,7 @@ from typing import Any
 import falcon.testing
 import pytest
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.managers.bootstrap import create_default_admin
 from engine.testing import FixedClock
 from tests.api.certs import ThirdPartyCa, sha1_fingerprint, tls, unique, verified_ca

@@ -368,7 +368,7 @@ def test_loopback_endpoints_are_accepted_when_the_setting_allows_them(make_api: 
 
 
 def test_the_loopback_setting_is_read_from_the_environment() -> None:
-    from api.settings import Settings
+    from controller.settings import Settings
 
     assert Settings.from_env({}).jwks_allow_loopback is False
     assert Settings.from_env({"TRELLIS_JWKS_ALLOW_LOOPBACK": "on"}).jwks_allow_loopback is True

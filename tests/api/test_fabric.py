@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from api.settings import Settings
 from channel import control
 from channel.frames import HEARTBEAT, HEARTBEAT_REQUEST, Message
+from controller.settings import Settings
 from tests.api.certs import unique
 from tests.api.control_helpers import VERSION, Plane, RouterCreds, RouterLink, enrolled_router, start_plane
 from tests.api.logcapture import capture

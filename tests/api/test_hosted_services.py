@@ -1,6 +1,6 @@
 """Router-hosted services on the control connection: what a tunneler-enabled router is told it
 hosts (``HOSTED_SERVICES``) and the ``tunnel`` terminators it makes for them
-(``CREATE_TUNNEL_TERMINATOR``), against the app's real control listener (``api.control``)."""
+(``CREATE_TUNNEL_TERMINATOR``), against the app's real control listener (``controller.control``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from api.settings import Settings
 from channel import control
 from channel.edge import ERROR_CODE
 from channel.frames import HELLO_VERSION, RESULT_SUCCESS, Message
+from controller.settings import Settings
 from tests.api.certs import enroll_ott, sha1_fingerprint, tls, unique
 from tests.api.control_helpers import VERSION, Plane, RouterCreds, RouterLink, enrolled_router, start_plane
 from tests.api.session_helpers import (

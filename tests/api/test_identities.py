@@ -8,7 +8,7 @@ from typing import Any
 import jwt
 import pytest
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.entities.identities import Identity
 from engine.entities.routers import EdgeRouter
 from engine.ports import UnitOfWork

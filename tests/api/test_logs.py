@@ -18,7 +18,9 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from gunicorn.config import Config
 
-from api.logs import (
+from api import REQUEST_ID_KEY
+from controller.accesslog import AccessLog
+from controller.logs import (
     GunicornLogger,
     LogSettings,
     StructuredFormatter,
@@ -30,8 +32,7 @@ from api.logs import (
     parse_logfmt,
     unbind_request_id,
 )
-from api.server.accesslog import REQUEST_ID_KEY, AccessLog
-from api.settings import SettingError, Settings
+from controller.settings import SettingError, Settings
 from engine.logs import Outage, event
 from engine.managers.bootstrap import create_default_admin
 from engine.testing import FixedClock

@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.entities.identities import Authenticator
 from engine.managers.bootstrap import create_default_admin
 from pki.passwords import Argon2idPasswordHasher, ScryptPasswordHasher

@@ -21,9 +21,9 @@ import jwt
 import pytest
 from cryptography import x509
 
-from api.app import CONTROLLER_ID_FILE
-from api.cli import init
-from api.settings import Settings
+from controller.app import CONTROLLER_ID_FILE
+from controller.cli import init
+from controller.settings import Settings
 from engine.entities.sessions import Session
 from pki.authority import PkiPaths
 from pki.passwords import Argon2idPasswordHasher
@@ -352,7 +352,7 @@ def test_writes_on_a_shared_database_never_run_on_the_event_loop(pair: tuple[Api
 def test_trellis_workers_defaults_to_the_cores_on_postgresql_and_is_one_on_duckdb() -> None:
     import os
 
-    from api.settings import SettingError
+    from controller.settings import SettingError
 
     url = "postgresql://trellis@db.example/trellis"
     assert Settings.from_env({}, command="serve").serving_workers == 1

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from api.info import HEALTH_PATH as HEALTH
-from api.settings import Settings
+from controller.settings import Settings
 from storage.postgres import PostgresStore
 from storage.postgres.migrations import LEAD_LOCK, WRITE_TOKEN_LOCK
 from tests.api.session_helpers import dial, world

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from api.app import open_store
-from api.settings import SettingError, Settings
+from controller.app import open_store
+from controller.settings import SettingError, Settings
 from engine.managers.bootstrap import create_default_admin
 from storage.postgres import PostgresStore
 from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api, open_app
@@ -198,7 +198,7 @@ def test_the_setting_refuses_another_scheme_without_repeating_the_value() -> Non
 
 
 def test_serve_wants_the_pki_in_the_home_but_no_duckdb_file(settings: Settings, tmp_path: Path) -> None:
-    from api.cli import check_serve_home
+    from controller.cli import check_serve_home
 
     pg = dataclasses.replace(settings, database_url="postgresql://trellis@db.example.test/trellis")
     check_serve_home(pg)  # the home of the tests: the PKI alone
@@ -215,7 +215,7 @@ def test_serve_wants_the_pki_in_the_home_but_no_duckdb_file(settings: Settings, 
 def test_restore_refuses_with_the_data_in_postgresql(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from api.cli import main
+    from controller.cli import main
 
     snapshot = tmp_path / "trellis.duckdb-20260304-050607"
     snapshot.write_bytes(b"")
@@ -231,7 +231,7 @@ def test_restore_refuses_with_the_data_in_postgresql(
 def test_serve_stops_in_one_line_when_the_database_cannot_be_reached(
     home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from api.cli import main
+    from controller.cli import main
 
     monkeypatch.setenv("TRELLIS_HOME", str(home))
     monkeypatch.setenv(

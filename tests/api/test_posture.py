@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from api.settings import Settings
+from controller.settings import Settings
 from engine.entities.identities import ApiSession
 from engine.managers.bootstrap import create_default_admin
 from engine.testing import FixedClock
@@ -180,7 +180,7 @@ def test_the_posture_sweep_ends_sessions_whose_mfa_posture_lapsed(api: Api) -> N
 
 
 def test_the_maintenance_ticker_sweeps_posture_on_its_own_cadence(api: Api) -> None:
-    from api.maintenance import Maintenance
+    from controller.maintenance import Maintenance
 
     g = guarded(api, check_type="MFA", timeoutSeconds=600)
     current = client_get(api, "/current-api-session", g.user.token).json["data"]["id"]

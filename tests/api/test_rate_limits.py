@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from api.server.limits import RateLimiter, is_authentication
-from api.settings import Settings
+from api.limits import RateLimiter, is_authentication
+from controller.settings import Settings
 from engine.entities.identities import ApiSession
 from tests.api.certs import unique
 from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api

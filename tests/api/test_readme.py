@@ -2,14 +2,14 @@
 the test command CI reads.
 
 The table lives in ``docs/api.md`` (§11), between the markers of
-:mod:`api.routes_table`; regenerate it with ``python -m api.routes_table``.
+:mod:`controller.routes_table`; regenerate it with ``python -m controller.routes_table``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from api.routes_table import BEGIN, END, render
+from controller.routes_table import BEGIN, END, render
 from tests.conftest import Api
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +22,9 @@ def test_documented_operation_table_matches_the_routes(anon: Api) -> None:
     assert text.count(BEGIN) == 1, f"one generated table in {OPERATIONS_DOC.name}"
     assert text.count(END) == 1, f"one generated table in {OPERATIONS_DOC.name}"
     start, end = text.index(BEGIN), text.index(END) + len(END)
-    assert text[start:end] == render(anon.app.routes.table), "regenerate with: python -m api.routes_table"
+    assert text[start:end] == render(anon.app.routes.table), (
+        "regenerate with: python -m controller.routes_table"
+    )
 
 
 def test_readme_names_the_test_command_ci_runs() -> None:

@@ -10,9 +10,9 @@ from typing import Any, cast
 
 import pytest
 
-from api.server.limits import CHECK_EVERY, Deadline, within_deadline
-from api.server.worker import Connection, HttpError, Limits, TrellisWorker, parse_head
-from api.settings import Settings
+from api.limits import CHECK_EVERY, Deadline, within_deadline
+from controller.settings import Settings
+from controller.worker import Connection, HttpError, Limits, TrellisWorker, parse_head
 from engine.errors import RequestTimeoutError
 from tests.api.certs import unique
 from tests.conftest import Api
@@ -131,7 +131,7 @@ def test_the_worker_reads_a_chunked_body_of_exactly_the_limit() -> None:
 
 
 def test_the_worker_takes_its_body_limit_from_settings() -> None:
-    from api.server.serve import serving_limits
+    from controller.serve import serving_limits
 
     assert serving_limits(Settings(max_body_bytes=4096)).max_body_bytes == 4096
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from api.server.limits import RateLimiter
-from api.server.serve import TrellisServer
-from api.settings import Settings
+from api.limits import RateLimiter
+from controller.serve import TrellisServer
+from controller.settings import Settings
 from engine.entities.identities import ApiSession, ApiSessionCertificate, Authenticator, Identity
 from engine.entities.sessions import Session
 from engine.managers.api_sessions import PURGE_BATCH

@@ -1,4 +1,4 @@
-"""The listener's ``SSLContext`` (``api.server.tls``): a client certificate of any issuer passes the
+"""The listener's ``SSLContext`` (``controller.tls``): a client certificate of any issuer passes the
 handshake, which still hands over exactly the chain the client sent (leaf first).
 
 Handshakes run in memory (``ssl.MemoryBIO``) between the context and a client presenting a
@@ -15,7 +15,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from api.server.tls import build_context
+from controller.tls import build_context
 from pki import PkiPaths
 from pki.tls import ServerContext, accept_any_client_certificate, peer_cert_chain
 from tests.api.certs import ThirdPartyCa, key_pem

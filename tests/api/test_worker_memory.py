@@ -1,4 +1,4 @@
-"""The serving worker's malloc arenas (api/server/worker.py: ``limit_malloc_arenas``)."""
+"""The serving worker's malloc arenas (controller/worker.py: ``limit_malloc_arenas``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from api.server.worker import MALLOC_ARENAS, limit_malloc_arenas
+from controller.worker import MALLOC_ARENAS, limit_malloc_arenas
 
 
 def test_an_operators_malloc_arena_max_is_left_as_it_is() -> None:

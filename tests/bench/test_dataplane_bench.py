@@ -84,10 +84,10 @@ def test_dataplane_bench_measures_every_path_without_errors(
 def test_the_profile_is_summarised_by_where_the_router_spends_its_time() -> None:
     raw = "\n".join(
         [
-            "main (api/cli.py:1);run_forever (asyncio/base_events.py:607);EpollSelector.select (selectors.py:468) 50",
-            "main (api/cli.py:1);_read_ready (asyncio/selector_events.py:952);SSLObject.read (ssl.py:921) 30",
-            "main (api/cli.py:1);data_received (channel/connection.py:106);Decoder.feed (channel/frames.py:187) 15",
-            "main (api/cli.py:1);_on_data (router/edge.py:443) 5",
+            "main (controller/cli.py:1);run_forever (asyncio/base_events.py:607);EpollSelector.select (selectors.py:468) 50",
+            "main (controller/cli.py:1);_read_ready (asyncio/selector_events.py:952);SSLObject.read (ssl.py:921) 30",
+            "main (controller/cli.py:1);data_received (channel/connection.py:106);Decoder.feed (channel/frames.py:187) 15",
+            "main (controller/cli.py:1);_on_data (router/edge.py:443) 5",
         ]
     )
 

@@ -1,7 +1,7 @@
 """A real ``trellis init`` + ``trellis serve`` on a free loopback port, for the e2e tests.
 
 ``Server(home)`` only describes the server; ``init()`` and ``start()`` run the CLI as
-subprocesses (``python -m api.cli``), ``stop()`` ends ``serve`` with SIGINT (then SIGKILL after
+subprocesses (``python -m controller.cli``), ``stop()`` ends ``serve`` with SIGINT (then SIGKILL after
 20 s). Used as a context manager it is stopped on exit; :func:`running` is the body of a fixture
 that yields a started server::
 
@@ -31,7 +31,7 @@ from typing import Any, Self
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
-TRELLIS = [sys.executable, "-m", "api.cli"]
+TRELLIS = [sys.executable, "-m", "controller.cli"]
 HOST = "127.0.0.1"
 PASSWORD = "e2e-admin-password"
 MGMT = "/edge/management/v1"

@@ -1,6 +1,6 @@
 """The ``trellis`` command as operators meet it: help, version, and every refusal one line.
 
-Each case runs the real CLI as a subprocess (``python -m api.cli``, as tests/e2e/server.py does)
+Each case runs the real CLI as a subprocess (``python -m controller.cli``, as tests/e2e/server.py does)
 and checks what the operator sees: a bad setting, a home the command cannot use, an address that
 cannot be listened on, a second server on the same home, a missing snapshot all end with exit
 status 2 and one line on stderr, ``trellis: ...``, naming the variable (or the file), and no
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from api import __version__
-from api.settings import SETTINGS, read_by
+from controller.settings import SETTINGS, read_by
 from tests.e2e.server import HOST, MGMT, PASSWORD, ROOT, TRELLIS, Server, free_port
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +34,7 @@ GUNICORN_STARTED = "Starting gunicorn"
 
 
 def trellis(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m api.cli *args`` with no ``TRELLIS_*`` variable of ours, plus ``env``."""
+    """``python -m controller.cli *args`` with no ``TRELLIS_*`` variable of ours, plus ``env``."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("TRELLIS_")}
     return subprocess.run(
         [*TRELLIS, *args],

@@ -1,4 +1,4 @@
-"""Hostile and unusual clients against a real ``trellis serve`` (api/server/worker.py).
+"""Hostile and unusual clients against a real ``trellis serve`` (controller/worker.py).
 
 Stalled connections hold no thread (normal requests are answered within 1 s while 300 are held),
 time limits close them, chunked bodies and ``Expect: 100-continue`` reach the app, requests refused
@@ -28,8 +28,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from api.server.worker import HttpError, Limits, parse_head
 from bench.serving import KINDS, StalledPool, open_stalled, raise_fd_limit
+from controller.worker import HttpError, Limits, parse_head
 from tests.e2e.server import HOST, ROOT, Server, end_process, free_port, running
 
 PASSWORD = "hostile-admin-password"
@@ -308,7 +308,7 @@ app.tls_context = tls_context
 class App(BaseApplication):
     def load_config(self):
         options = {"bind": f"127.0.0.1:{port}", "workers": 1, "threads": 2,
-                   "worker_class": "api.server.worker.TrellisWorker", "certfile": certfile,
+                   "worker_class": "controller.worker.TrellisWorker", "certfile": certfile,
                    "keyfile": keyfile, "ca_certs": ca, "cert_reqs": ssl.CERT_OPTIONAL,
                    "accesslog": "-", "control_socket_disable": True, "keepalive": 30}
         for key, value in options.items():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from api.logs import parse_logfmt
+from controller.logs import parse_logfmt
 from tests.e2e.server import CLIENT, MGMT, ROOT, SAN, TRELLIS, Server
 
 pytestmark = pytest.mark.e2e

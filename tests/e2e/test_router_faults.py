@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from api.embedded_router import EmbeddedRouter
-from api.settings import Settings
+from controller.embedded_router import EmbeddedRouter
+from controller.settings import Settings
 from tests.e2e.dataplane import (
     ONLINE_TIMEOUT,
     Binder,
@@ -173,7 +173,7 @@ def _alive(pid: int) -> bool:
 #: appearing (serve starts it with itself, again 1 s after a crash, and
 #: Python starts slowly under load), its hello accepted, and its end with serve.
 PROCESS_TIMEOUT = 60.0
-#: What the server logs when it accepts the embedded router's hello (api/control/server.py).
+#: What the server logs when it accepts the embedded router's hello (controller/control/server.py).
 ROUTER_CONNECTED = "control: edge router trellis-router ("
 
 
@@ -197,7 +197,7 @@ def test_a_crashed_embedded_router_is_started_again(tmp_path: Path) -> None:
     hello accepted by the server (its log). It no longer tries to see the router offline in
     between: the router is back within seconds, a window a poll on a loaded machine can miss.
     And serve now collects the router's exit status before gunicorn's own ``waitpid(-1)`` can
-    take it (api/server/serve.py): before, the log could say ``status 0`` after a ``kill -9``."""
+    take it (controller/serve.py): before, the log could say ``status 0`` after a ``kill -9``."""
     with Server(tmp_path / "home", env={"TRELLIS_ROUTER": "on"}, unset=["TRELLIS_*"]) as server:
         server.up()
         net = Network(server, server.login(), tmp_path, Path(), "")

@@ -35,7 +35,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from api.logs import parse_logfmt
+from controller.logs import parse_logfmt
 from tests.e2e.sdk.sdk_venv import (
     DRIVERS,
     LOCK_TIMEOUT,
@@ -169,7 +169,7 @@ def enrollment_log_lines(server: Server) -> list[tuple[str, str]]:
     for line in server.log.read_text(errors="replace").splitlines():
         if "logger=gunicorn.access" not in line:
             continue
-        fields = parse_logfmt(line)  # the structured access line (api/logs.py)
+        fields = parse_logfmt(line)  # the structured access line (controller/logs.py)
         if fields.get("method") == "POST" and fields.get("path", "").startswith(
             ("/enroll?", "/edge/client/v1/enroll?")
         ):

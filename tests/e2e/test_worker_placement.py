@@ -1,4 +1,4 @@
-"""Where the worker runs a request (api/server/worker.py): on its event loop when the app's
+"""Where the worker runs a request (controller/worker.py): on its event loop when the app's
 ``runs_on_loop`` says so, else on a pool thread; a request run on the loop is answered only once
 the writes it deferred are durable (503 ``COMMIT_FAILED`` if one is refused), and while it waits
 the loop serves everyone else."""
@@ -78,7 +78,7 @@ app.runs_on_loop = lambda method, path, query: method == "GET" and path.startswi
 class App(BaseApplication):
     def load_config(self):
         options = {"bind": f"127.0.0.1:{port}", "workers": 1, "threads": 2,
-                   "worker_class": "api.server.worker.TrellisWorker", "accesslog": "-",
+                   "worker_class": "controller.worker.TrellisWorker", "accesslog": "-",
                    "control_socket_disable": True, "keepalive": 30}
         for key, value in options.items():
             self.cfg.set(key, value)

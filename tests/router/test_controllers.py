@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from api.settings import SettingError, Settings
 from channel import control
 from channel.control import (
     API_SESSION_CHANNELS,
@@ -25,6 +24,7 @@ from channel.control import (
     ROUTER_LINKS,
 )
 from channel.frames import RESULT, Message, result
+from controller.settings import SettingError, Settings
 from router import identity
 from router.control import ControlClient, RouterLink, client_context
 from router.controllers import Controllers

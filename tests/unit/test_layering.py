@@ -92,7 +92,7 @@ def test_no_resource_module_imports_another() -> None:
 
 
 # -- import cycles and the api layer's own rules ------------------------------------------------
-PACKAGES = ("api", "engine", "storage", "pki", "bench", "channel", "router")
+PACKAGES = ("api", "controller", "engine", "storage", "pki", "bench", "channel", "router", "cluster")
 
 
 def _runtime_imports(path: Path, tree: ast.Module, modules: set[str] | None = None) -> set[str]:
@@ -187,8 +187,9 @@ def test_resources_and_wire_schemas_reach_storage_and_pki_only_through_ports() -
 
 
 def test_the_http_server_knows_no_edge_api() -> None:
-    """``api/server`` is the HTTP server ``trellis serve`` runs: it reaches the app only by
-    building it (``api.app``), never a resource module or a wire schema."""
+    """The HTTP server ``trellis serve`` runs (``controller.serve``, ``.worker``, ``.tls``,
+    ``.accesslog``) reaches the app only by building it (``controller.app``), never a resource
+    module or a wire schema."""
     resources = set()
     for path in sorted((ROOT / "api").rglob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -196,9 +197,41 @@ def test_the_http_server_knows_no_edge_api() -> None:
             resources.add(_module_name(path))
     assert "api.client.services" in resources
     offenders = {}
-    for path in sorted((ROOT / "api" / "server").glob("*.py")):
+    for name in ("serve", "worker", "tls", "accesslog"):
+        path = ROOT / "controller" / f"{name}.py"
         tree = ast.parse(path.read_text(), filename=str(path))
         reached = sorted(m for m in _runtime_imports(path, tree) if m in resources)
         if reached:
             offenders[_module_name(path)] = reached
     assert offenders == {}
+
+
+def test_api_is_the_http_side_and_the_process_is_the_controller_package() -> None:
+    """``api`` is Falcon resources, wire schemas and their request plumbing; the process around
+    them (composition, CLI, serving, control listener, supervision, cluster membership) is
+    ``controller``, which ``api`` does not import: only ``controller.settings``, the configuration
+    the API reads. Nothing below the API (engine, storage, pki, channel, router) imports either."""
+    offenders = {}
+    for path in sorted((ROOT / "api").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        process = sorted(
+            m
+            for m in _runtime_imports(path, tree)
+            if m.split(".")[0] == "controller" and m.split(".")[:2] != ["controller", "settings"]
+        )
+        if process:
+            offenders[str(path.relative_to(ROOT))] = process
+    assert offenders == {}
+    for module in (
+        "app",
+        "cli",
+        "serve",
+        "worker",
+        "control",
+        "embedded_router",
+        "maintenance",
+        "home",
+        "logs",
+    ):
+        assert not (ROOT / "api" / f"{module}.py").exists()
+        assert not (ROOT / "api" / module).exists()

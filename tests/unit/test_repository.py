@@ -164,7 +164,7 @@ def _relative(path: Path) -> str:
 
 def test_the_scan_sees_the_sources_and_the_docs() -> None:
     names = {_relative(p) for p in FILES}
-    assert {"README.md", "docs/architecture.md", "engine/policy/graph.py", "api/app.py"} <= names
+    assert {"README.md", "docs/architecture.md", "engine/policy/graph.py", "controller/app.py"} <= names
 
 
 @pytest.mark.parametrize("rule", [outside_paths, outside_documents], ids=["paths", "documents"])

@@ -1,4 +1,4 @@
-"""api/settings.py: one declaration per variable, from which the defaults, the reader, the help
+"""controller/settings.py: one declaration per variable, from which the defaults, the reader, the help
 and the settings table of docs/operations.md all come."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from api.settings import (
+from controller.settings import (
     BY_ENV,
     COMMANDS,
     SETTINGS,
@@ -127,10 +127,10 @@ def test_the_help_and_the_table_come_from_the_declarations() -> None:
 
 
 def test_the_operations_guide_shows_the_generated_settings_table() -> None:
-    """docs/operations.md §2 is ``python -m api.settings --markdown`` (regenerate with it)."""
+    """docs/operations.md §2 is ``python -m controller.settings --markdown`` (regenerate with it)."""
     from pathlib import Path
 
-    from api.settings import markdown
+    from controller.settings import markdown
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     begin = text.index("<!-- settings:begin")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api.system import ShortIds
+from controller.system import ShortIds
 
 
 def test_short_ids_keep_openziti_shape() -> None:

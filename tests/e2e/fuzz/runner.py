@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from api.logs import parse_logfmt
+from controller.logs import parse_logfmt
 
 #: The checks run (issue 8 §7).
 CHECKS = ("not_a_server_error", "status_code_conformance", "response_schema_conformance")
@@ -256,7 +256,7 @@ _ACCESS = re.compile(r'" (\d{3}) \S+ "[^"]*" "([^"]*)"$')
 
 
 def _access(line: str) -> tuple[str, str] | None:
-    """(status, user agent) of an access line: ``trellis serve``'s structured one (api/logs.py),
+    """(status, user agent) of an access line: ``trellis serve``'s structured one (controller/logs.py),
     or gunicorn's combined one; None for any other line."""
     if "logger=gunicorn.access" in line:
         fields = parse_logfmt(line)

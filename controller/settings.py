@@ -10,7 +10,7 @@ asks for, its help, and the commands that read it. From that one list come:
   (``TRELLIS_THREADS must be a whole number from 1 to 256, not 'abc'``);
 - the :class:`Settings` fields' defaults (:data:`DEFAULTS`);
 - ``trellis --help`` and each command's help (:func:`describe`);
-- the settings table of docs/operations.md §2: ``python -m api.settings --markdown``.
+- the settings table of docs/operations.md §2: ``python -m controller.settings --markdown``.
 
 An empty variable is the same as an unset one (its default).
 """
@@ -579,7 +579,7 @@ class Settings:
 
     home: Path = DEFAULTS["TRELLIS_HOME"]
     bind: str = DEFAULTS["TRELLIS_BIND"]
-    #: Where edge routers connect (api.control).
+    #: Where edge routers connect (controller.control).
     ctrl_bind: str = DEFAULTS["TRELLIS_CTRL_BIND"]
     advertise: str = DEFAULTS["TRELLIS_ADVERTISE"]
     sans: tuple[str, ...] = DEFAULTS["TRELLIS_SAN"]
@@ -599,7 +599,7 @@ class Settings:
     #: ``TRELLIS_WORKERS`` as given, 0 when it is not (see :attr:`serving_workers`).
     workers: int = DEFAULTS["TRELLIS_WORKERS"]
     cert_proxies: tuple[str, ...] = DEFAULTS["TRELLIS_CERT_PROXIES"]
-    #: The serving worker's time limits, in seconds (see api.server.worker).
+    #: The serving worker's time limits, in seconds (see controller.worker).
     handshake_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_HANDSHAKE_SECONDS"]
     header_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_HEADER_SECONDS"]
     body_timeout: float = DEFAULTS["TRELLIS_TIMEOUT_BODY_SECONDS"]
@@ -628,7 +628,7 @@ class Settings:
     router_advertise: str = DEFAULTS["TRELLIS_ROUTER_ADVERTISE"]
     router_ctrl: str = DEFAULTS["TRELLIS_ROUTER_CTRL"]
     router_offline_grace: float = DEFAULTS["TRELLIS_ROUTER_OFFLINE_GRACE"]
-    #: The log's lowest level and line format (see api.logs).
+    #: The log's lowest level and line format (see controller.logs).
     log_level: str = DEFAULTS["TRELLIS_LOG_LEVEL"]
     log_format: str = DEFAULTS["TRELLIS_LOG_FORMAT"]
     extra: dict[str, str] = field(default_factory=dict)
@@ -734,7 +734,7 @@ def markdown() -> str:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m api.settings", description="Trellis's settings")
+    parser = argparse.ArgumentParser(prog="python -m controller.settings", description="Trellis's settings")
     parser.add_argument(
         "--markdown",
         action="store_true",

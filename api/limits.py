@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import falcon
 
 from api.controller import CLIENT_BASE, MANAGEMENT_BASE
-from api.settings import Settings
+from controller.settings import Settings
 from engine.errors import RequestTimeoutError, TooManyRequestsError
 
 T = TypeVar("T")

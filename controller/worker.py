@@ -31,7 +31,7 @@ it: unverified). The worker honours gunicorn's ``max_requests``, ``graceful_time
 bodies are small JSON documents).
 
 The app may serve more on the same loop: its ``serve_alongside(loop, pool)``, if it has one, is
-awaited once accepting starts (the control listener edge routers connect to, ``api.control``), and
+awaited once accepting starts (the control listener edge routers connect to, ``controller.control``), and
 the stop it answers is awaited first thing at shutdown.
 
 Measurements and the options compared: ``bench/serving.py`` (``python -m bench serving``).
@@ -69,7 +69,7 @@ from gunicorn.workers.base import Worker
 
 from api.errors import envelope
 from api.http import DEFERRED_KEY
-from api.server.accesslog import AccessLog, redact_uri
+from controller.accesslog import AccessLog, redact_uri
 from engine import errors as e
 from engine.ports import Durable
 from pki.tls import peer_cert_chain
@@ -556,7 +556,7 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS, environ: Mapping[str, str] 
 
 
 class TrellisWorker(Worker):  # type: ignore[misc]
-    """gunicorn worker class ``api.server.worker.TrellisWorker`` (see the module docstring)."""
+    """gunicorn worker class ``controller.worker.TrellisWorker`` (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

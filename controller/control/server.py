@@ -42,7 +42,6 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from api.control import wire
 from api.controller import Controller
 from channel import control
 from channel.connection import Channel
@@ -56,6 +55,7 @@ from channel.frames import (
     Message,
     result,
 )
+from controller.control import wire
 from engine.entities.routers import EdgeRouter
 from engine.errors import CommitFailedError
 from engine.managers.circuits import CloseCircuits

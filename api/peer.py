@@ -2,7 +2,7 @@
 
 The serving worker puts the chain the client sent in the WSGI environ as
 ``trellis.peer_cert_chain`` (DER, leaf first). It is **not verified**: the handshake lets a
-certificate of any issuer through (``api.server.tls``, as OpenZiti's ``tls.RequestClientCert``) and
+certificate of any issuer through (``controller.tls``, as OpenZiti's ``tls.RequestClientCert``) and
 only proves that the client holds the leaf's private key, so every use of the chain checks its
 signatures itself (``CertificateAuthority.issued_by_us`` / ``issuer_index``) and refuses an
 untrusted one with an HTTP answer (401 ``INVALID_AUTH`` for ``method=cert``).

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from typing import TextIO
 
 from api.controller import Controller
-from api.settings import Settings, with_host
+from controller.settings import Settings, with_host
 from engine.entities.routers import EdgeRouter
 from router import identity
 from router.enroll import free_port, link_bind
@@ -139,7 +139,7 @@ class EmbeddedRouter:
     ``serve``'s master is gunicorn's arbiter, which reaps its children with ``waitpid(-1)``: the
     router's exit status would go to whichever of the two waits first. So this watches the process
     without blocking in ``waitpid``, and the arbiter calls :meth:`reap` before it reaps (see
-    ``api.server.serve``), which keeps the status here (``-9`` for a ``kill -9``, not ``0``)."""
+    ``controller.serve``), which keeps the status here (``-9`` for a ``kill -9``, not ``0``)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -250,7 +250,7 @@ def _popen(settings: Settings) -> subprocess.Popen[bytes]:
     env["TRELLIS_ROUTER_HOME"] = str(settings.embedded_router_dir)
     env["TRELLIS_ROUTER_CTRL"] = ctrl_address(settings)  # the listener of this run, wherever it moved
     return subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "router", "run", "--await-controller"],
+        [sys.executable, "-m", "controller.cli", "router", "run", "--await-controller"],
         env=env,
         stdin=subprocess.DEVNULL,
         start_new_session=False,

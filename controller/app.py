@@ -25,19 +25,19 @@ from falcon import media
 
 from api import ZITI_COMPAT_VERSION, __version__, authentication, current, errors, fabric, info
 from api.client import register_all as register_client
-from api.control import ControlServer
 from api.controller import Controller
 from api.http import DEFERRED_KEY
 from api.json_schemas import JsonSchemaChecker
-from api.maintenance import Maintenance
+from api.limits import RequestLimits
 from api.management import register_all as register_management
 from api.middleware import RequestMiddleware
 from api.routing import Routes, SharedRouter
-from api.server.limits import RequestLimits
-from api.server.tls import TlsTrust
-from api.settings import SettingError, Settings
-from api.system import ShortIds, SystemClock
 from api.views import Views
+from controller.control import ControlServer
+from controller.maintenance import Maintenance
+from controller.settings import SettingError, Settings
+from controller.system import ShortIds, SystemClock
+from controller.tls import TlsTrust
 from engine.entities import all as _all_kinds  # noqa: F401  (registers every entity kind)
 from engine.managers._base import Env
 from engine.managers.enrollment import EnrollmentSettings
@@ -243,7 +243,7 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
         self, loop: asyncio.AbstractEventLoop, executor: concurrent.futures.Executor
     ) -> Callable[[], Awaitable[None]]:
         """Serve, on the server's event loop, what runs beside the HTTP API: the control listener
-        edge routers connect to (``TRELLIS_CTRL_BIND``, ``api.control``), its engine calls on
+        edge routers connect to (``TRELLIS_CTRL_BIND``, ``controller.control``), its engine calls on
         ``executor``. The answer stops it. An address that cannot be bound is logged and the API
         served all the same. Of several workers of one controller, only one listens: one process
         can bind the address (:meth:`serves_control`)."""

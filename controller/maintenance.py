@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 
-from api.server.limits import RequestLimits
+from api.limits import RequestLimits
 from engine.errors import CommitFailedError
 from engine.managers.api_sessions import ApiSessionManager
 from engine.managers.sessions import SessionManager

@@ -21,7 +21,7 @@ secret query parameters (``token=`` of ``/enroll*``, and any ``*token``, ``*secr
 credential headers (``Authorization``, ``zt-session``, cookies) too, in every atom that shows
 them. A one-time token left in a log would be usable by whoever reads the log.
 
-Under ``trellis serve`` gunicorn's logger is ``api.logs.GunicornLogger`` (``structured``): the line
+Under ``trellis serve`` gunicorn's logger is ``controller.logs.GunicornLogger`` (``structured``): the line
 is then a structured record (:func:`access_fields`: the request id the app gave the request, the
 client, method, redacted target, status, size, duration, agent and redacted referer) written by
 the one log formatter with every other line, instead of Apache's combined format.
@@ -42,9 +42,10 @@ from urllib.parse import unquote_plus
 from gunicorn import glogging
 from gunicorn.config import AccessLogFormat
 
+from api import REQUEST_ID_KEY
+
 __all__ = [
     "REDACTED",
-    "REQUEST_ID_KEY",
     "AccessLog",
     "access_fields",
     "redact_environ",
@@ -56,8 +57,6 @@ DEFAULT_FORMAT: str = AccessLogFormat.default
 
 #: What a secret is logged as.
 REDACTED = "REDACTED"
-#: The environ key under which the app leaves the request's id (``api.middleware``) for the line.
-REQUEST_ID_KEY = "trellis.request_id"
 #: Query parameters that carry secrets, by their name lower-cased without ``-`` and ``_``: the
 #: enrollment token (``/enroll*?token=``), and what OAuth/OIDC-style or careless clients put in a
 #: URL (``access_token``, ``code``, ``password``, a ``zt-session`` token, ...).
@@ -291,7 +290,7 @@ class AccessLog:
         """Log one request (``logged``: status, headers and ``sent`` as gunicorn's response)."""
         if not getattr(self.log, "access_log_enabled", True):
             return
-        if getattr(self.log, "structured", False):  # api.logs.GunicornLogger: one record, no atoms
+        if getattr(self.log, "structured", False):  # controller.logs.GunicornLogger: one record, no atoms
             self.log.access(logged, req, environ, request_time)
             return
         streams = self.streams(access_log_format)

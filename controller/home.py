@@ -3,7 +3,7 @@
 A Trellis home holds ``trellis.duckdb`` and ``pki/`` (``trellis init`` makes both). The CLI looks
 before it touches anything: ``serve`` wants a complete home, ``init`` a new, empty or Trellis
 one (never a directory of other files: it would tighten it to 0700 and write into it),
-``restore`` an existing one. Each refusal is a :class:`~api.settings.SettingError` naming
+``restore`` an existing one. Each refusal is a :class:`~controller.settings.SettingError` naming
 ``TRELLIS_HOME``.
 
 One server per home: ``serve`` holds an exclusive ``flock`` on ``<home>/serve.lock`` (its pid
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from api.settings import SettingError
+from controller.settings import SettingError
 
 DB_FILE = "trellis.duckdb"
 PKI_DIR = "pki"

@@ -6,6 +6,6 @@ routers are told is the engine's (``engine.managers.edge_control``); which route
 the fleet's (``engine.managers.fleet``).
 """
 
-from api.control.server import ControlServer
+from controller.control.server import ControlServer
 
 __all__ = ["ControlServer"]

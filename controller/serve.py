@@ -1,4 +1,4 @@
-"""``trellis serve``: gunicorn, ``TRELLIS_WORKERS`` workers (:class:`api.server.worker.TrellisWorker`),
+"""``trellis serve``: gunicorn, ``TRELLIS_WORKERS`` workers (:class:`controller.worker.TrellisWorker`),
 TLS with optional client certificates.
 
 One worker on DuckDB, because one process may open the DuckDB file read-write (docs/architecture.md
@@ -6,7 +6,7 @@ One worker on DuckDB, because one process may open the DuckDB file read-write (d
 The app (and so the store) is loaded in each worker after the fork; one worker of those serving the
 database (:meth:`~engine.ports.Store.lead`) runs the control listener and the maintenance ticker. The worker's event loop does the
 network (TLS handshakes, reading requests, with time limits) and ``settings.threads`` threads run
-the app, so clients that stall hold no thread (see api/server/worker.py and ``python -m bench serving``).
+the app, so clients that stall hold no thread (see controller/worker.py and ``python -m bench serving``).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.errors import AppImportError
 
 from api import ZITI_COMPAT_VERSION
-from api.logs import gunicorn_options
-from api.server.tls import build_context
-from api.server.worker import Limits
-from api.settings import SettingError, Settings, split_address
+from controller.logs import gunicorn_options
+from controller.settings import SettingError, Settings, split_address
+from controller.tls import build_context
+from controller.worker import Limits
 from pki.authority import PkiPaths
 
 
@@ -84,13 +84,13 @@ def check_address(name: str, value: str) -> None:
 
 def tls_context(paths: PkiPaths) -> ssl.SSLContext:
     """The fallback context (when the app has no live one): client certificates of any issuer
-    let through, as in the app's (``api.server.tls``); should that not be possible, our own CA chain
+    let through, as in the app's (``controller.tls``); should that not be possible, our own CA chain
     is the only one trusted in the handshake."""
     return build_context(paths, [paths.ca_bundle.read_text()])
 
 
 class Companion(Protocol):
-    """A process ``serve`` keeps beside its worker (the embedded router, ``api.embedded_router``)."""
+    """A process ``serve`` keeps beside its worker (the embedded router, ``controller.embedded_router``)."""
 
     def stop(self) -> None:
         """``serve`` was told to stop (SIGINT, SIGTERM, SIGQUIT): stop now, before the worker."""
@@ -181,7 +181,7 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         options = {
             "bind": self.settings.bind,
             "workers": self.settings.serving_workers,
-            "worker_class": "api.server.worker.TrellisWorker",
+            "worker_class": "controller.worker.TrellisWorker",
             "threads": self.settings.threads,
             # Connections cost a file and some memory, no thread: room for many stalled ones.
             "worker_connections": 4096,
@@ -200,7 +200,7 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
             # gunicorn 27's control socket is one per user (~/.gunicorn): two servers would clash.
             "control_socket_disable": True,
         }
-        # Structured lines (api/logs.py) for gunicorn's error and access logs and ours; a bad
+        # Structured lines (controller/logs.py) for gunicorn's error and access logs and ours; a bad
         # TRELLIS_LOG_LEVEL or TRELLIS_LOG_FORMAT ends `trellis serve` here, exit status 2.
         options.update(gunicorn_options())
         for key, value in options.items():
@@ -215,7 +215,7 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
             raise SystemExit(1) from None
 
     def load(self) -> Any:
-        from api.app import create_app
+        from controller.app import create_app
 
         # Everything loaded at start (every entity, the policy graph: millions of objects at 100k
         # identities) lives as long as the process. The cyclic collector is off while it is made

@@ -25,12 +25,12 @@ format has the same keys in the same order, one object a line.
 Under ``trellis serve`` everything goes to standard error: gunicorn's error log, the access log
 (one INFO line per request: :class:`GunicornLogger`) and every ``logging`` record of the app.
 
-The settings (read here until they join ``api.settings``):
+The settings (read here until they join ``controller.settings``):
 
 - ``TRELLIS_LOG_LEVEL``: ``debug``, ``info`` (default), ``warning``, ``error`` or ``critical``;
 - ``TRELLIS_LOG_FORMAT``: ``text`` (key=value, default) or ``json`` (one JSON object a line).
 
-A bad value stops the command before anything starts (``api.settings.SettingError``: the
+A bad value stops the command before anything starts (``controller.settings.SettingError``: the
 ``trellis`` command prints ``trellis: <reason>``, one line on standard error, and exits 2).
 """
 
@@ -42,7 +42,6 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import IO, Any
@@ -50,9 +49,9 @@ from typing import IO, Any
 import orjson
 from gunicorn import glogging
 
-from api.server.accesslog import access_fields, write_line
-from api.settings import BY_ENV
-from engine.logs import RESERVED
+from controller.accesslog import access_fields, write_line
+from controller.settings import BY_ENV
+from engine.logs import RESERVED, bind_request_id, current_request_id, unbind_request_id
 
 __all__ = [
     "FORMAT_VAR",
@@ -98,7 +97,7 @@ class LogSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LogSettings:
         """The settings from ``TRELLIS_LOG_LEVEL`` and ``TRELLIS_LOG_FORMAT`` (unset or empty:
-        the default), checked as every setting is (``api.settings``): a bad value ends the
+        the default), checked as every setting is (``controller.settings``): a bad value ends the
         process (exit status 2) with its reason."""
         env = os.environ if environ is None else environ
         level = BY_ENV[LEVEL_VAR].parse(env.get(LEVEL_VAR))
@@ -107,34 +106,13 @@ class LogSettings:
 
 # -- the request being served -------------------------------------------------------------------
 
-_request_id: ContextVar[str | None] = ContextVar("trellis_request_id", default=None)
-
-
-def bind_request_id(request_id: str) -> Token[str | None]:
-    """Lines logged from here on (in this thread or task) carry ``request_id``; hand the token
-    to :func:`unbind_request_id` when the request is done."""
-    return _request_id.set(request_id)
-
-
-def unbind_request_id(token: Token[str | None] | None) -> None:
-    if token is None:
-        return
-    try:
-        _request_id.reset(token)
-    except ValueError:  # made in another context: the best we can do is to forget the id
-        _request_id.set(None)
-
-
-def current_request_id() -> str | None:
-    return _request_id.get()
-
 
 class RequestIdFilter(logging.Filter):
     """Puts the request id of the request being served on each record that has none."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if "request_id" not in record.__dict__:
-            record.request_id = _request_id.get()
+            record.request_id = current_request_id()
         return True
 
 
@@ -367,10 +345,10 @@ class GunicornLogger(glogging.Logger):  # type: ignore[misc]
     """gunicorn's logger class for ``trellis serve``: its error and access loggers hand their
     records to the root logger's handler (:func:`configure`, run here from the environment in
     the master and so inherited by the worker), and an access line is a structured record
-    (``api.server.accesslog.access_fields``) rather than Apache's combined format. The access log is
+    (``controller.accesslog.access_fields``) rather than Apache's combined format. The access log is
     on when gunicorn's ``accesslog`` is set (``-``): its lines go to standard error with the rest."""
 
-    #: ``api.server.accesslog.AccessLog`` hands the access line to :meth:`access` as it is.
+    #: ``controller.accesslog.AccessLog`` hands the access line to :meth:`access` as it is.
     structured = True
 
     def __init__(self, cfg: Any) -> None:
@@ -393,7 +371,7 @@ class GunicornLogger(glogging.Logger):  # type: ignore[misc]
             log.setLevel(logging.NOTSET)
 
     def access(self, resp: Any, req: Any, environ: Mapping[str, Any], request_time: timedelta) -> None:
-        """One request's access line (INFO): the fields of ``api.server.accesslog.access_fields``.
+        """One request's access line (INFO): the fields of ``controller.accesslog.access_fields``.
 
         A record costs more than the line (making it, finding its caller: a third of a small
         request's logging): when the line would go only to :func:`configure`'s handlers, it is

@@ -12,9 +12,9 @@ gunicorn worker carries the password (``/proc/<pid>/environ`` shows the environm
 was executed with, which deleting from ``os.environ`` does not change).
 
 Every refusal is one line, ``trellis: <why>``, on stderr and exit status 2, before anything is
-changed: a setting not of its form (:mod:`api.settings` checks each the command reads), a home the
-command cannot use or one another server holds (:mod:`api.home`), an address ``serve`` cannot
-listen on (:func:`api.server.serve.check_bind`), a snapshot ``restore`` cannot use. ``--help`` (also
+changed: a setting not of its form (:mod:`controller.settings` checks each the command reads), a home the
+command cannot use or one another server holds (:mod:`controller.home`), an address ``serve`` cannot
+listen on (:func:`controller.serve.check_bind`), a snapshot ``restore`` cannot use. ``--help`` (also
 per command) lists the settings with their defaults and forms; ``--version`` the version.
 """
 
@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from api import home
-from api.settings import SettingError, Settings, describe, listing
+from controller import home
+from controller.settings import SettingError, Settings, describe, listing
 from storage.files import restrict_umask, tighten
 
 PASSWORD_VAR = "TRELLIS_ADMIN_PASSWORD"
@@ -89,7 +89,7 @@ def init(settings: Settings, *, out: TextIO = sys.stdout) -> bool:
     forget_password(os.environ)
     home.check(settings.home, "init")
     home.refuse_while_served(settings.home)
-    from api.app import build_controller
+    from controller.app import build_controller
     from engine.managers.bootstrap import create_default_admin, has_default_admin
     from pki.authority import PkiPaths, init_pki
     from pki.passwords import generate_password
@@ -121,7 +121,7 @@ def init(settings: Settings, *, out: TextIO = sys.stdout) -> bool:
                 print(f"created admin 'admin' with the password from {source}", file=out)
             created = True
         if settings.router:
-            from api import embedded_router
+            from controller import embedded_router
 
             created = embedded_router.ensure(ctrl, settings, out=out) or created
     finally:
@@ -140,7 +140,7 @@ def serve_without_password() -> None:
     env = {name: value for name, value in os.environ.items() if name not in PASSWORD_VARS}
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "api.cli", "serve"], env)
+    os.execve(sys.executable, [sys.executable, "-m", "controller.cli", "serve"], env)
 
 
 def restore(settings: Settings, snapshot: Path, *, out: TextIO = sys.stdout) -> None:
@@ -172,7 +172,7 @@ def restore(settings: Settings, snapshot: Path, *, out: TextIO = sys.stdout) -> 
 
 def router_enroll(settings: Settings, jwt_file: Path, *, out: TextIO = sys.stdout) -> None:
     """Enroll a standalone router into ``TRELLIS_ROUTER_HOME`` with the JWT in ``jwt_file``."""
-    from api.embedded_router import router_addresses
+    from controller.embedded_router import router_addresses
     from router import identity
     from router.enroll import EnrollError, enroll
 
@@ -244,16 +244,16 @@ def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
     check_serve_home(settings)
     database = ""
     if settings.database_url:  # reachable and usable, before the worker starts (nothing loaded)
-        from api.app import check_database
+        from controller.app import check_database
 
         database = f", database {check_database(settings)}"
     secure_home(settings)
     lock = home.hold(settings.home)  # held until this process (and its worker) exits
     home.wait_for_database(settings.db_path)
-    from api.server import serve as serving  # gunicorn and the app's modules: once the home is fine
+    from controller import serve as serving  # gunicorn and the app's modules: once the home is fine
 
     serving.check_bind(settings)
-    from api import embedded_router
+    from controller import embedded_router
 
     print(f"serving https://{settings.bind} (home {settings.home}{database})", file=out, flush=True)
     router = embedded_router.EmbeddedRouter(settings)
@@ -376,8 +376,8 @@ def run(args: argparse.Namespace) -> int:
         serve_without_password()
     command = f"router-{args.action}" if args.command == "router" else args.command
     settings = Settings.from_env(command=command)
-    if args.command != "serve":  # serve configures gunicorn's logging and ours (api.server.serve)
-        from api.logs import configure_from_env
+    if args.command != "serve":  # serve configures gunicorn's logging and ours (controller.serve)
+        from controller.logs import configure_from_env
 
         configure_from_env()
     if args.command == "init":
