@@ -14,10 +14,12 @@ against a real server (see :mod:`bench.logins`);
 ``python -m bench dataplane`` bytes through the edge router against a direct TLS connection, dial
 set-up time and connections held, with ``trellis serve`` and its router running (see
 :mod:`bench.dataplane`);
+``python -m bench cluster`` one and two serving processes on PostgreSQL beside DuckDB, the
+change-log lag between processes and writes with 1, 8 and 32 writers (see :mod:`bench.cluster`);
 ``python -m bench peer`` the same seeded topology on OpenZiti v1.6.0 and on Trellis, measured side
 by side and reported as ratios (see :mod:`bench.peer`).
 
-``writes``, ``http``, ``logins``, ``dataplane`` and ``peer`` write their JSON into ``bench/results/local/``
+``writes``, ``http``, ``logins``, ``dataplane``, ``cluster`` and ``peer`` write their JSON into ``bench/results/local/``
 (ignored by git), into the committed ``bench/results/`` only with ``--publish`` (see
 :mod:`bench.output`).
 Nothing is installed on the system unless asked (``http --install-wrk``); what a run fetches it
@@ -29,7 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import dataplane, engine, http, logins, peer, serving, startup, updates, writes
+from bench import cluster, dataplane, engine, http, logins, peer, serving, startup, updates, writes
 from bench.topology import TIERS
 
 
@@ -65,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     dataplane.add_arguments(
         commands.add_parser("dataplane", help="the edge router's throughput, dial time and connections held")
     )
+    cluster.add_arguments(
+        commands.add_parser("cluster", help="1 and 2 processes on PostgreSQL beside DuckDB, lag and writes")
+    )
     peer.add_arguments(
         commands.add_parser("peer", help="the same topology on OpenZiti v1.6.0 and on Trellis, side by side")
     )
@@ -87,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         print(logins.main(args), flush=True)
     elif args.command == "dataplane":
         print(dataplane.main(args), flush=True)
+    elif args.command == "cluster":
+        print(cluster.main(args), flush=True)
     elif args.command == "peer":
         print(peer.main(args), flush=True)
     return 0
