@@ -6,7 +6,7 @@ serving processes (:mod:`.serve`: gunicorn and its workers, :mod:`.worker`, with
 context, :mod:`.tls`), logging (:mod:`.logs`, :mod:`.accesslog`), the routers' control listener
 (:mod:`.control`), the embedded router's supervisor (:mod:`.embedded_router`), periodic
 maintenance under one leader (:mod:`.maintenance`) and the controller's identity in a cluster
-(:func:`.app.controller_identity`).
+(:func:`.compose.controller_identity`).
 
 :mod:`api` is the HTTP side only and imports nothing from here but :mod:`.settings`, the
 configuration every layer above the engine reads.

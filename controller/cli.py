@@ -89,7 +89,7 @@ def init(settings: Settings, *, out: TextIO = sys.stdout) -> bool:
     forget_password(os.environ)
     home.check(settings.home, "init")
     home.refuse_while_served(settings.home)
-    from controller.app import build_controller
+    from controller.compose import build_controller
     from engine.managers.bootstrap import create_default_admin, has_default_admin
     from pki.authority import PkiPaths, init_pki
     from pki.passwords import generate_password
@@ -244,7 +244,7 @@ def serve(settings: Settings, *, out: TextIO = sys.stdout) -> None:
     check_serve_home(settings)
     database = ""
     if settings.database_url:  # reachable and usable, before the worker starts (nothing loaded)
-        from controller.app import check_database
+        from controller.compose import check_database
 
         database = f", database {check_database(settings)}"
     secure_home(settings)

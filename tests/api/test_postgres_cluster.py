@@ -21,8 +21,8 @@ import jwt
 import pytest
 from cryptography import x509
 
-from controller.app import CONTROLLER_ID_FILE
 from controller.cli import init
+from controller.compose import CONTROLLER_ID_FILE
 from controller.settings import Settings
 from engine.entities.sessions import Session
 from pki.authority import PkiPaths

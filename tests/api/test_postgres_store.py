@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from controller.app import open_store
+from controller.compose import open_store
 from controller.settings import SettingError, Settings
 from engine.managers.bootstrap import create_default_admin
 from storage.postgres import PostgresStore
