@@ -28,6 +28,7 @@ from engine.testing import CheapHasher
 from pki import CertificateAuthority, PkiPaths
 from storage.codec import encode
 from storage.memory import MemoryStore
+from tests.schedule import DEFAULT_SECONDS, arrange
 
 ADMIN_USER = "admin"
 ADMIN_PASSWORD = "admin-password-1"
@@ -36,10 +37,29 @@ CLIENT = "/edge/client/v1"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests marked ``slow`` (the fuzz, the soak, the crash tests) first, the rest in their
-    order: run in several processes (``make test``), they start at once, in one process, while the
-    other processes share out the rest, instead of one of them starting last."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The long tests spread over the head of each test process's share, so the processes of
+    ``make test`` start them at once and end together (:mod:`tests.schedule`). A test marked
+    ``seconds(n)`` takes about n seconds; a module marked so (``pytestmark``) takes n in all, its
+    tests together; a ``slow`` test without either is taken for 10 s."""
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    in_module: dict[str, int] = {}
+    for item in items:
+        in_module[module(item)] = in_module.get(module(item), 0) + 1
+
+    def estimate(item: pytest.Item) -> float | None:
+        own = next((m for m in item.iter_markers("seconds") if m in item.own_markers), None)
+        if own is not None:
+            return float(own.args[0])
+        marked = item.get_closest_marker("seconds")
+        if marked is not None:
+            return float(marked.args[0]) / in_module[module(item)]
+        return DEFAULT_SECONDS if item.get_closest_marker("slow") is not None else None
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = arrange(items, workers, estimate, module)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -21,9 +21,9 @@ import jwt
 import pytest
 from cryptography import x509
 
-from controller.cli import init
+from controller.cli import controller_remove, init
 from controller.compose import CONTROLLER_ID_FILE
-from controller.settings import Settings
+from controller.settings import SettingError, Settings
 from engine.entities.sessions import Session
 from pki.authority import PkiPaths
 from pki.passwords import Argon2idPasswordHasher
@@ -32,7 +32,7 @@ from tests.api.test_postgres_store import start
 from tests.api.test_posture import domain, guarded, respond
 from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api, new_home, open_app
 
-pytestmark = pytest.mark.durable
+pytestmark = [pytest.mark.durable, pytest.mark.seconds(25)]
 
 DEADLINE_SECONDS = 30.0
 
@@ -213,6 +213,8 @@ def test_two_controllers_list_each_other_and_routers_enroll_to_both(
     )
     first = start(a, first=True)
     second = start(b)
+    for api in (first, second):
+        api.app.join_network()  # as `trellis serve` does in each process
     try:
         a_id = first.ctrl.controller_id
         assert a_id == first.ctrl.instance_id  # the first controller keeps the network's id
@@ -225,7 +227,10 @@ def test_two_controllers_list_each_other_and_routers_enroll_to_both(
             return data
 
         deadline = time.monotonic() + DEADLINE_SECONDS
-        while len(listed(first, MGMT)) < 2 or len(listed(second, CLIENT)) < 2:
+        while not all(
+            len(got) == 2 and all(c["isOnline"] for c in got)
+            for got in (listed(first, MGMT), listed(second, CLIENT))
+        ):
             assert time.monotonic() < deadline, (listed(first, MGMT), listed(second, CLIENT))
             time.sleep(0.05)
 
@@ -252,11 +257,49 @@ def test_two_controllers_list_each_other_and_routers_enroll_to_both(
         for api in (first, second):
             api.ctrl.env.store.close()
 
-    again = start(a)  # the other controller is gone: only this one is listed
+    again = start(a)  # the other controller is away: listed offline, and still named to routers
     try:
-        assert [c["id"] for c in again.get("/controllers", base=MGMT).json["data"]] == [a_id]
+        listed = again.get("/controllers", base=MGMT).json["data"]
+        assert [(c["id"], c["isOnline"]) for c in listed] == [(a_id, True), ("ctrl-b", False)]
+        assert listed[1]["ctrlAddress"] == "tls:127.0.0.2:16262"
+        router_id = again.create("/edge-routers", {"name": "er-later", "isTunnelerEnabled": False})
+        jwt_text = again.get(f"/edge-routers/{router_id}").json["data"]["enrollmentJwt"]
+        claims = jwt.decode(jwt_text, options={"verify_signature": False})
+        assert claims["ctrls"] == ["tls:127.0.0.1:16262", "tls:127.0.0.2:16262"]
     finally:
         again.ctrl.env.store.close()
+
+    # `trellis controller remove` forgets it (refused for the home's own controller)
+    with pytest.raises(SettingError, match="this home's own controller"):
+        controller_remove(a, a_id, out=io.StringIO())
+    printed = io.StringIO()
+    controller_remove(a, "ctrl-b", out=printed)
+    assert "removed controller ctrl-b (tls:127.0.0.2:16262)" in printed.getvalue()
+    with pytest.raises(SettingError, match="no controller 'ctrl-b'"):
+        controller_remove(a, "ctrl-b", out=io.StringIO())
+    last = start(a)
+    try:
+        assert [c["id"] for c in last.get("/controllers", base=MGMT).json["data"]] == [a_id]
+    finally:
+        last.ctrl.env.store.close()
+
+
+def test_an_online_controller_is_not_removed(
+    settings: Settings, postgres_url: str, tmp_path: Path, pki_template: Path
+) -> None:
+    a = dataclasses.replace(settings, database_url=postgres_url, ctrl_bind="127.0.0.1:16262")
+    b_home = new_home(tmp_path / "b", pki_template)
+    (b_home / CONTROLLER_ID_FILE).write_text("ctrl-b\n")
+    b = dataclasses.replace(a, home=b_home, advertise="127.0.0.2:1280", ctrl_bind="127.0.0.2:16262")
+    first = start(a, first=True)
+    second = start(b)
+    try:
+        second.app.join_network()
+        with pytest.raises(SettingError, match="controller ctrl-b is online: stop it first"):
+            controller_remove(a, "ctrl-b", out=io.StringIO())
+    finally:
+        for api in (first, second):
+            api.ctrl.env.store.close()
 
 
 def test_a_controller_joins_the_network_with_its_ca_and_its_own_router(

@@ -26,7 +26,7 @@ RESULTS = "/database/data-integrity-results"
 CHECK = "/database/check-data-integrity"
 FIX = "/database/fix-data-integrity"
 
-pytestmark = pytest.mark.durable  # the subject is where the data is kept
+pytestmark = [pytest.mark.durable, pytest.mark.seconds(30)]  # the subject is where the data is kept
 
 
 @pytest.fixture

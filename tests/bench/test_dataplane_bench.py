@@ -16,7 +16,7 @@ import pytest
 from bench.__main__ import main
 from bench.dataplane import PROFILE, TWO_ROUTERS_MISSING, WARM_UP_DIALS, summarise_profile
 
-pytestmark = pytest.mark.bench
+pytestmark = [pytest.mark.bench, pytest.mark.seconds(50)]
 
 DIALS = 5
 CONNECTIONS = 10

@@ -16,7 +16,7 @@ import pytest
 from bench import http
 from bench.__main__ import main
 
-pytestmark = pytest.mark.bench
+pytestmark = [pytest.mark.bench, pytest.mark.seconds(31)]
 
 #: Every row of the report: the two bare apps, then each scenario in its order.
 SCENARIOS = ["bare gthread", "bare trellis", *http.SCENARIO_NAMES]

@@ -21,6 +21,7 @@ from bench.peer import ROW_NAMES, SIDES
 from tests.e2e.ziti_cli import LOCK_TIMEOUT, SKIP_ENV
 
 pytestmark = [
+    pytest.mark.seconds(60),
     pytest.mark.bench,
     pytest.mark.e2e,
     pytest.mark.slow,

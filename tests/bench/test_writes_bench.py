@@ -16,7 +16,7 @@ import pytest
 from bench.__main__ import main
 from bench.writes import OPERATIONS
 
-pytestmark = pytest.mark.bench
+pytestmark = [pytest.mark.bench, pytest.mark.seconds(21)]
 
 
 def test_writes_bench_runs_every_write_of_the_cycle(

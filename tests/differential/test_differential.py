@@ -28,6 +28,7 @@ from tests.e2e.server import MGMT, Server
 from tests.e2e.ziti_cli import SKIP_ENV
 
 pytestmark = [
+    pytest.mark.seconds(30),
     pytest.mark.e2e,
     pytest.mark.slow,
     pytest.mark.timeout(900),

@@ -26,7 +26,7 @@ from api import __version__
 from controller.settings import SETTINGS, read_by
 from tests.e2e.server import HOST, MGMT, PASSWORD, ROOT, TRELLIS, Server, free_port
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.seconds(45)]
 
 #: What a start that got as far as gunicorn prints: a refusal comes before it (no retries, no
 #: waiting for a worker), which is what makes it quick (no timed asserts: the output says it).

@@ -33,7 +33,7 @@ from tests.e2e.workload import (
     run_workers,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.seconds(72)]
 
 SEEDS = (11, 23, 47)
 WRITERS = 4

@@ -37,7 +37,7 @@ from tests.e2e.dataplane import (
 from tests.e2e.sdk.sdk_venv import DRIVERS, clean_env
 from tests.e2e.server import MGMT, Server, tail
 
-pytestmark = sdk_marks(300)
+pytestmark = [*sdk_marks(300), pytest.mark.seconds(18)]
 
 PASSWORD = "e2e-dataplane-admin-password"
 

@@ -21,7 +21,7 @@ import pytest
 from controller.logs import parse_logfmt
 from tests.e2e.server import CLIENT, MGMT, ROOT, SAN, TRELLIS, Server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.seconds(55)]
 
 ENROLLMENT_TOKEN = "5b0f0c6e-8d7a-4a57-9a44-0e6c1d2b3f4a"
 WRONG_PASSWORD = "Wrong-Horse-Battery-9"

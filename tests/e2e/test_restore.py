@@ -9,7 +9,7 @@ import pytest
 
 from tests.e2e.server import MGMT, ROOT, TRELLIS, Server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.seconds(23)]
 
 
 def restore(server: Server, snapshot: Path) -> subprocess.CompletedProcess[str]:

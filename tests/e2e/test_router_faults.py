@@ -38,7 +38,7 @@ from tests.e2e.dataplane import (
 )
 from tests.e2e.server import Server, tail
 
-pytestmark = sdk_marks(420)
+pytestmark = [*sdk_marks(420), pytest.mark.seconds(70)]
 
 PASSWORD = "e2e-router-faults-password"
 #: The C SDK reconnects a lost channel after a random delay of up to 10 s (then longer).

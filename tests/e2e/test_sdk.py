@@ -47,6 +47,7 @@ from tests.e2e.sdk.sdk_venv import (
 from tests.e2e.server import CLIENT, MGMT, Server, running, tail
 
 pytestmark = [
+    pytest.mark.seconds(26),
     pytest.mark.e2e,
     # the first test's set-up may build the SDK's venv (pip, bounded by the build lock's timeout)
     pytest.mark.timeout(LOCK_TIMEOUT + 300),

@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.server import Server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.seconds(45)]
 
 PASSWORD = "e2e-secret-admin-password"
 PASSWORD_VARS = ("TRELLIS_ADMIN_PASSWORD", "TRELLIS_ADMIN_PASSWORD_FILE")

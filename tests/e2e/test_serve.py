@@ -13,7 +13,7 @@ import requests
 
 from tests.e2e.server import SAN, Server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.seconds(75)]
 
 
 @pytest.fixture

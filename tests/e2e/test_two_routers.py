@@ -35,7 +35,7 @@ from tests.e2e.dataplane import (
 )
 from tests.e2e.server import MGMT, Server
 
-pytestmark = sdk_marks(360)
+pytestmark = [*sdk_marks(360), pytest.mark.seconds(21)]
 
 PASSWORD = "e2e-two-routers-password"
 LINK_TIMEOUT = 30.0

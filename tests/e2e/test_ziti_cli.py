@@ -43,6 +43,7 @@ from tests.e2e.server import MGMT, Server, free_port, running, tail
 from tests.e2e.ziti_cli import LOCK_TIMEOUT, SKIP_ENV, ZitiCliError, clean_env, ensure_ziti
 
 pytestmark = [
+    pytest.mark.seconds(80),
     pytest.mark.e2e,
     # the first test's set-up may build the ziti binary (bounded by the build lock's timeout)
     pytest.mark.timeout(LOCK_TIMEOUT + 300),

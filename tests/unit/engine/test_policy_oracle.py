@@ -448,7 +448,8 @@ PolicyMachine.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestPolicyMachine = PolicyMachine.TestCase
+# about 36 s at the full examples (make test): started first (tests/schedule.py)
+TestPolicyMachine = pytest.mark.seconds(36)(PolicyMachine.TestCase)
 
 
 # -- targeted properties ---------------------------------------------------------------------------
