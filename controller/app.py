@@ -27,6 +27,7 @@ from api.client import register_all as register_client
 from api.controller import Controller
 from api.http import DEFERRED_KEY
 from api.limits import RequestLimits
+from api.management import controllers as network_controllers
 from api.management import register_all as register_management
 from api.middleware import RequestMiddleware
 from api.routing import Routes, SharedRouter
@@ -124,6 +125,16 @@ class TrellisApp(falcon.App[falcon.Request, falcon.Response]):
 
         return stop
 
+    def join_network(self) -> None:
+        """Write this controller's record among the network's (``engine.managers.controllers``),
+        as every process of ``trellis serve`` does when it starts. A write refused (the database
+        away) is logged and the controller serves all the same: it is listed from the fleet
+        meanwhile, and its next start writes the record."""
+        try:
+            network_controllers.join(self.ctrl)
+        except Exception as ex:
+            log.warning("this controller's record could not be written: %s", " ".join(str(ex).split()) or ex)
+
     def tls_context(self) -> ssl.SSLContext:
         """The TLS context for a new connection: trusts our CA and the verified third-party CAs now."""
         return self.trust.context()
@@ -208,7 +219,7 @@ def create_app(
         totp=totp,
         jwt_verifier=jwt_verifier,
     )
-    limits = RequestLimits(settings)
+    limits = RequestLimits(settings, board=ctrl.env.store.rate_board())
     app = TrellisApp(middleware=[RequestMiddleware(ctrl, limits)], cors_enable=False, router=SharedRouter())
     app.ctrl = ctrl
     app.limits = limits

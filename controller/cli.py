@@ -218,6 +218,36 @@ def router_run(settings: Settings, *, await_controller: bool = False) -> None:
     )
 
 
+#: How long ``trellis controller remove`` waits to learn which controllers are online.
+ONLINE_WAIT_SECONDS = 10.0
+
+
+def controller_remove(settings: Settings, controller_id: str, *, out: TextIO = sys.stdout) -> None:
+    """Remove a controller that is gone for good from the network (OpenZiti's ``ziti agent
+    cluster remove``): its record goes from the database ``serve`` uses, so ``/controllers`` no
+    longer lists it, enrollment JWTs no longer name it, and routers are told to stop connecting
+    to it. Refused for this home's own controller and for a controller that is online."""
+    from controller.compose import build_controller
+    from engine.errors import EntityCanNotBeDeletedError, NotFoundError
+
+    check_serve_home(settings)
+    if not settings.database_url:
+        home.refuse_while_served(settings.home)  # one process may open the DuckDB file
+    ctrl = build_controller(settings)
+    try:
+        if settings.database_url and not ctrl.managers.fleet.wait_shared(ONLINE_WAIT_SECONDS):
+            raise SettingError("controller remove: which controllers are online could not be read")
+        try:
+            removed = ctrl.managers.controllers.remove(controller_id, own_id=ctrl.controller_id)
+        except NotFoundError:
+            raise SettingError(f"controller remove: no controller {controller_id!r}") from None
+        except EntityCanNotBeDeletedError as ex:
+            raise SettingError(f"controller remove: {ex.message}") from None
+    finally:
+        ctrl.env.store.close()
+    print(f"removed controller {removed.id} ({removed.ctrl_address or 'no control address'})", file=out)
+
+
 def check_serve_home(settings: Settings) -> None:
     """Refuse a home ``serve`` cannot use. With ``TRELLIS_DATABASE_URL`` the data is in
     PostgreSQL and the home holds the PKI (and the embedded router), not ``trellis.duckdb``."""
@@ -300,6 +330,13 @@ COMMAND_HELP = {
         "router made in the management API into TRELLIS_ROUTER_HOME; `run` runs it there until "
         "Ctrl-C.",
     ),
+    "controller": (
+        "remove a controller that is gone for good (trellis controller remove ID)",
+        "The controllers of the network (GET /controllers lists them, online or not). `remove ID` "
+        "forgets one that is gone for good: /controllers no longer lists it, enrollment JWTs no "
+        "longer name it and routers stop connecting to it. Refused for this home's own "
+        "controller and for one that is online. Reads the settings `trellis serve` reads.",
+    ),
     "restore": (
         "replace the database with a snapshot (server stopped)",
         "Put a snapshot made by POST /edge/management/v1/database/snapshot back in place as "
@@ -342,11 +379,20 @@ def build_parser() -> argparse.ArgumentParser:
             command,
             help=summary,
             description=textwrap.fill(description, 79),
-            epilog=_settings_epilog(command),
+            epilog=_settings_epilog("serve" if command == "controller" else command),
             formatter_class=raw,
         )
         if command == "restore":
             one.add_argument("snapshot", type=Path, help="a snapshot file (trellis.duckdb-YYYYMMDD-HHMMSS)")
+        if command == "controller":
+            actions = one.add_subparsers(title="actions", dest="action", required=True, metavar="<action>")
+            remove = actions.add_parser(
+                "remove",
+                help="remove a controller that is gone for good",
+                epilog=_settings_epilog("serve"),
+                formatter_class=raw,
+            )
+            remove.add_argument("id", help="the controller's id, as GET /controllers shows it")
         if command == "router":
             actions = one.add_subparsers(title="actions", dest="action", required=True, metavar="<action>")
             enroll = actions.add_parser(
@@ -374,8 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         serve_without_password()
-    command = f"router-{args.action}" if args.command == "router" else args.command
-    settings = Settings.from_env(command=command)
+    command = f"{args.command}-{args.action}" if args.command in ("router", "controller") else args.command
+    # `controller remove` opens the home and the database `serve` does, with its settings
+    settings = Settings.from_env(command="serve" if args.command == "controller" else command)
     if args.command != "serve":  # serve configures gunicorn's logging and ours (controller.serve)
         from controller.logs import configure_from_env
 
@@ -391,6 +438,8 @@ def run(args: argparse.Namespace) -> int:
         router_enroll(settings, args.jwt)
     elif command == "router-run":
         router_run(settings, await_controller=args.await_controller)
+    elif command == "controller-remove":
+        controller_remove(settings, args.id)
     return 0
 
 

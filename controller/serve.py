@@ -239,6 +239,7 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
         finally:
             if collecting:
                 gc.enable()
+        self._app.join_network()  # this controller is a member of the network from now on
         # in the worker, after the fork: the expired-session purge and the posture sweep, in one
         # process of those sharing a database (another takes over when it stops)
         maintenance = self._app.maintenance

@@ -1,14 +1,17 @@
-"""``GET /controllers`` on both APIs: every controller of the network.
+"""``GET /controllers`` on both APIs: every controller of the network, online or not.
 
-This controller first, then every other controller a live process serves on the same database
-(each process says what its controller is through the fleet, ``engine.managers.fleet``:
-:meth:`~engine.managers.fleet.Fleet.set_member`). A controller whose processes have all stopped
-is no longer listed (OpenZiti lists a cluster member that is away with ``isOnline`` false).
+Each controller is a durable member of the network: a record it writes when a process of it starts
+(:func:`join`, ``engine.managers.controllers``), kept when it stops, until an operator removes it
+(``trellis controller remove``). ``isOnline`` is whether a live process serves it now: each process
+says what its controller is through the fleet (``engine.managers.fleet``:
+:meth:`~engine.managers.fleet.Fleet.set_member`), as OpenZiti lists a cluster member that is away
+with ``isOnline`` false. This controller comes first, then the others by id; a live controller
+without a record yet (a process of an older Trellis) is listed from what it shares.
 
 The client API sees only the ``edge-client`` addresses and no ``ctrlAddress`` (OpenZiti's
-``MapControllerToClientRestModel``). ``createdAt`` is the first controller's first start (the
-built-in ``default`` auth policy's creation) and, for another, when it joined;
-``lastJoinedAt``/``updatedAt`` the start of the process that says it (the first of a controller's).
+``MapControllerToClientRestModel``). ``createdAt`` is when the controller first joined (for the
+first controller, the network's creation: the built-in ``default`` auth policy's);
+``lastJoinedAt`` when a process of it last started.
 
 Any authenticated identity lists it on the client API (OpenZiti's ``IsAuthenticated``); on the
 management API it is for administrators, as seed 001 says of every management operation but the
@@ -29,7 +32,9 @@ from api.middleware import ADMIN, SESSION
 from api.routing import Routes
 from api.wire import base, ts
 from engine.entities import Entity
+from engine.entities.controllers import ControllerMember
 from engine.entities.identities import DEFAULT_AUTH_POLICY_ID
+from engine.managers.controllers import Joining
 from engine.query import Symbol, SymbolTable, SymbolType
 
 
@@ -87,23 +92,59 @@ class ControllerCollection:
         self.started_at = started_at
         self.auth = auth
 
-    def info(self, client: bool) -> ControllerInfo:
-        """This controller."""
+    def listing(self, client: bool) -> list[ControllerInfo]:
+        """Every controller: this one, then the others by id (records and live ones alike)."""
         ctrl = self.ctrl
-        default = ctrl.managers.auth_policies.get(DEFAULT_AUTH_POLICY_ID)
-        first = ctrl.controller_id == ctrl.instance_id
-        created_at = default.created_at if default is not None and first else self.started_at
-        return _info(member(ctrl, self.started_at), created_at, client)
+        own_id = ctrl.controller_id
+        live = {own_id: member(ctrl, self.started_at)}
+        for other in ctrl.managers.fleet.peers():
+            if isinstance(other.get("id"), str):
+                live.setdefault(other["id"], other)
+        records = {record.id: record for record in ctrl.managers.controllers.list()}
+        listed: list[ControllerInfo] = []
+        for id in [own_id, *sorted((live.keys() | records.keys()) - {own_id})]:
+            record = records.get(id)
+            if record is not None:
+                listed.append(_from_record(record, id in live, client))
+                continue
+            try:
+                created_at = _created_at(ctrl, self.started_at) if id == own_id else None
+                listed.append(_info(live[id], created_at, client))
+            except (KeyError, TypeError, ValueError):  # a process of another version: left out
+                continue
+        return listed
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         client = req.path.startswith(CLIENT_BASE)
-        listed = [self.info(client)]
-        for other in self.ctrl.managers.fleet.peers():
-            try:
-                listed.append(_info(other, None, client))
-            except (KeyError, TypeError, ValueError):  # a process of another version: left out
-                continue
-        list_response(req, resp, listed, SYMBOLS, render_controller)
+        list_response(req, resp, self.listing(client), SYMBOLS, render_controller)
+
+
+def _created_at(ctrl: Controller, started_at: datetime) -> datetime:
+    """When this controller joined: the network's creation for the first controller (the
+    built-in ``default`` auth policy's), else ``started_at``."""
+    default = ctrl.managers.auth_policies.get(DEFAULT_AUTH_POLICY_ID)
+    first = ctrl.controller_id == ctrl.instance_id
+    return default.created_at if default is not None and first else started_at
+
+
+def joining(ctrl: Controller, started_at: datetime | None = None) -> Joining:
+    """What this controller writes in its record when a process of it starts (:func:`join`)."""
+    shared = member(ctrl, started_at or ctrl.env.clock.now())
+    return Joining(
+        id=shared["id"],
+        name=shared["name"],
+        ctrl_address=shared["ctrlAddress"],
+        api_addresses=shared["apiAddresses"],
+        cert_pem=shared["certPem"],
+        fingerprint=shared["fingerprint"],
+        joined_at=started_at,
+        created_at=_created_at(ctrl, ctrl.env.clock.now()),
+    )
+
+
+def join(ctrl: Controller) -> ControllerMember:
+    """Write this controller's record (``trellis serve``, in every process as it starts)."""
+    return ctrl.managers.controllers.join(joining(ctrl))
 
 
 def member(ctrl: Controller, started_at: datetime) -> dict[str, Any]:
@@ -138,6 +179,25 @@ def _info(shared: dict[str, Any], created_at: datetime | None, client: bool) -> 
         cert_pem=str(shared.get("certPem") or ""),
         fingerprint=str(shared.get("fingerprint") or ""),
         last_joined_at=joined_at,
+    )
+
+
+def _from_record(record: ControllerMember, online: bool, client: bool) -> ControllerInfo:
+    addresses = {k: list(v) for k, v in record.api_addresses.items()}
+    if client:
+        addresses = {k: v for k, v in addresses.items() if k == "edge-client"}
+    return ControllerInfo(
+        id=record.id,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        tags=dict(record.tags),
+        name=record.name,
+        ctrl_address=None if client else record.ctrl_address or None,
+        api_addresses=addresses,
+        cert_pem=record.cert_pem,
+        fingerprint=record.fingerprint,
+        is_online=online,
+        last_joined_at=record.last_joined_at,
     )
 
 

@@ -1,6 +1,7 @@
 """Import every entity module so that ``ALL_KINDS`` is complete."""
 
 from engine.entities import ALL_KINDS, Entity
+from engine.entities.controllers import ControllerMember
 from engine.entities.identities import (
     ApiSession,
     ApiSessionCertificate,
@@ -25,6 +26,7 @@ __all__ = [
     "Ca",
     "Config",
     "ConfigType",
+    "ControllerMember",
     "EdgeRouter",
     "EdgeRouterPolicy",
     "Enrollment",

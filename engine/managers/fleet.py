@@ -179,6 +179,8 @@ class Fleet:
         self._listeners: list[Callable[[], None]] = []
         #: What this process's controller says of itself (:meth:`set_member`), shared with the rest.
         self._member: dict[str, Any] | None = None
+        #: Set once the other processes' fleets were read (:meth:`absorb`) the first time.
+        self._absorbed = threading.Event()
         self._board = board if board is not None else NoFleetBoard()
         self._board.attach(self.export, self.absorb)
 
@@ -377,6 +379,11 @@ class Fleet:
             others = self._remote.members
             return [dict(others[k]) for k in sorted(others) if k != own_id]
 
+    def wait_shared(self, timeout: float) -> bool:
+        """Wait until what the other processes share has been read once (at most ``timeout``
+        seconds); whether it was (never, for a store no other process shares)."""
+        return self._absorbed.wait(timeout)
+
     def export(self) -> FleetState:
         """This process's own connections, as JSON, for the other processes."""
         with self._lock:
@@ -405,6 +412,7 @@ class Fleet:
             self._remote = remote
             self._seen.update(remote.online)
             changed = self._topology() != before
+        self._absorbed.set()
         if changed:
             for listener in list(self._listeners):
                 try:

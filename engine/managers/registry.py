@@ -21,6 +21,7 @@ from engine.managers.cas import CaManager
 from engine.managers.circuits import CircuitManager
 from engine.managers.config_types import ConfigTypeManager, ensure_builtin_config_types
 from engine.managers.configs import ConfigManager
+from engine.managers.controllers import ControllerManager
 from engine.managers.database import DatabaseManager
 from engine.managers.edge_control import EdgeControlManager
 from engine.managers.edge_router_policies import EdgeRouterPolicyManager
@@ -61,6 +62,8 @@ class Managers:
     circuits: CircuitManager
     config_types: ConfigTypeManager
     configs: ConfigManager
+    #: The controllers of the network (durable members; online from the fleet).
+    controllers: ControllerManager
     database: DatabaseManager
     #: The routers' control connections: who a router is, Dial/Bind checks, what routers are told.
     edge_control: EdgeControlManager
@@ -107,11 +110,12 @@ def build_managers(
     env.listeners.append(posture.on_commit)
     posture.add_listener(lambda identity_id: service_updates.mark([identity_id]))
     fleet = Fleet(env.clock, env.fleet_board)
+    controllers = ControllerManager(env, fleet)
 
     def peers() -> tuple[str, ...]:
-        """The control addresses of the other controllers serving the store (routers enroll to
-        connect to every controller)."""
-        return tuple(str(m["ctrlAddress"]) for m in fleet.peers() if m.get("ctrlAddress"))
+        """The control addresses of the network's other controllers, online or not (routers
+        enroll to connect to every controller, and keep trying one that is away)."""
+        return tuple(a for a in controllers.ctrl_addresses() if a not in enrollment.ctrls)
 
     dial_bind = SessionManager(env, access, posture, fleet)
     env.listeners.append(dial_bind.on_commit)
@@ -133,6 +137,7 @@ def build_managers(
         circuits=CircuitManager(env.clock, env.ids, fleet),
         config_types=ConfigTypeManager(env),
         configs=ConfigManager(env),
+        controllers=controllers,
         database=database,
         edge_control=edge_control,
         edge_router_policies=EdgeRouterPolicyManager(env),

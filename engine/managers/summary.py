@@ -9,6 +9,7 @@ add later are found by entity name.
 from __future__ import annotations
 
 from engine.entities import ALL_KINDS, Entity
+from engine.entities.controllers import ControllerMember
 from engine.entities.identities import ApiSession, Authenticator, Enrollment, Identity
 from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy, ServicePolicy
 from engine.entities.posture import PostureCheck
@@ -64,7 +65,7 @@ def entity_counts(env: Env) -> dict[str, int]:
     counts = {key: store.count(kind) for key, kind in KINDS.items()}
     counts.update({key: _count_named(store, name) for key, name in OPTIONAL_KINDS.items()})
     counts["routers"] = store.count(EdgeRouter) + store.count(Router)
-    counts["controllers"] = 1
+    counts["controllers"] = max(1, store.count(ControllerMember))  # before its record: this one
     counts["identityTypes"] = IDENTITY_TYPE_COUNT
     counts["postureCheckTypes"] = len(BUILTIN_TYPES)
     counts["mfas"] = sum(1 for i in store.all(Identity) if i.is_mfa_enabled)

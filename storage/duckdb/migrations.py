@@ -123,7 +123,13 @@ def _v5(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5)]
+def _v6(con: duckdb.DuckDBPyConnection) -> None:
+    """The controllers of the network (``engine.entities.controllers``): a record per controller,
+    written when it starts, kept until an operator removes it."""
+    con.execute("CREATE TABLE controllers (id VARCHAR PRIMARY KEY, doc JSON NOT NULL)")
+
+
+MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6)]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:

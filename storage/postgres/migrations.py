@@ -141,8 +141,39 @@ def _v5(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
     cur.execute("CREATE INDEX posture_data_changed ON posture_data (changed)")
 
 
+#: The entity tables later migrations add (v6: the controllers of the network).
+ENTITY_TABLES_LATER = ("controllers",)
+
+
+def _v6(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
+    """The controllers of the network (``engine.entities.controllers``), as the DuckDB store's
+    migration 6: a record per controller, written when it starts, kept until an operator removes
+    it."""
+    cur.execute("CREATE TABLE controllers (id text PRIMARY KEY, doc json NOT NULL)")
+
+
+def _v7(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
+    """What clients spend of their request budgets on each process (:mod:`storage.postgres.rates`),
+    ``UNLOGGED``: a row per process, round, kind and client key with the requests admitted (and a
+    row per process and round with none, saying it is there), kept seconds."""
+    cur.execute(
+        "CREATE UNLOGGED TABLE rate_spent (id bigserial PRIMARY KEY, owner text NOT NULL, "
+        "kind text NOT NULL, key text NOT NULL, spent integer NOT NULL, "
+        "at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    )
+    cur.execute("CREATE INDEX rate_spent_at ON rate_spent (at)")
+
+
 Migration = Callable[["psycopg.Cursor[tuple[object, ...]]"], None]
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5)]
+MIGRATIONS: list[tuple[int, Migration]] = [
+    (1, _v1),
+    (2, _v2),
+    (3, _v3),
+    (4, _v4),
+    (5, _v5),
+    (6, _v6),
+    (7, _v7),
+]
 LATEST = MIGRATIONS[-1][0]
 
 

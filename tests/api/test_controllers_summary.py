@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.managers.controllers import Joining
 from tests.conftest import CLIENT, Api
 
 
@@ -91,3 +92,52 @@ def test_summary_counts(api: Api) -> None:
 
 def test_summary_requires_admin(anon: Api) -> None:
     assert anon.get("/summary").status_code == 401
+
+
+def test_a_controller_that_is_away_is_listed_offline(api: Api) -> None:
+    """Each controller keeps a record (written as a process of it starts); one whose processes
+    have all stopped is still listed, ``isOnline`` false, until it is removed."""
+    api.app.join_network()
+    own = api.ctrl.controller_id
+    api.ctrl.managers.controllers.join(
+        Joining(
+            id="ctrl-gone",
+            name="ctrl-gone",
+            ctrl_address="tls:127.0.0.9:6262",
+            api_addresses={
+                "edge-client": [{"url": "https://127.0.0.9:1280/edge/client/v1", "version": "v1"}],
+                "edge-management": [{"url": "https://127.0.0.9:1280/edge/management/v1", "version": "v1"}],
+            },
+            cert_pem="-----BEGIN CERTIFICATE-----\n...",
+            fingerprint="cd" * 20,
+        )
+    )
+
+    listed = api.get("/controllers").json["data"]
+    offline = api.get("/controllers", params={"filter": "isOnline = false"}).json["data"]
+    client = api.get("/controllers", base=CLIENT).json["data"]
+    summary = api.get("/summary").json["data"]
+
+    assert [(c["id"], c["isOnline"]) for c in listed] == [(own, True), ("ctrl-gone", False)]
+    assert listed[0]["ctrlAddress"] == "tls:127.0.0.1:6262"
+    assert listed[1]["ctrlAddress"] == "tls:127.0.0.9:6262"
+    assert listed[1]["fingerprint"] == "cd" * 20
+    assert listed[1]["lastJoinedAt"].endswith("Z")
+    assert [c["id"] for c in offline] == ["ctrl-gone"]
+    assert client[1]["ctrlAddress"] is None
+    assert set(client[1]["apiAddresses"]) == {"edge-client"}
+    assert summary["controllers"] == 2
+
+    api.ctrl.managers.controllers.remove("ctrl-gone", own_id=own)
+    assert [c["id"] for c in api.get("/controllers").json["data"]] == [own]
+
+
+def test_the_first_controller_was_created_with_the_network(api: Api) -> None:
+    before = api.get("/controllers").json["data"][0]
+    api.app.join_network()
+    after = api.get("/controllers").json["data"][0]
+
+    assert after["createdAt"] == before["createdAt"]
+    assert after["id"] == before["id"]
+    assert after["certPem"] == before["certPem"]
+    assert after["apiAddresses"] == before["apiAddresses"]
