@@ -96,6 +96,7 @@ from storage.postgres.migrations import (
     table_name,
 )
 from storage.postgres.posture import PostgresPostureBoard
+from storage.postgres.rates import PostgresRateBoard
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +228,17 @@ def probe(url: str) -> str:
 #: not let go at its last look.
 TOKEN_RETRY_SECONDS = 0.005
 
+#: The change log past a ``seq`` (twice: the parameters), whole batches of about
+#: :data:`FOLLOW_ROWS` entries at most, in order.
+LOG_READ_SQL = (
+    f"SELECT seq, batch, kind, id, op, doc::text FROM {CHANGE_LOG_TABLE} WHERE seq > %s "
+    f"AND seq <= (SELECT max(batch) FROM (SELECT batch FROM {CHANGE_LOG_TABLE} "
+    "WHERE seq > %s ORDER BY seq LIMIT %s) AS next) ORDER BY seq"
+)
+#: Try the write token; when another process holds it, ask for it in the same statement.
+TRY_TOKEN_SQL = (
+    "SELECT CASE WHEN pg_try_advisory_lock(%s) THEN true ELSE (SELECT false FROM pg_notify(%s, %s)) END"
+)
 #: Whether a process waits for the write token (a lock not yet granted).
 TOKEN_WAITER_SQL = (
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
@@ -316,7 +328,9 @@ class PostgresStore(GroupCommitStore):
         self._follow_error = ""
         #: The guesses ledgers handed out (:meth:`attempts_ledger`), closed with the store.
         self._ledgers: list[PostgresAttempts] = []
-        self._boards: list[PostgresActivity | PostgresFleetBoard | PostgresPostureBoard] = []
+        self._boards: list[
+            PostgresActivity | PostgresFleetBoard | PostgresPostureBoard | PostgresRateBoard
+        ] = []
         try:
             with self._writer_lock:
                 conn = self._connection_for_writes()
@@ -700,13 +714,23 @@ class PostgresStore(GroupCommitStore):
                 self._token_conn = None
                 conn = self._token_conn = self._connect()
             self._token_wanted = False  # asked before this: by whoever held the token then
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", [WRITE_TOKEN_LOCK]).fetchone()
+            # One round trip when the token is free: the try, and the log past this process's
+            # state read under it. When it is not, the try asks the holder for it (NOTIFY) in the
+            # same statement, and a second round trip waits for the lock and reads the log.
+            after = self._state.seq
+            with conn.pipeline():
+                tried = conn.execute(TRY_TOKEN_SQL, [WRITE_TOKEN_LOCK, TOKEN_CHANNEL, self.origin])
+                read = conn.execute(LOG_READ_SQL, [after, after, FOLLOW_ROWS])
+                row = tried.fetchone()
+                rows = read.fetchall()
             if not (row and row[0]):
-                conn.execute("SELECT pg_notify(%s, %s)", [TOKEN_CHANNEL, self.origin])
-                conn.execute("SELECT pg_advisory_lock(%s)", [WRITE_TOKEN_LOCK])
+                after = self._state.seq
+                with conn.pipeline():
+                    conn.execute("SELECT pg_advisory_lock(%s)", [WRITE_TOKEN_LOCK])
+                    rows = conn.execute(LOG_READ_SQL, [after, after, FOLLOW_ROWS]).fetchall()
             with self._lock:
                 try:
-                    self._apply_log(conn)
+                    self._apply_log(conn, rows)
                 except BaseException:
                     conn.execute("SELECT pg_advisory_unlock(%s)", [WRITE_TOKEN_LOCK])
                     raise
@@ -753,21 +777,23 @@ class PostgresStore(GroupCommitStore):
         return self._token_held
 
     # -- following other processes' batches --------------------------------------------------
-    def _apply_log(self, conn: Connection) -> int:
+    def _apply_log(self, conn: Connection, rows: list[TupleRow] | None = None) -> int:
         """Publish every whole batch in the change log past this process's state, in order, as
         foreign (under ``_lock``, the token not held by this process, nothing staged); how many
-        batches. :class:`LogGapError` when entries it needs were trimmed away."""
+        batches. ``rows``: the first read (:data:`LOG_READ_SQL`), made already; what the follower
+        applied since is skipped. :class:`LogGapError` when entries it needs were trimmed away."""
         applied = 0
         while True:
             after = self._state.seq
-            rows = conn.execute(
-                f"SELECT seq, batch, kind, id, op, doc::text FROM {CHANGE_LOG_TABLE} WHERE seq > %s "
-                f"AND seq <= (SELECT max(batch) FROM (SELECT batch FROM {CHANGE_LOG_TABLE} "
-                "WHERE seq > %s ORDER BY seq LIMIT %s) AS next) ORDER BY seq",
-                [after, after, FOLLOW_ROWS],
-            ).fetchall()
+            if rows is None:
+                rows = conn.execute(LOG_READ_SQL, [after, after, FOLLOW_ROWS]).fetchall()
+            read = len(rows)
+            rows = [r for r in rows if int(r[0]) > after]  # whole batches: the state has whole ones
             if not rows:
-                return applied
+                if read < FOLLOW_ROWS:
+                    return applied
+                rows = None
+                continue
             if int(rows[0][0]) != after + 1:
                 self._gap = LogGapError(
                     f"the change log starts at {rows[0][0]} but this process has applied up to "
@@ -791,6 +817,9 @@ class PostgresStore(GroupCommitStore):
                     self._publish_foreign(batch)
                     applied += 1
                     batch = []
+            if read < FOLLOW_ROWS:
+                return applied  # the read had every entry there was: no second, empty one
+            rows = None
 
     def _follow(self) -> None:
         """The follower thread: wakes on a notification (a batch committed, the token wanted)
@@ -971,6 +1000,13 @@ class PostgresStore(GroupCommitStore):
         """The routers connected to each process of this database, shared (its own connection
         and thread, started when the fleet attaches)."""
         board = PostgresFleetBoard(self._connect)
+        self._boards.append(board)
+        return board
+
+    def rate_board(self) -> PostgresRateBoard:
+        """What clients spend of their request budgets on each process of this database, shared
+        (its own connection and thread, started when the budgets attach)."""
+        board = PostgresRateBoard(self._connect)
         self._boards.append(board)
         return board
 
