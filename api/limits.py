@@ -9,6 +9,11 @@ state: two apps in one process share nothing):
   credential is looked at, so guessing costs the server nothing once the budget is spent;
 - **writes** (POST/PUT/PATCH/DELETE anywhere else) per API session, else per client address.
 
+Several processes serving one database (PostgreSQL) share the budgets through the store's
+:class:`~engine.ports.RateBoard`: each admits from its own buckets, with no round trip, shares
+what it admitted every round (a quarter of a second) and takes off what the others did, so a
+client's budget holds across the processes, not once per process (:class:`RateLimiter`).
+
 A refused request is answered 429 ``SERVER_TOO_MANY_REQUESTS`` (OpenZiti's code for its command
 rate limiter) with ``Retry-After``: the whole seconds until one more request fits. A refused
 request does nothing: it neither counts towards an auth policy's lockout nor clears it.
@@ -36,6 +41,7 @@ import falcon
 from api.controller import CLIENT_BASE, MANAGEMENT_BASE
 from controller.settings import Settings
 from engine.errors import RequestTimeoutError, TooManyRequestsError
+from engine.ports import NoRateBoard, RateBoard, RateSpending
 
 T = TypeVar("T")
 
@@ -85,6 +91,10 @@ def is_authentication(path: str, method: str = "POST") -> bool:
 class _Bucket:
     tokens: float
     at: float
+    #: What this process may still admit of the bucket until the next round (shared budgets).
+    allowance: float = math.inf
+    #: The round the allowance was given in.
+    round: int = -1
 
 
 class RateLimiter:
@@ -92,6 +102,14 @@ class RateLimiter:
 
     ``seconds`` is the clock the buckets refill by (monotonic seconds; a clock that goes backwards
     refills nothing). ``per_minute`` 0 turns the limiter off.
+
+    **Shared by several processes** (:meth:`share`, a :class:`~engine.ports.RateBoard` calling
+    :meth:`absorb` every round): each bucket is this process's view of the client's budget over
+    all of them. What other processes admitted is taken off when they say so (a bucket may go
+    below zero: a debt refilled before anything more is admitted), and so that processes hit at
+    once do not each admit the whole budget before they hear of each other, a process admits
+    in one round at most its share of what it knows is left: ``tokens / processes`` (at least
+    one request while one is left).
     """
 
     def __init__(
@@ -108,10 +126,48 @@ class RateLimiter:
         self.max_clients = max_clients
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
         self._lock = threading.Lock()
+        #: Whether what is admitted is counted for other processes (:meth:`share`).
+        self.shared = False
+        #: How many processes share the budgets (as the board last said) and the board's round.
+        self.processes = 1
+        self._round = 0
+        self._spent: dict[str, int] = {}
 
     @property
     def enabled(self) -> bool:
         return self.rate > 0
+
+    # -- shared by several processes ---------------------------------------------------------
+    def share(self) -> None:
+        """From now on count what is admitted for :meth:`spent` (a board shares it)."""
+        self.shared = True
+
+    def spent(self) -> dict[str, int]:
+        """What was admitted per key since the last call (for the other processes)."""
+        with self._lock:
+            spent, self._spent = self._spent, {}
+        return spent
+
+    def absorb(self, spent: dict[str, int], processes: int) -> None:
+        """A round: other processes admitted ``spent`` per key since the last round, and
+        ``processes`` share the budgets now. Every bucket's allowance is given anew when it is
+        next used."""
+        if not self.enabled:
+            return
+        now = self.seconds()
+        with self._lock:
+            self.processes = max(1, processes)
+            self._round += 1
+            for key, n in spent.items():
+                bucket = self._buckets.get(key)
+                if bucket is None:
+                    bucket = self._buckets[key] = _Bucket(self.capacity, now)
+                    while len(self._buckets) > self.max_clients:
+                        self._buckets.popitem(last=False)
+                else:
+                    self._refill(bucket, now)
+                # a debt, at most a whole budget: it is refilled before anything more is admitted
+                bucket.tokens = max(-self.capacity, bucket.tokens - n)
 
     def take(self, key: str) -> int | None:
         """Spend one request of ``key``'s budget: None if allowed, else the seconds to wait."""
@@ -127,10 +183,19 @@ class RateLimiter:
             else:
                 self._buckets.move_to_end(key)
                 self._refill(bucket, now)
-            if bucket.tokens >= 1.0:
-                bucket.tokens -= 1.0
-                return None
-            return max(1, math.ceil((1.0 - bucket.tokens) / self.rate))
+            if bucket.tokens < 1.0:
+                return max(1, math.ceil((1.0 - bucket.tokens) / self.rate))
+            if self.processes > 1:
+                if bucket.round != self._round:
+                    bucket.round = self._round
+                    bucket.allowance = max(1.0, bucket.tokens / self.processes)
+                if bucket.allowance < 1.0:
+                    return 1  # this process's share is spent: the next round (in a moment) gives more
+                bucket.allowance -= 1.0
+            bucket.tokens -= 1.0
+            if self.shared:
+                self._spent[key] = self._spent.get(key, 0) + 1
+            return None
 
     def prune(self) -> int:
         """Forget clients whose budget is whole again (they would start full anyway)."""
@@ -198,13 +263,49 @@ def _chunks(items: Iterator[T], deadline: Deadline) -> Iterator[list[T]]:
         yield chunk
 
 
-class RequestLimits:
-    """One controller's request budgets and time budget (built once by ``create_app``)."""
+#: The kinds of budget as a :class:`~engine.ports.RateBoard` names them.
+AUTH, WRITE = "auth", "write"
 
-    def __init__(self, settings: Settings, seconds: Callable[[], float] = time.monotonic) -> None:
+
+class RequestLimits:
+    """One controller's request budgets and time budget (built once by ``create_app``).
+
+    With a ``board`` that shares (a store other processes open), the budgets are the cluster's:
+    each process shares what it admits and takes off what the others admitted (see
+    :class:`RateLimiter`)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        seconds: Callable[[], float] = time.monotonic,
+        *,
+        board: RateBoard | None = None,
+    ) -> None:
         self.auth = RateLimiter(settings.rate_auth_per_minute, settings.rate_auth_burst, seconds)
         self.writes = RateLimiter(settings.rate_write_per_minute, settings.rate_write_burst, seconds)
         self.timeout = settings.request_timeout
+        if board is not None and not isinstance(board, NoRateBoard):
+            self.auth.share()
+            self.writes.share()
+            board.attach(self.spent, self.absorb)
+
+    def spent(self) -> RateSpending:
+        """What both budgets admitted since the last round, for the board."""
+        out: RateSpending = {(AUTH, key): n for key, n in self.auth.spent().items()}
+        out.update({(WRITE, key): n for key, n in self.writes.spent().items()})
+        return out
+
+    def absorb(self, spent: RateSpending, processes: int) -> None:
+        """A round of the board: what the other processes admitted, how many share the budgets."""
+        auth: dict[str, int] = {}
+        writes: dict[str, int] = {}
+        for (kind, key), n in spent.items():
+            if kind == AUTH:
+                auth[key] = n
+            elif kind == WRITE:
+                writes[key] = n
+        self.auth.absorb(auth, processes)
+        self.writes.absorb(writes, processes)
 
     def deadline(self) -> Deadline | None:
         """A new request's deadline (None when requests have no time budget)."""

@@ -381,6 +381,33 @@ class NoPostureBoard:
         return None
 
 
+#: Requests admitted against clients' budgets, by (kind, client key): ``("auth", address)``,
+#: ``("write", "session:<id>")``... (``api.limits``).
+RateSpending = dict[tuple[str, str], int]
+
+
+class RateBoard(Protocol):
+    """What clients spend of their request budgets (``TRELLIS_RATE_*``) on each process serving
+    one database, shared so that a budget holds for the whole cluster, not per process.
+
+    Every round (a fraction of a second) the board takes what this process admitted since the
+    last round (``export``) and shares it, and hands ``absorb`` what the other processes admitted
+    since it last did, with how many processes share the budgets now (this one included; 1 when
+    the others cannot be heard). Nothing of it is on a request's path. A store only one process
+    opens has nothing to share (:class:`NoRateBoard`): its budgets stay the process's own."""
+
+    def attach(self, export: Callable[[], RateSpending], absorb: Callable[[RateSpending, int], None]) -> None:
+        """Start the rounds (on the board's own thread)."""
+        ...
+
+
+class NoRateBoard:
+    """The :class:`RateBoard` of a store only one process opens: nothing to share."""
+
+    def attach(self, export: Callable[[], RateSpending], absorb: Callable[[RateSpending, int], None]) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class JwtKeySource:
     """Where an external JWT signer's public keys come from: one certificate or a JWKS endpoint."""
@@ -653,6 +680,12 @@ class Store(StoreView, Protocol):
     def posture_board(self) -> PostureBoard:
         """Where identities' posture data is shared with the other processes of the store
         (nothing to share for a store only this process opens)."""
+        ...
+
+    def rate_board(self) -> RateBoard:
+        """Where what clients spend of their request budgets is shared with the other processes
+        of the store, so that a budget holds for all of them (nothing to share for a store only
+        this process opens)."""
         ...
 
     def snapshot(self, at: datetime) -> str:

@@ -60,8 +60,10 @@ from engine.ports import (
     NoActivityBoard,
     NoFleetBoard,
     NoPostureBoard,
+    NoRateBoard,
     PostureBoard,
     Put,
+    RateBoard,
     StoreView,
 )
 from engine.query import ListIndex, ScanIndex
@@ -338,6 +340,10 @@ class GroupCommitStore:
     def posture_board(self) -> PostureBoard:
         """Nothing to share: every posture response to this store reaches this process."""
         return NoPostureBoard()
+
+    def rate_board(self) -> RateBoard:
+        """Nothing to share: every request to this store's clients reaches this process."""
+        return NoRateBoard()
 
     def health(self) -> list[dict[str, Any]]:
         """Whether this process can write, as checks in OpenZiti's health-check form (``id``,

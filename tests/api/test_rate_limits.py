@@ -325,3 +325,63 @@ def test_default_budgets_are_generous() -> None:
 def test_a_budget_must_be_a_whole_number(value: str) -> None:
     with pytest.raises(SystemExit, match="TRELLIS_RATE_AUTH_PER_MINUTE"):
         Settings.from_env({"TRELLIS_RATE_AUTH_PER_MINUTE": value})
+
+
+# -- shared by several processes (a RateBoard's rounds) --------------------------------------------
+def test_a_limiter_alone_counts_nothing_unless_shared() -> None:
+    limiter = RateLimiter(60, 2, Seconds())
+    limiter.take("a")
+
+    assert limiter.spent() == {}
+
+
+def test_a_shared_limiter_says_what_it_admitted_once() -> None:
+    limiter = RateLimiter(60, 3, Seconds())
+    limiter.share()
+    for key in ("a", "a", "b"):
+        assert limiter.take(key) is None
+
+    assert limiter.spent() == {"a": 2, "b": 1}
+    assert limiter.spent() == {}
+
+
+def test_what_others_admitted_is_taken_off_and_a_debt_is_refilled_first() -> None:
+    seconds = Seconds()
+    limiter = RateLimiter(60, 4, seconds)  # one a second
+    limiter.share()
+    limiter.absorb({"a": 6}, 2)  # known only from another process: 4 - 6 = a debt of 2
+
+    refused = limiter.take("a")
+    seconds.now += 3  # the debt and one more
+    admitted = limiter.take("a")
+
+    assert refused == 3
+    assert admitted is None
+
+
+def test_a_process_admits_its_share_of_what_is_left_per_round() -> None:
+    seconds = Seconds()
+    limiter = RateLimiter(1, 10, seconds)
+    limiter.share()
+    limiter.absorb({}, 2)  # two processes: at most half of what is left per round here
+
+    first = [limiter.take("a") for _ in range(6)]
+    limiter.absorb({"a": 5}, 2)  # the other process spent its half meanwhile
+    second = [limiter.take("a") for _ in range(2)]
+
+    assert first == [None] * 5 + [1]  # Retry-After 1: the next round gives a share again
+    assert second == [60, 60]  # nothing left: a whole budget's wait at one a minute
+
+
+def test_one_request_is_admitted_per_round_while_one_is_left() -> None:
+    limiter = RateLimiter(1, 3, Seconds())
+    limiter.share()
+    limiter.absorb({"a": 1}, 4)  # two left, four processes: a share under one request
+
+    assert [limiter.take("a") for _ in range(2)] == [None, 1]
+
+
+def test_a_store_only_one_process_opens_keeps_its_budgets_to_itself(make_api: Callable[..., Api]) -> None:
+    limits = make_api().app.limits
+
+    assert (limits.auth.shared, limits.writes.shared) == (False, False)
