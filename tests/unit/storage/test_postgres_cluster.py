@@ -7,10 +7,12 @@ a batch of the other's reaches the listeners marked as foreign, and they do not 
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,7 @@ from engine.entities import all as _kinds  # noqa: F401
 from engine.entities.identities import Identity
 from engine.ports import Change, Delete, Put
 from storage.postgres import PostgresStore
+from storage.postgres import store as store_module
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 #: A generous bound for what should take milliseconds (a busy 2-core machine).
@@ -222,3 +225,121 @@ def test_when_the_leading_store_stops_a_running_one_takes_over(postgres_url: str
         assert second.lead()
     finally:
         second.close()
+
+
+def test_writers_of_both_stores_keep_writing_while_the_token_goes_back_and_forth(
+    pair: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """Four threads on each store write flat out for two seconds: every thread writes in each
+    second, none waits for the token through the whole run (a thread waiting for its store's
+    hold to end joins the next hold its store takes, not only the first to see it end)."""
+    stores = pair
+    seconds = 2.0
+    began = time.monotonic()
+    stamps: dict[tuple[int, int], list[float]] = {(s, t): [] for s in range(2) for t in range(4)}
+    errors: list[BaseException] = []
+
+    def write(s: int, t: int) -> None:
+        n = 0
+        while time.monotonic() - began < seconds:
+            try:
+                stores[s].commit([Put(_identity(f"{s}-{t}-{n}"))])
+            except BaseException as ex:
+                errors.append(ex)
+                return
+            stamps[s, t].append(time.monotonic() - began)
+            n += 1
+
+    threads = [threading.Thread(target=write, args=key) for key in stamps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(DEADLINE_SECONDS)
+    assert errors == []
+    for key, times in stamps.items():
+        assert any(at < seconds / 2 for at in times), (key, times[:5])
+        assert any(at >= seconds / 2 for at in times), (key, times[-5:])
+    total = sum(len(times) for times in stamps.values())
+    for store in stores:
+        store.catch_up()
+        assert store.count(Identity) == total
+    assert stores[0].change_log_problems() == []
+
+
+def test_the_holder_hands_the_token_over_at_its_next_batch_without_hearing_the_request(
+    pair: tuple[PostgresStore, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request for the token (a NOTIFY) goes unheard and the holder's follower never looks
+    in pg_locks: the holder, writing flat out, still sees the waiter in the round trip of its
+    next batch and lets the token go, and the other store's write lands while it writes on."""
+    first, second = pair
+    monkeypatch.setattr(store_module, "TOKEN_CHANNEL", "trellis_nobody_listens")
+    first._waiters_checked = float("inf")  # the follower's look in pg_locks: never
+    stop = threading.Event()
+    written = [0]
+
+    def busy() -> None:
+        while not stop.is_set():
+            first.commit([Put(_identity(f"busy-{written[0]}"))])
+            written[0] += 1
+
+    writer = threading.Thread(target=busy)
+    writer.start()
+    try:
+        eventually(lambda: written[0] > 5)
+        second.commit([Put(_identity("other"))])
+        during = written[0]
+        eventually(lambda: written[0] > during + 5)
+    finally:
+        stop.set()
+        writer.join(DEADLINE_SECONDS)
+    first.catch_up()
+    assert first.get(Identity, "id-other") is not None
+
+
+def _race(url: str, index: int, rounds: int, barrier: Any, results: Any) -> None:
+    """(A spawned process) create ``round-<r>`` if it is free, for each round, in step with the
+    other process; report the rounds this one created."""
+
+    store = PostgresStore(url)
+    won: list[int] = []
+    try:
+        for r in range(rounds):
+            barrier.wait(DEADLINE_SECONDS)
+            with store.write_lock():
+                if store.find_unique(Identity, "name", f"round-{r}") is None:
+                    store.commit([Put(_identity(f"{r}-{index}", f"round-{r}"))])
+                    won.append(r)
+    finally:
+        results.put((index, won))
+        store.close()
+
+
+@pytest.mark.timeout(300)
+def test_two_processes_creating_the_same_names_at_once_create_each_once(postgres_url: str) -> None:
+    """Two processes (not two stores of one: two interpreters, as two workers) create the same
+    name at the same moment, 50 times: exactly one of them creates it each time, and the
+    database holds each name once with a change log that agrees with it."""
+    rounds = 50
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    results = context.Queue()
+    children = [
+        context.Process(target=_race, args=(postgres_url, i, rounds, barrier, results)) for i in range(2)
+    ]
+    for child in children:
+        child.start()
+    try:
+        won = dict(results.get(timeout=240) for _ in children)
+    finally:
+        for child in children:
+            child.join(30)
+            if child.is_alive():
+                child.kill()
+    assert sorted(won[0] + won[1]) == list(range(rounds))  # one per round, none twice
+    store = PostgresStore(postgres_url)
+    try:
+        assert store.count(Identity) == rounds
+        assert store.change_log_problems() == []
+    finally:
+        store.close()
