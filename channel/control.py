@@ -104,6 +104,12 @@ Controller -> router:
   deleted these circuits of the router (``DELETE /fabric/v1/circuits/{id}``): the router ends their
   connections (StateClosed with the reason to the dialing SDK, and the far end closed), then
   reports them ended. Ids it does not hold are ignored.
+- ``UPDATE_CTRL_ADDRESSES`` (1037, OpenZiti's ``UpdateCtrlAddressesType``): ``{"addresses":
+  ["tls:host:port", ...], "controllers": [{"id", "address"}]}``: every controller of the network
+  (its durable members, online or not) and its control address. Sent after the hello and whenever
+  the membership changes (a controller joins, moves, or is removed); always the whole list. The
+  router keeps a control connection to each address (adding the new ones, dropping those no longer
+  listed) and keeps the list in its directory for its next start; an empty list is ignored.
 - ``ERROR`` (20002): the answer to a refused request: body the reason, header 1014 the code.
 """
 
@@ -117,6 +123,7 @@ from channel.frames import HEARTBEAT, HELLO, RESULT, Message
 
 __all__ = ["HEARTBEAT", "HELLO", "RESULT"]
 
+UPDATE_CTRL_ADDRESSES = 1037
 ERROR = 20002
 SESSION_REMOVED = 20102
 API_SESSION_ADDED = 20200

@@ -215,6 +215,7 @@ def router_run(settings: Settings, *, await_controller: bool = False) -> None:
         record,
         await_controller=await_controller,
         offline_grace=settings.router_offline_grace,
+        follow_controllers=not settings.router_ctrl,  # TRELLIS_ROUTER_CTRL chose them
     )
 
 

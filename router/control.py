@@ -23,6 +23,8 @@ Over the connection:
 - both send heartbeats; a connection silent for too long is closed. The router reports the API
   sessions with an open SDK channel: the whole set once connected and every minute (their
   activity), and an API session's first channel opening or last closing as it happens.
+- the controller tells the router every controller of the network (``UPDATE_CTRL_ADDRESSES``),
+  which :class:`~router.controllers.Controllers` follows.
 - the router reports its links to other routers (the whole set after every hello and whenever it
   changes: :meth:`ControlClient.links_changed`) and the circuits it opened that ended
   (:meth:`~ControlClient.circuits_ended`); the controller may ask it to close circuits
@@ -76,6 +78,7 @@ from channel.control import (
     ROUTER_LINKS,
     SESSION_REMOVED,
     SILENT_SECONDS,
+    UPDATE_CTRL_ADDRESSES,
     BadBody,
     body_of,
     strings,
@@ -235,6 +238,10 @@ class ControlClient:
         #: is told of every new list (``router.hosting.Hosting``; settable later).
         self.hosted_services: list[HostedService] = []
         self.on_hosted_services: Callable[[list[HostedService]], None] | None = None
+        #: Told of every list of the network's controllers (``UPDATE_CTRL_ADDRESSES``: their
+        #: control addresses as sent, ``tls:host:port``): the router's
+        #: :class:`router.controllers.Controllers` (settable later).
+        self.on_ctrl_addresses: Callable[[list[str]], None] | None = None
         #: The links up on this router, as last reported (:meth:`links_changed`).
         self.links: list[dict[str, Any]] = []
         #: Set while a hello is accepted and the connection is up.
@@ -597,6 +604,8 @@ class ControlClient:
                 self._on_router_links(body_of(message))
             elif kind == HOSTED_SERVICES:
                 self._on_hosted_services(body_of(message))
+            elif kind == UPDATE_CTRL_ADDRESSES:
+                self._on_ctrl_addresses(body_of(message))
             elif kind == CLOSE_CIRCUITS:
                 body = body_of(message)
                 ids, reason = strings(body, "circuitIds"), text(body, "reason")
@@ -651,6 +660,22 @@ class ControlClient:
                 self.on_hosted_services(list(services))
             except Exception:
                 log.exception("control %s: taking the list of hosted services failed", self.address)
+
+    def _on_ctrl_addresses(self, body: dict[str, Any]) -> None:
+        addresses = strings(body, "addresses")
+        if not addresses:  # a controller that lists them per controller only
+            controllers = body.get("controllers", [])
+            if not isinstance(controllers, list):
+                raise BadBody("controllers must be a list")
+            addresses = [
+                c["address"] for c in controllers if isinstance(c, dict) and isinstance(c.get("address"), str)
+            ]
+        log.info("control %s: the network's controllers are at %s", self.address, ", ".join(addresses))
+        if self.on_ctrl_addresses is not None:
+            try:
+                self.on_ctrl_addresses(list(addresses))
+            except Exception:
+                log.exception("control %s: taking the list of controllers failed", self.address)
 
     def _on_router_links(self, body: dict[str, Any]) -> None:
         routers = body.get("routers", [])

@@ -42,6 +42,16 @@ Pushes from any controller act as they did with one:
   whose connection drops takes its list with it, unless it was the last one: with no controller
   connected the router keeps what it had, as it did when its one connection was down.
 
+The controllers themselves change: each controller tells the router the control address of every
+controller of the network (``UPDATE_CTRL_ADDRESSES``, after its hello and whenever a controller
+joins, moves or is removed), as OpenZiti's controllers update their routers' endpoints. The router
+follows the latest list any controller sent (they read one database, so their lists agree up to a
+small lag, and each sends its list again when it changes): a connection is added for each new
+address and, once it is no longer listed, a controller's connection is closed and not tried again;
+an empty list is ignored. :attr:`Controllers.on_addresses` is told each new list (the router keeps
+it in its directory, so that its next start begins with it). A router whose addresses the operator
+chose (``TRELLIS_ROUTER_CTRL``; the embedded router) keeps them: ``follow`` is False.
+
 The router is connected (:attr:`Controllers.connected`) while any control connection is up; with
 none up, established connections keep flowing and requests fail with ``Unavailable``.
 :attr:`Controllers.on_reachable` is told when the first connection comes up and when the last
@@ -57,7 +67,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from router.control import ControlClient, RouterLink
+from router.control import ControlClient, RouterLink, parse_address
 from router.ports import Circuit, EdgePort, HostedService, Refused, Terminator, Unavailable
 
 log = logging.getLogger(__name__)
@@ -72,10 +82,23 @@ class Controllers:
     :attr:`on_hosted_services` are set here (later, as for one client) and reach them all.
     :meth:`run` keeps every connection up until :meth:`stop`."""
 
-    def __init__(self, clients: Sequence[ControlClient]) -> None:
+    def __init__(
+        self,
+        clients: Sequence[ControlClient],
+        *,
+        make_client: Callable[[str], ControlClient] | None = None,
+        follow: bool = True,
+    ) -> None:
         if not clients:
             raise ValueError("a router needs at least one controller")
-        self.clients = list(clients)
+        self.clients: list[ControlClient] = []
+        #: Builds the client of a controller address a controller names (``host:port``); None:
+        #: the router keeps the controllers it has.
+        self.make_client = make_client
+        #: Whether the router follows the controllers' list of controllers (see the docstring).
+        self.follow = follow
+        #: Told each new list of control addresses (``host:port``) taken from a controller.
+        self.on_addresses: Callable[[list[str]], None] | None = None
         #: Set while any control connection is up.
         self.connected = asyncio.Event()
         #: Told of every new union of the other routers (:mod:`router.links`; settable later).
@@ -93,12 +116,23 @@ class Controllers:
         self._answered: ControlClient | None = None
         #: Each client's latest list of the other routers, while its connection is up.
         self._listed: dict[ControlClient, list[RouterLink]] = {}
-        for client in self.clients:
-            client.on_connection = self._on_connection
-            client.on_router_links = self._router_links_of(client)
-            client.on_hosted_services = self._take_hosted_services
+        #: The links up on this router, as last reported (what a client added later starts with).
+        self._links: list[dict[str, Any]] = []
+        #: Each running client's task, once :meth:`run` runs; set by :meth:`stop`.
+        self._tasks: dict[ControlClient, asyncio.Future[None]] = {}
+        self._running = False
+        self._stopped = asyncio.Event()
+        for client in clients:
+            self._adopt(client)
             if client.edge is not None:
                 self._edge = client.edge
+
+    def _adopt(self, client: ControlClient) -> None:
+        client.on_connection = self._on_connection
+        client.on_router_links = self._router_links_of(client)
+        client.on_hosted_services = self._take_hosted_services
+        client.on_ctrl_addresses = self._take_ctrl_addresses
+        self.clients.append(client)
 
     # -- life ----------------------------------------------------------------------------------
     @property
@@ -120,22 +154,90 @@ class Controllers:
         return [client for client in self.clients if client.connected.is_set()]
 
     async def run(self) -> None:
-        """Keep a control connection to every controller (each reconnecting on its own) until
-        :meth:`stop`."""
-        tasks = [asyncio.ensure_future(client.run()) for client in self.clients]
+        """Keep a control connection to every controller (each reconnecting on its own, and
+        those added meanwhile too) until :meth:`stop`."""
+        self._running = True
+        for client in list(self.clients):
+            self._start(client)
         try:
-            await asyncio.gather(*tasks)
+            await self._stopped.wait()
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         finally:
+            self._running = False
+            tasks = list(self._tasks.values())
             for task in tasks:
                 task.cancel()
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
+    def _start(self, client: ControlClient) -> None:
+        if self._running and client not in self._tasks:
+            task = asyncio.ensure_future(client.run())
+            self._tasks[client] = task
+            task.add_done_callback(lambda _: self._forget_task(client, task))
+
+    def _forget_task(self, client: ControlClient, task: asyncio.Future[None]) -> None:
+        if self._tasks.get(client) is task and client not in self.clients:
+            del self._tasks[client]  # a client removed: its task has ended
+
     def stop(self) -> None:
         """End :meth:`run` and close every connection."""
+        self._stopped.set()
         for client in self.clients:
             client.stop()
+
+    # -- the controllers' list of controllers ----------------------------------------------------
+    def _take_ctrl_addresses(self, sent: list[str]) -> None:
+        """A controller's list of every controller's control address: connect to the new ones,
+        stop connecting to those no longer listed (see the module's docstring)."""
+        wanted: dict[tuple[str, int], str] = {}
+        for entry in sent:
+            address = entry.strip().removeprefix("tls://").removeprefix("tls:")
+            try:
+                wanted.setdefault(_key(address), address)
+            except ValueError:
+                log.warning("control: ignoring a controller address that is not host:port: %r", entry)
+        if not wanted:
+            log.info("control: ignoring an empty list of controllers")
+            return
+        held = {_key(client.address): client for client in self.clients}
+        if held.keys() == wanted.keys():
+            return
+        if not self.follow or self.make_client is None:
+            log.info(
+                "control: the controllers are at %s; keeping %s (TRELLIS_ROUTER_CTRL chose them)",
+                ", ".join(wanted.values()),
+                ", ".join(self.addresses),
+            )
+            return
+        added = [address for key, address in wanted.items() if key not in held]
+        removed = [client for key, client in held.items() if key not in wanted]
+        for address in added:
+            client = self.make_client(address)
+            client.edge = self._edge
+            client.links_changed(self._links)
+            self._adopt(client)
+            self._start(client)
+        for client in removed:
+            self.clients.remove(client)
+            self._listed.pop(client, None)
+            if self._answered is client:
+                self._answered = None
+            client.stop()  # its connection's end is told as any (``_on_connection``)
+        log.info(
+            "control: controllers now %s (added %s; removed %s)",
+            ", ".join(self.addresses),
+            ", ".join(added) or "none",
+            ", ".join(c.address for c in removed) or "none",
+        )
+        if removed and self._listed:
+            self._tell_router_links()
+        if self.on_addresses is not None:
+            try:
+                self.on_addresses(self.addresses)
+            except Exception:
+                log.exception("control: keeping the list of controllers failed")
 
     def _on_connection(self, client: ControlClient, up: bool) -> None:
         if up:
@@ -311,5 +413,12 @@ class Controllers:
     def links_changed(self, links: list[dict[str, Any]]) -> None:
         """The links up on this router: every connected controller is told now, and each after
         its every hello."""
+        self._links = list(links)
         for client in self.clients:
             client.links_changed(links)
+
+
+def _key(address: str) -> tuple[str, int]:
+    """What makes two control addresses the same (``host:port``; ValueError for neither)."""
+    host, port = parse_address(address)
+    return host.lower(), port

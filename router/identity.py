@@ -14,7 +14,8 @@ The directory (mode 0700) holds::
 (``tls://advertise:port``), ``link`` where the router takes links from other routers ("" in a
 record written before links: none); all are chosen at enrollment and kept, so a router keeps its
 addresses across restarts. ``ctrls`` are the control addresses of every controller the router
-keeps a connection to (the enrollment JWT's ``ctrls``); ``ctrl`` is the first of them, and the
+keeps a connection to (the enrollment JWT's ``ctrls``, then the latest list the controllers sent:
+:func:`save_ctrls`); ``ctrl`` is the first of them, and the
 only one in a record written before ``ctrls`` (or by an embedded router, which has one
 controller). Nothing here talks to the network: :mod:`router.enroll` fills the
 directory.
@@ -151,6 +152,15 @@ def _write_private(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def save_ctrls(directory: Path, addresses: list[str]) -> RouterRecord:
+    """Keep ``addresses`` (``host:port``) as the controllers of the router enrolled in
+    ``directory`` (``router.json``'s ``ctrls``, ``ctrl`` the first), the rest of its record as it
+    is: what the controllers last named, for the router's next start."""
+    record = load(directory).with_ctrls(addresses)
+    _write_private(directory / CONFIG, (json.dumps(asdict(record), indent=2) + "\n").encode())
+    return record
 
 
 def is_enrolled(directory: Path) -> bool:

@@ -83,8 +83,12 @@ async def serve(
     *,
     await_controller: bool = False,
     offline_grace: float = DEFAULT_GRACE_SECONDS,
+    follow_controllers: bool = True,
 ) -> None:
-    """Run until ``stop`` is set. With ``await_controller`` the control connections are first
+    """Run until ``stop`` is set. ``follow_controllers``: connect to the controllers the
+    controllers name (``UPDATE_CTRL_ADDRESSES``), keeping their list in ``router.json`` for the
+    next start; False keeps ``record``'s (``TRELLIS_ROUTER_CTRL`` chose them). With
+    ``await_controller`` the control connections are first
     made once a control listener accepts connections (:func:`control_accepts`, tried quietly every
     :data:`AWAIT_SECONDS`): ``serve`` starts its embedded router with its own start, so that the
     router's start overlaps the controller's instead of following it. ``offline_grace`` is how
@@ -94,22 +98,26 @@ async def serve(
     offline = Offline(offline_grace)
     context = client_context(directory / identity.CERT, directory / identity.KEY, directory / identity.CA)
     addresses = record.ctrl_addresses
+
+    def control_client(address: str) -> ControlClient:
+        return ControlClient(
+            address=address,
+            ssl_context=context,
+            hostname=record.advertise or socket.gethostname(),
+            protocols={"tls": record.edge_url},
+            version=version_info(),
+            api_sessions=sessions,
+            tunneler=True,
+            server_hostname=server_hostname(parse_address(address)[0]),
+            link_listener=record.link_url,
+        )
+
     client = Controllers(
-        [
-            ControlClient(
-                address=address,
-                ssl_context=context,
-                hostname=record.advertise or socket.gethostname(),
-                protocols={"tls": record.edge_url},
-                version=version_info(),
-                api_sessions=sessions,
-                tunneler=True,
-                server_hostname=server_hostname(parse_address(address)[0]),
-                link_listener=record.link_url,
-            )
-            for address in addresses
-        ]
+        [control_client(address) for address in addresses],
+        make_client=control_client,
+        follow=follow_controllers,
     )
+    client.on_addresses = lambda now: _keep_ctrls(directory, now)
     listener = EdgeListener(
         ssl_context=identity.edge_context(directory),
         controller=client,
@@ -169,6 +177,14 @@ async def serve(
         log.info("router %s stopped", record.name)
 
 
+def _keep_ctrls(directory: Path, addresses: list[str]) -> None:
+    """The controllers' latest list in ``router.json``, for the next start (logged if it cannot be)."""
+    try:
+        identity.save_ctrls(directory, addresses)
+    except (identity.IdentityError, OSError) as ex:
+        log.warning("the controllers' addresses could not be kept in %s: %s", directory, ex)
+
+
 async def _any_accepts(directory: Path, addresses: list[str]) -> bool:
     """Whether any of the control listeners at ``addresses`` accepts connections now."""
     if len(addresses) == 1:
@@ -185,8 +201,10 @@ def run_router(
     *,
     await_controller: bool = False,
     offline_grace: float = DEFAULT_GRACE_SECONDS,
+    follow_controllers: bool = True,
 ) -> None:
-    """Serve until SIGTERM or SIGINT (``await_controller``, ``offline_grace``: see :func:`serve`)."""
+    """Serve until SIGTERM or SIGINT (``await_controller``, ``offline_grace``,
+    ``follow_controllers``: see :func:`serve`)."""
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -195,7 +213,12 @@ def run_router(
             loop.add_signal_handler(sig, stop.set)
         try:
             await serve(
-                directory, record, stop, await_controller=await_controller, offline_grace=offline_grace
+                directory,
+                record,
+                stop,
+                await_controller=await_controller,
+                offline_grace=offline_grace,
+                follow_controllers=follow_controllers,
             )
         finally:
             # Stopped already: a signal from here on has nothing left to ask. The embedded router

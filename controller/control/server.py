@@ -19,7 +19,9 @@ failure with the reason and the connection closed. Then (``channel.control`` is 
    committer's thread and hands them to the loop); routers learn of each other
    (``ROUTER_LINKS``) whenever one comes or goes; a tunneler router is told the services it
    hosts (``HOSTED_SERVICES``) after its hello and whenever a batch changes that list; a
-   router is asked to close circuits an administrator deleted (``CLOSE_CIRCUITS``);
+   router is asked to close circuits an administrator deleted (``CLOSE_CIRCUITS``); every
+   router is told the network's controllers (``UPDATE_CTRL_ADDRESSES``) after its hello and
+   whenever a batch changes them;
 4. heartbeats both ways; a connection silent for :data:`~channel.control.SILENT_SECONDS` is
    closed, and so is a router's connection as soon as it is deleted, disabled, re-enrolled or
    given a new certificate.
@@ -62,6 +64,7 @@ from engine.managers.circuits import CloseCircuits
 from engine.managers.edge_control import (
     ApiSessionsAdded,
     ApiSessionsRemoved,
+    ControllersChanged,
     ControlRefused,
     Event,
     HostedServicesChanged,
@@ -136,6 +139,8 @@ class RouterConnection:
         #: body it was sent (None: none yet).
         self.tunneler = False
         self.hosted: bytes | None = None
+        #: The last ``UPDATE_CTRL_ADDRESSES`` body the router was sent (None: none yet).
+        self.ctrls: bytes | None = None
 
     @property
     def closed(self) -> bool:
@@ -238,6 +243,7 @@ class RouterConnection:
             self._dispatch(request)
         self.server.links_changed()
         self.server.hosted_changed()
+        self.server.controllers_changed()
         try:
             entries = await self.server.run(self.server.ctrl.managers.edge_control.api_session_state)
             for body in wire.api_sessions_added(entries, full_state=True, chunk=control.SYNC_CHUNK):
@@ -607,6 +613,7 @@ class ControlServer:
         board's thread): the routers connected here are told, on the loop."""
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is connected any more
             self.loop.call_soon_threadsafe(self.links_changed)
+            self.loop.call_soon_threadsafe(self.controllers_changed)  # one without a record yet
 
     def links_changed(self) -> None:
         """Tell every router the other online routers and where they take links."""
@@ -614,6 +621,21 @@ class ControlServer:
         for router_id, connection in list(self._routers.items()):
             others = [p for p in online if p.router_id != router_id]
             connection.push(control.ROUTER_LINKS, wire.router_links(others))
+
+    def controllers_changed(self) -> None:
+        """Tell every router the network's controllers (``UPDATE_CTRL_ADDRESSES``) when the list
+        differs from the last it was sent."""
+        try:
+            body = wire.ctrl_addresses(self.ctrl.managers.controllers.endpoints())
+        except Exception:
+            log.exception("control: the controllers could not be listed")
+            return
+        if body == wire.ctrl_addresses([]):
+            return  # nothing to say: a router ignores an empty list
+        for connection in list(self._routers.values()):
+            if connection.ctrls != body and not connection.closed:
+                connection.ctrls = body
+                connection.push(control.UPDATE_CTRL_ADDRESSES, body)
 
     def hosted_changed(self) -> None:
         """What tunneler routers host may have changed: each one's list is computed again (on the
@@ -667,6 +689,9 @@ class ControlServer:
                 continue
             if isinstance(event, HostedServicesChanged):
                 self.hosted_changed()
+                continue
+            if isinstance(event, ControllersChanged):
+                self.controllers_changed()
                 continue
             if isinstance(event, ApiSessionsAdded):
                 bodies = list(

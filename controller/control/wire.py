@@ -321,6 +321,16 @@ def router_links(others: Sequence[Presence]) -> bytes:
     )
 
 
+def ctrl_addresses(endpoints: Sequence[tuple[str, str]]) -> bytes:
+    """An ``UPDATE_CTRL_ADDRESSES`` body: every controller's ``(id, tls:host:port)``."""
+    return encode(
+        {
+            "addresses": [address for _, address in endpoints],
+            "controllers": [{"id": id, "address": address} for id, address in endpoints],
+        }
+    )
+
+
 def close_circuits(ids: Sequence[str], reason: str) -> bytes:
     """A ``CLOSE_CIRCUITS`` body."""
     return encode({"circuitIds": list(ids), "reason": reason})

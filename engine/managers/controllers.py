@@ -101,16 +101,21 @@ class ControllerManager(EntityManager[ControllerMember]):
             self.delete(id)
             return old
 
-    def ctrl_addresses(self) -> list[str]:
-        """The control address of every controller of the network, each once: the records'
-        (sorted by id), then those of live controllers without one (a process of an older
-        Trellis, or one whose record is still being written)."""
-        found: list[str] = []
+    def endpoints(self) -> list[tuple[str, str]]:
+        """Every controller of the network with a control address, as ``(id, tls:host:port)``,
+        each address once: the records' (sorted by id), then those of live controllers without
+        one (a process of an older Trellis, or one whose record is still being written). What
+        routers are told (``UPDATE_CTRL_ADDRESSES``)."""
+        found: dict[str, str] = {}
         for member in sorted(self.list(), key=lambda m: m.id):
-            if member.ctrl_address and member.ctrl_address not in found:
-                found.append(member.ctrl_address)
+            if member.ctrl_address:
+                found.setdefault(member.ctrl_address, member.id)
         for shared in self.fleet.members():
             address = str(shared.get("ctrlAddress") or "")
-            if address and address not in found:
-                found.append(address)
-        return found
+            if address and isinstance(shared.get("id"), str):
+                found.setdefault(address, shared["id"])
+        return [(id, address) for address, id in found.items()]
+
+    def ctrl_addresses(self) -> list[str]:
+        """The control address of every controller of the network (:meth:`endpoints`)."""
+        return [address for _, address in self.endpoints()]

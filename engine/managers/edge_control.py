@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from engine.entities.controllers import ControllerMember
 from engine.entities.identities import ApiSession, ApiSessionCertificate, Authenticator, Identity
 from engine.entities.policies import ServicePolicy
 from engine.entities.routers import EdgeRouter
@@ -204,7 +205,20 @@ class HostedServicesChanged:
     """What tunneler routers host may have changed (each router's list is computed again)."""
 
 
-Event = ApiSessionsAdded | ApiSessionsRemoved | SessionsRemoved | RouterRevoked | HostedServicesChanged
+@dataclass(frozen=True, slots=True)
+class ControllersChanged:
+    """The network's controllers changed (one joined, moved or was removed): routers are told
+    every control address again."""
+
+
+Event = (
+    ApiSessionsAdded
+    | ApiSessionsRemoved
+    | SessionsRemoved
+    | RouterRevoked
+    | HostedServicesChanged
+    | ControllersChanged
+)
 Sink = Callable[[list[Event]], None]
 
 
@@ -611,6 +625,7 @@ class EdgeControlManager:
         ended: dict[str, str] = {}
         routers: set[str] = set()
         hosting = False
+        controllers = False
         with self._lock:
             for change in changes:
                 kind = change.kind if isinstance(change, Delete) else type(change.entity)
@@ -647,6 +662,8 @@ class EdgeControlManager:
                         ended[entity_id] = self._tokens.pop(entity_id, "")
                 elif kind is EdgeRouter:
                     routers.add(entity_id)
+                elif kind is ControllerMember:
+                    controllers = True
             for identity_id in identities:
                 touched.update(self._by_identity.get(identity_id, ()))
             added: list[RouterApiSession] = []
@@ -682,6 +699,8 @@ class EdgeControlManager:
         events.extend(self._revoked(routers))
         if hosting:
             events.append(HostedServicesChanged())
+        if controllers:
+            events.append(ControllersChanged())
         if not events:
             return
         for sink in sinks:
