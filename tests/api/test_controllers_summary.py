@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import io
+
+import pytest
+
+from controller.cli import controller_remove
+from controller.settings import SettingError, Settings
 from engine.managers.controllers import Joining
-from tests.conftest import CLIENT, Api
+from tests.conftest import CLIENT, Api, open_app
 
 
 def test_management_controllers_list_this_controller(api: Api) -> None:
@@ -141,3 +147,30 @@ def test_the_first_controller_was_created_with_the_network(api: Api) -> None:
     assert after["id"] == before["id"]
     assert after["certPem"] == before["certPem"]
     assert after["apiAddresses"] == before["apiAddresses"]
+
+
+@pytest.mark.durable
+def test_trellis_controller_remove_on_a_duckdb_home(settings: Settings) -> None:
+    """The command opens the home's database as ``serve`` does (refused while it serves): it
+    removes another controller's record, and refuses this home's own and an unknown id."""
+    app = open_app(settings, durable=True)
+    app.join_network()
+    own = app.ctrl.controller_id
+    app.ctrl.managers.controllers.join(
+        Joining(id="ctrl-old", name="ctrl-old", ctrl_address="tls:10.0.0.9:6262")
+    )
+    app.ctrl.env.store.close()
+
+    printed = io.StringIO()
+    controller_remove(settings, "ctrl-old", out=printed)
+    with pytest.raises(SettingError, match="this home's own controller"):
+        controller_remove(settings, own, out=io.StringIO())
+    with pytest.raises(SettingError, match="no controller 'ctrl-old'"):
+        controller_remove(settings, "ctrl-old", out=io.StringIO())
+
+    assert printed.getvalue() == "removed controller ctrl-old (tls:10.0.0.9:6262)\n"
+    again = open_app(settings, durable=True)
+    try:
+        assert [c.id for c in again.ctrl.managers.controllers.list()] == [own]
+    finally:
+        again.ctrl.env.store.close()
