@@ -408,6 +408,49 @@ class NoRateBoard:
         return None
 
 
+class CommitTimes(Protocol):
+    """When the change log's batches were committed, as every process of one database tells it.
+
+    Each process applies a batch when it commits it or hears of it, so a time it takes from its
+    own clock differs from the others' by their lag; the batch's number (``seq``, the last change
+    of the batch) and its commit time are the same everywhere. ``engine.managers.service_updates``
+    dates what it marks by them. A store only one process opens has nothing to share
+    (:class:`LocalCommitTimes`: the process's clock is the only one)."""
+
+    #: Whether the times come from the store (else: None everywhere, the caller's clock rules).
+    shared: bool
+
+    def at(self, seq: int) -> datetime | None:
+        """When the batch ending at change ``seq`` was committed (if the log no longer has it,
+        the next one still there); None when it cannot be told now."""
+        ...
+
+    def started(self, seq: int) -> datetime | None:
+        """This process loaded the store as of change ``seq``: what it knows of earlier batches
+        is lost, so the shared epoch (:meth:`epoch`) moves up to that batch's time, returned."""
+        ...
+
+    def epoch(self) -> datetime | None:
+        """The latest time a process of the store started at (:meth:`started`), as last read
+        (at most a second old)."""
+        ...
+
+
+class LocalCommitTimes:
+    """The :class:`CommitTimes` of a store only one process opens: its clock rules."""
+
+    shared = False
+
+    def at(self, seq: int) -> datetime | None:
+        return None
+
+    def started(self, seq: int) -> datetime | None:
+        return None
+
+    def epoch(self) -> datetime | None:
+        return None
+
+
 @dataclass(frozen=True)
 class JwtKeySource:
     """Where an external JWT signer's public keys come from: one certificate or a JWKS endpoint."""
@@ -637,6 +680,12 @@ class Store(StoreView, Protocol):
         ...
 
     @property
+    def last_seq(self) -> int:
+        """The sequence number of the last change published (during a listener's call: the last
+        of the batch it is shown); the same batch has the same number in every process."""
+        ...
+
+    @property
     def replaying(self) -> bool:
         """Whether this thread is publishing a batch another process committed (a store shared
         by several processes): its listeners see it as any batch, but must not commit follow-ups
@@ -686,6 +735,11 @@ class Store(StoreView, Protocol):
         """Where what clients spend of their request budgets is shared with the other processes
         of the store, so that a budget holds for all of them (nothing to share for a store only
         this process opens)."""
+        ...
+
+    def commit_times(self) -> CommitTimes:
+        """When the store's batches were committed, as every process of it tells it (nothing to
+        share for a store only this process opens)."""
         ...
 
     def snapshot(self, at: datetime) -> str:

@@ -55,8 +55,10 @@ from engine.ports import (
     Attempts,
     Change,
     CommitListener,
+    CommitTimes,
     Durable,
     FleetBoard,
+    LocalCommitTimes,
     NoActivityBoard,
     NoFleetBoard,
     NoPostureBoard,
@@ -344,6 +346,10 @@ class GroupCommitStore:
     def rate_board(self) -> RateBoard:
         """Nothing to share: every request to this store's clients reaches this process."""
         return NoRateBoard()
+
+    def commit_times(self) -> CommitTimes:
+        """Nothing to share: this process's clock dates its batches."""
+        return LocalCommitTimes()
 
     def health(self) -> list[dict[str, Any]]:
         """Whether this process can write, as checks in OpenZiti's health-check form (``id``,

@@ -103,12 +103,14 @@ def build_managers(
     ensure_builtin_config_types(env)
     access = AccessManager(env.store)  # the policy graph, resolved from the store in bulk
     env.listeners.append(access.on_commit)
-    service_updates = ServiceUpdates(env.store, env.clock)
+    service_updates = ServiceUpdates(env.store, env.clock, env.store.commit_times())
     access.observe(service_updates)
     sessions = ApiSessionManager(env, session_timeout)
     posture = PostureManager(env, access)
     env.listeners.append(posture.on_commit)
-    posture.add_listener(lambda identity_id: service_updates.mark([identity_id]))
+    posture.add_listener(
+        lambda identity_id: service_updates.posture_changed(identity_id, posture.changed_at(identity_id))
+    )
     fleet = Fleet(env.clock, env.fleet_board)
     controllers = ControllerManager(env, fleet)
 

@@ -24,6 +24,15 @@ swapping many services) marks every candidate instead: a few spare refreshes, ne
 
 Times live in memory, as OpenZiti's do: after a restart every session falls back to the
 controller's start time, so clients refresh once.
+
+**Several processes on one database** (the store's :class:`~engine.ports.CommitTimes` shared):
+a client polling may reach any of them, so every process must answer the same time for the same
+history, and never less than another answered. A mark is then the batch's number (the same
+everywhere), dated by the batch's commit time as the change log holds it; a posture change is
+dated by the posture data's own times (shared with the data); and the least answer is the
+store's epoch, the commit time of the batch the latest process to start loaded the store at
+(what a process knows of changes before its start is lost, so each raises the epoch to its
+start and all answer no less).
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from engine.entities.policies import ServicePolicy
 from engine.entities.posture import PostureCheck
 from engine.entities.services import Config, Service
 from engine.policy import IDENTITY, POSTURE_CHECK, SERVICE, SERVICE_POLICY, PolicyGraph
-from engine.ports import Change, Clock, Delete, Put, Store
+from engine.ports import Change, Clock, CommitTimes, Delete, LocalCommitTimes, Put, Store
 
 #: A service policy change touching more candidate pairs than this, over more services than
 #: :data:`SERVICE_BUDGET`, marks every candidate identity instead of checking each.
@@ -80,11 +89,23 @@ def _override_signature(identity: Identity) -> Any:
 class ServiceUpdates:
     """The per-identity ``lastChangeAt`` marks, kept by observing the policy graph's batches."""
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, times: CommitTimes | None = None) -> None:
         self.store = store
         self.clock = clock
         self.started_at = clock.now()
+        self.times: CommitTimes = times if times is not None else LocalCommitTimes()
         self._changed: dict[str, datetime] = {}
+        #: Shared times: each identity's last batch mark (its ``seq``, and this process's time
+        #: of it should the batch's time not be told) and its last posture change's time.
+        self._batches: dict[str, tuple[int, datetime]] = {}
+        self._posture: dict[str, datetime] = {}
+        #: Shared times: the least this process answers, the time of the batch it loaded at.
+        self._floor: datetime | None = None
+        if self.times.shared:
+            seq = store.last_seq
+            self._floor = self.times.started(seq)
+            if self._floor is None and seq > 0:
+                self._floor = self.started_at  # the database did not answer: the safe side
         self._lock = threading.Lock()
         self._overrides: dict[str, Any] = {}
         for identity in store.all(Identity):
@@ -94,18 +115,53 @@ class ServiceUpdates:
 
     # -- queries -----------------------------------------------------------------------------------
     def last_change_at(self, session: ApiSession) -> datetime:
-        """The identity's last mark; else when the session began, but never before our start."""
+        """The identity's last mark; else when the session began, but never before our start.
+
+        Shared times: the latest of the batch mark's commit time, the posture change's time,
+        the session's start and the epoch (:class:`~engine.ports.CommitTimes`)."""
+        identity_id = session.identity_id
+        if not self.times.shared:
+            with self._lock:
+                marked = self._changed.get(identity_id)
+            if marked is not None:
+                return marked
+            return max(session.created_at, self.started_at)
         with self._lock:
-            marked = self._changed.get(session.identity_id)
-        if marked is not None:
-            return marked
-        return max(session.created_at, self.started_at)
+            batch = self._batches.get(identity_id)
+            posture = self._posture.get(identity_id)
+        candidates = [session.created_at, self._floor, self.times.epoch(), posture]
+        if batch is not None:
+            committed = self.times.at(batch[0])
+            candidates.append(committed if committed is not None else batch[1])
+        return max(at for at in candidates if at is not None)
 
     def mark(self, identity_ids: Iterable[str]) -> None:
+        """The identities' lists changed with the batch just published (shared times: dated by
+        it), else now."""
         now = self.clock.now()
+        if self.times.shared:
+            seq = self.store.last_seq
+            with self._lock:
+                for identity_id in identity_ids:
+                    self._batches[identity_id] = (seq, now)
+            return
         with self._lock:
             for identity_id in identity_ids:
                 self._changed[identity_id] = now
+
+    def posture_changed(self, identity_id: str, at: datetime | None) -> None:
+        """The identity's posture data changed, last at ``at`` as the data says (shared times:
+        every process holds the same data); now if it says nothing, or the times are local."""
+        if not self.times.shared:
+            self.mark([identity_id])
+        else:
+            self._mark_posture(identity_id, at if at is not None else self.clock.now())
+
+    def _mark_posture(self, identity_id: str, at: datetime) -> None:
+        with self._lock:
+            held = self._posture.get(identity_id)
+            if held is None or at > held:
+                self._posture[identity_id] = at
 
     # -- graph observer ----------------------------------------------------------------------------
     def before(self, graph: PolicyGraph, changes: Sequence[Change]) -> _Before:
@@ -173,6 +229,8 @@ class ServiceUpdates:
             self._overrides.pop(change.id, None)
             with self._lock:
                 self._changed.pop(change.id, None)
+                self._batches.pop(change.id, None)
+                self._posture.pop(change.id, None)
 
     def _config_identities(self, graph: PolicyGraph, config_id: str) -> set[str]:
         """Identities that see a service using the config, or override a service's config with it."""

@@ -79,6 +79,7 @@ from storage.codec import UnstorableValueError, decode, encode
 from storage.group_commit import COMMIT_WAIT_SECONDS, GroupCommitStore
 from storage.postgres.activity import PostgresActivity
 from storage.postgres.attempts import PostgresAttempts
+from storage.postgres.commit_times import PostgresCommitTimes
 from storage.postgres.connections import alive
 from storage.postgres.fleet import PostgresFleetBoard
 from storage.postgres.migrations import (
@@ -329,7 +330,11 @@ class PostgresStore(GroupCommitStore):
         #: The guesses ledgers handed out (:meth:`attempts_ledger`), closed with the store.
         self._ledgers: list[PostgresAttempts] = []
         self._boards: list[
-            PostgresActivity | PostgresFleetBoard | PostgresPostureBoard | PostgresRateBoard
+            PostgresActivity
+            | PostgresFleetBoard
+            | PostgresPostureBoard
+            | PostgresRateBoard
+            | PostgresCommitTimes
         ] = []
         try:
             with self._writer_lock:
@@ -1009,6 +1014,12 @@ class PostgresStore(GroupCommitStore):
         board = PostgresRateBoard(self._connect)
         self._boards.append(board)
         return board
+
+    def commit_times(self) -> PostgresCommitTimes:
+        """The change log's commit times, the same for every process (its own connection)."""
+        times = PostgresCommitTimes(self._connect)
+        self._boards.append(times)
+        return times
 
     def attempts_ledger(self) -> PostgresAttempts:
         """The guesses ledger every process of this database shares (its own connection)."""

@@ -131,6 +131,21 @@ class PostureManager:
         """Call ``listener(identity_id)`` after that identity's posture data changed."""
         self._listeners.append(listener)
 
+    def changed_at(self, identity_id: str) -> datetime | None:
+        """The latest time the identity's posture data says it was updated (its responses'
+        times, kept with the data and shared with it): the same in every process holding the
+        same data. None when it has none."""
+        with self._lock:
+            data = self._data.get(identity_id)
+            if data is None:
+                return None
+            times = [data.os.last_updated_at, data.domain.last_updated_at, data.mac.last_updated_at]
+            times += [p.last_updated_at for p in data.processes.values()]
+            times += [p.last_updated_at for p in data.process_paths.values()]
+            for session in data.api_sessions.values():
+                times += [session.passed_mfa_at, session.woken_at, session.unlocked_at]
+        return max((at for at in times if at is not None), default=None)
+
     def on_commit(self, changes: list[Change]) -> None:
         """Forget the posture of deleted identities and deleted API sessions (an Env listener)."""
         with self._lock:
