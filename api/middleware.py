@@ -26,6 +26,9 @@ from engine.logs import bind_request_id, event, unbind_request_id
 
 log = logging.getLogger("trellis.audit")
 
+#: Paths served as they are; any other unprefixed path is the client API's (older SDKs).
+UNALIASED = ("/edge", "/fabric", "/.well-known", "/oidc/")
+
 #: Resource attribute ``auth``: who may call it.
 NONE, SESSION, PARTIAL, ADMIN = "none", "session", "partial", "admin"
 
@@ -219,10 +222,12 @@ class RequestMiddleware:
         path = req.path
         if path.startswith("/edge/v1/"):
             req.path = CLIENT_BASE + path[len("/edge/v1") :]
-        elif not path.startswith(("/edge", "/fabric", "/.well-known")) and path not in ("/", "/version"):
+        elif not path.startswith(UNALIASED) and path not in ("/", "/version"):
             req.path = CLIENT_BASE + path
         token = req.get_header("zt-session")
-        if token:
+        if not token:
+            self._bearer(req)
+        else:
             session = self.ctrl.api_sessions.resolve(token)
             if session is None:
                 req.context.token_state = "invalid"
@@ -235,6 +240,23 @@ class RequestMiddleware:
             req.context.identity = identity
             req.context.token = token
             req.context.token_state = "valid"
+
+    def _bearer(self, req: falcon.Request) -> None:
+        """An OIDC access token (``Authorization: Bearer``) acts as its API session where
+        ``zt-session`` is absent (OpenZiti's ``getJwtTokenFromRequest``). A bearer token this
+        controller did not sign is left alone (an external JWT for ``/authenticate`` or a secondary
+        factor); one it signed that no longer stands for a live session is an invalid token."""
+        oidc = self.ctrl.managers.oidc
+        for candidate in bearer_tokens(req):
+            bearer = oidc.resolve_access(candidate)
+            if bearer is not None:
+                req.context.session = bearer.session
+                req.context.identity = bearer.identity
+                req.context.token = candidate
+                req.context.token_state = "valid"
+                return
+            if oidc.is_own(candidate):
+                req.context.token_state = "invalid"
 
     def process_resource(
         self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict[str, Any]

@@ -51,16 +51,21 @@ class ApiSessionManager(EntityManager[ApiSession]):
         config_types: list[str],
         mfa_required: bool = False,
         ca_id: str | None = None,
+        bound_to: str | None = None,
     ) -> tuple[ApiSession, str]:
         """A new session and its token (the only time the token exists outside the caller);
-        ``INVALID_AUTH`` if the identity is disabled (or gone) by then."""
+        ``INVALID_AUTH`` if the identity is disabled (or gone) by then.
+
+        ``bound_to``: what the store keeps instead of the token's hash, a value no ``zt-session``
+        token hashes to (an OIDC login's stage, :mod:`engine.managers.oidc`): the token returned
+        then opens nothing."""
         now = self.env.clock.now()
         token = self.env.ids.new_token()
         session = ApiSession(
             id=self.env.ids.new_id(),
             created_at=now,
             updated_at=now,
-            token_hash=token_hash(token),
+            token_hash=bound_to if bound_to is not None else token_hash(token),
             identity_id=identity.id,
             authenticator_id=authenticator.id,
             ip_address=ip_address,

@@ -35,6 +35,7 @@ from engine.managers.identities import IdentityManager
 from engine.managers.identity_traces import IdentityTraceManager
 from engine.managers.integrity import IntegrityManager
 from engine.managers.mfa import DEFAULT_CODE_BACKOFF, MfaManager
+from engine.managers.oidc import OidcKeys, OidcManager
 from engine.managers.posture import PostureManager
 from engine.managers.posture_checks import PostureCheckManager
 from engine.managers.routers import RouterManager
@@ -79,6 +80,8 @@ class Managers:
     identity_traces: IdentityTraceManager
     integrity: IntegrityManager
     mfa: MfaManager
+    #: The OIDC provider (``/oidc``): its logins are API sessions, its access tokens name them.
+    oidc: OidcManager
     posture: PostureManager
     posture_checks: PostureCheckManager
     routers: RouterManager
@@ -126,13 +129,17 @@ def build_managers(
     terminators = TerminatorManager(env, access)
     edge_control = EdgeControlManager(env, access, posture, sessions, terminators, fleet)
     env.listeners.append(edge_control.on_commit)  # after the sessions a batch ends are ended
+    authentication = AuthenticationManager(env, sessions)
+    mfa = MfaManager(env, sessions, issuer=enrollment.issuer, code_backoff=code_backoff)
+    oidc_keys = env.tokens if isinstance(env.tokens, OidcKeys) else None  # the TLS key, as OpenZiti
+    oidc = OidcManager(env, sessions, authentication, mfa, issuer=f"{enrollment.issuer}/oidc", keys=oidc_keys)
     return Managers(
         env=env,
         enrollment_settings=enrollment,
         access=access,
         api_sessions=sessions,
         api_session_certificates=ApiSessionCertificateManager(env, enrollment),
-        authentication=AuthenticationManager(env, sessions),
+        authentication=authentication,
         auth_policies=AuthPolicyManager(env),
         authenticators=AuthenticatorManager(env),
         cas=CaManager(env, enrollment),
@@ -152,7 +159,8 @@ def build_managers(
         identities=IdentityManager(env),
         identity_traces=IdentityTraceManager(env),
         integrity=IntegrityManager(env, access, database, service_updates),
-        mfa=MfaManager(env, sessions, issuer=enrollment.issuer, code_backoff=code_backoff),
+        mfa=mfa,
+        oidc=oidc,
         posture=posture,
         posture_checks=PostureCheckManager(env),
         routers=RouterManager(env, enrollment, peers),

@@ -39,24 +39,17 @@ class AuthenticationManager:
 
     # Each login logs ``login.succeeded`` (INFO) or ``login.failed`` (WARNING) with its method,
     # the identity when known and, for a failure, why (never a credential).
-    def password(self, username: str, password: str, info: LoginInfo) -> Login:
+    #
+    # ``bound_to``: the session is an OIDC login's (:mod:`engine.managers.oidc`), kept under that
+    # value instead of its token's hash (``ApiSessionManager.start``).
+    def password(
+        self, username: str, password: str, info: LoginInfo, *, bound_to: str | None = None
+    ) -> Login:
         attempt = LoginAttempt("password", info)
         try:
             authenticator = self._password.authenticator(username, password, attempt)
-            login = open_session(self.env, self.api_sessions, authenticator, "updb", info, attempt=attempt)
-        except InvalidAuthError as ex:
-            attempt.failed(ex)
-            raise
-        attempt.succeeded(login)
-        return login
-
-    def cert(self, chain: Sequence[str], info: LoginInfo) -> Login:
-        attempt = LoginAttempt("cert", info)
-        try:
-            proof = self._cert.prove(chain, attempt)
-            ca_id = proof.ca.id if proof.ca is not None else None
             login = open_session(
-                self.env, self.api_sessions, proof.authenticator, "cert", info, ca_id=ca_id, attempt=attempt
+                self.env, self.api_sessions, authenticator, "updb", info, attempt=attempt, bound_to=bound_to
             )
         except InvalidAuthError as ex:
             attempt.failed(ex)
@@ -64,13 +57,40 @@ class AuthenticationManager:
         attempt.succeeded(login)
         return login
 
-    def ext_jwt(self, tokens: Sequence[str], info: LoginInfo) -> Login:
+    def cert(self, chain: Sequence[str], info: LoginInfo, *, bound_to: str | None = None) -> Login:
+        attempt = LoginAttempt("cert", info)
+        try:
+            proof = self._cert.prove(chain, attempt)
+            ca_id = proof.ca.id if proof.ca is not None else None
+            login = open_session(
+                self.env,
+                self.api_sessions,
+                proof.authenticator,
+                "cert",
+                info,
+                ca_id=ca_id,
+                attempt=attempt,
+                bound_to=bound_to,
+            )
+        except InvalidAuthError as ex:
+            attempt.failed(ex)
+            raise
+        attempt.succeeded(login)
+        return login
+
+    def ext_jwt(self, tokens: Sequence[str], info: LoginInfo, *, bound_to: str | None = None) -> Login:
         """Log in with the first acceptable external JWT of ``tokens`` (bearer tokens)."""
         attempt = LoginAttempt("ext-jwt", info)
         try:
             proof = self._ext_jwt.prove(tokens, attempt)
             login = open_session(
-                self.env, self.api_sessions, proof.authenticator, "extJwt", info, attempt=attempt
+                self.env,
+                self.api_sessions,
+                proof.authenticator,
+                "extJwt",
+                info,
+                attempt=attempt,
+                bound_to=bound_to,
             )
         except InvalidAuthError as ex:
             attempt.failed(ex)

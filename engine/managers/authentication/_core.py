@@ -180,6 +180,7 @@ def open_session(
     *,
     ca_id: str | None = None,
     attempt: LoginAttempt | None = None,
+    bound_to: str | None = None,
 ) -> Login:
     """The checks every method shares, then a new API session for ``authenticator``'s identity."""
     identity = env.store.get(Identity, authenticator.identity_id)
@@ -203,5 +204,6 @@ def open_session(
         config_types=session_config_types(env, info.config_types),
         mfa_required=mfa_required,
         ca_id=ca_id,
+        bound_to=bound_to,
     )
     return Login(session=session, token=token, identity=identity, authenticator=authenticator)
