@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from engine.testing import FixedClock
 from pki.totp import totp_code
-from tests.api.certs import admin_api, unique
+from tests.api.certs import admin_api, enroll_ott, tls, unique
+from tests.api.jwt_helpers import make_cert_signer
 from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api
 
 PASSWORD = "user-password-1"
@@ -752,3 +753,68 @@ def test_introspection_and_device_authorization_are_refused_as_openziti_does(api
 
 def test_oidc_paths_are_not_client_api_aliases(api: Api) -> None:
     assert api.client.simulate_get("/oidc/nothing").status_code == 404
+
+
+# -- certificate and external JWT logins ----------------------------------------------------------
+def test_a_certificate_login_from_the_tls_client_certificate(api: Api) -> None:
+    device = enroll_ott(api, unique("oidc-device"))
+    flow = Flow(api)
+    # no method: the certificate the TLS handshake presented chooses the certificate login
+    result = api.client.simulate_get(
+        "/oidc/authorize",
+        query_string=urlencode(
+            {
+                "client_id": "openziti",
+                "response_type": "code",
+                "scope": "openid offline_access",
+                "redirect_uri": REDIRECT,
+                "state": "st-1",
+                "code_challenge": flow.challenge,
+                "code_challenge_method": "S256",
+            }
+        ),
+        extras=tls(device.leaf),
+    )
+    assert result.headers["location"].startswith("/oidc/login/cert?authRequestID=")
+    page = api.client.simulate_get(local(result.headers["location"]))
+    assert page.text == "please POST to this URL"
+    flow.request_id = page.headers["auth-request-id"]
+
+    without = api.client.simulate_post("/oidc/login/cert", json={"id": flow.request_id})
+    assert without.status_code == 401
+    logged_in = api.client.simulate_post(
+        "/oidc/login/cert", json={"id": flow.request_id}, extras=tls(device.chain)
+    )
+
+    assert logged_in.status_code == 302, logged_in.text
+    tokens = flow.exchange(flow.callback(logged_in.headers["location"])).json
+    assert claims_of(tokens["access_token"])["sub"] == device.identity_id
+    assert claims_of(tokens["refresh_token"])["amr"] == ["cert"]
+    assert bearer(api, "/current-identity", tokens["access_token"]).json["data"]["id"] == device.identity_id
+
+
+def test_an_external_jwt_login(api: Api, clock: FixedClock) -> None:
+    signer = make_cert_signer(api, clock)
+    person = api.create("/identities", {"name": unique("person"), "isAdmin": False, "type": "User"})
+    flow = Flow(api)
+    flow.start()
+
+    refused = api.client.simulate_post(
+        "/oidc/login/ext-jwt",
+        json={"id": flow.request_id},
+        headers={"Authorization": f"Bearer {signer.token('somebody-else')}"},
+    )
+    logged_in = api.client.simulate_post(
+        "/oidc/login/ext-jwt",
+        json={"id": flow.request_id},
+        headers={"Authorization": f"Bearer {signer.token(person)}"},
+    )
+
+    assert refused.status_code == 401
+    assert logged_in.status_code == 302, logged_in.text
+    tokens = flow.exchange(flow.callback(logged_in.headers["location"])).json
+    assert claims_of(tokens["access_token"])["sub"] == person
+    assert claims_of(tokens["access_token"])["z_authid"] == f"extJwtId:{signer.id}"
+    assert refresh(api, tokens["refresh_token"]).status_code == 200
+    assert api.patch(f"/external-jwt-signers/{signer.id}", json={"enabled": False}).status_code == 200
+    assert refresh(api, tokens["refresh_token"]).json == {"error": "invalid_grant"}
