@@ -173,7 +173,7 @@ class LogHeadMovedError(RuntimeError):
 
 
 class LogGapError(RuntimeError):
-    """Change-log entries this process has not applied were trimmed away: it must reload."""
+    """The change log cannot be applied by this process (a change of a kind it does not know)."""
 
 
 def parse_url(url: str) -> dict[str, str]:
@@ -786,7 +786,8 @@ class PostgresStore(GroupCommitStore):
         """Publish every whole batch in the change log past this process's state, in order, as
         foreign (under ``_lock``, the token not held by this process, nothing staged); how many
         batches. ``rows``: the first read (:data:`LOG_READ_SQL`), made already; what the follower
-        applied since is skipped. :class:`LogGapError` when entries it needs were trimmed away."""
+        applied since is skipped. Entries it needs trimmed away, it reads the database again
+        (:meth:`_reload`); :class:`LogGapError` for a change of a kind it does not know."""
         applied = 0
         while True:
             after = self._state.seq
@@ -799,12 +800,11 @@ class PostgresStore(GroupCommitStore):
                     return applied
                 rows = None
                 continue
-            if int(rows[0][0]) != after + 1:
-                self._gap = LogGapError(
-                    f"the change log starts at {rows[0][0]} but this process has applied up to "
-                    f"{after}: it must be restarted to reload the database"
-                )
-                raise self._gap
+            if int(rows[0][0]) != after + 1:  # trimmed past this process's state
+                self._reload(conn, int(rows[0][0]))
+                applied += 1
+                rows = None
+                continue
             batch: list[tuple[int, Change]] = []
             for seq, last, table, entity_id, op, doc in rows:
                 kind = _KINDS_BY_TABLE.get(str(table))
@@ -825,6 +825,48 @@ class PostgresStore(GroupCommitStore):
             if read < FOLLOW_ROWS:
                 return applied  # the read had every entry there was: no second, empty one
             rows = None
+
+    def _reload(self, conn: Connection, first: int) -> None:
+        """The change log starts at ``first``, past what this process applied (trimmed:
+        ``TRELLIS_CHANGE_LOG_RETAIN``): read every table and ``log_head`` as of one moment, as
+        opening does, and publish how they differ from this process's state as one batch of
+        another process's, numbered with the head (under ``_lock``, nothing staged)."""
+        behind = self._state.seq
+        conn.isolation_level = IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        loaded: dict[type[Entity], dict[str, Entity]] = {}
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SET LOCAL statement_timeout = 0")
+                cur.execute(f"SELECT seq FROM {LOG_HEAD_TABLE} WHERE id = 1")
+                row = cur.fetchone()
+                if row is None:
+                    raise LogGapError(f"the {LOG_HEAD_TABLE} row is missing")
+                head = int(row[0])
+                for kind in ALL_KINDS:
+                    cur.execute(f"SELECT id, doc::text FROM {table_name(kind.ENTITY)}")
+                    loaded[kind] = {str(i): decode(kind, str(i), str(doc)) for i, doc in cur.fetchall()}
+        finally:
+            conn.isolation_level = None
+            conn.read_only = None
+        state = self._state
+        changes: list[Change] = []
+        for kind, entities in loaded.items():
+            changes += [Delete(kind, e.id) for e in state.all(kind) if e.id not in entities]
+            changes += [Put(e) for i, e in entities.items() if state.get(kind, i) != e]
+        log.warning(
+            "this process had applied the change log up to %d, and the log now starts at %d (it "
+            "keeps TRELLIS_CHANGE_LOG_RETAIN changes): the database was read again at %d (%d changes)",
+            behind,
+            first,
+            head,
+            len(changes),
+        )
+        if changes:
+            self._publish_foreign([(head, change) for change in changes])
+        else:
+            self._state = state.apply([], head)
+            self._seq = max(self._seq, head)
 
     def _follow(self) -> None:
         """The follower thread: wakes on a notification (a batch committed, the token wanted)
