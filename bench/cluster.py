@@ -30,7 +30,9 @@ threads each (then each also takes the write token in turn, and catches up as it
 The busy run's writes a second are the store's own, without HTTP.
 
 Also measured: a round trip to the PostgreSQL server (``SELECT 1``) and the resident memory of
-each server process after the scenarios.
+each server process after the scenarios; with ``--memory-tier``, that tier seeded into
+PostgreSQL and opened by one process (the store loaded and the policy graph resolved, as a
+serving process starts, without the app): its peak RSS.
 
 Every configuration runs ``--rounds`` times (2 by default), in a rotated order each round so that
 a change in the machine's speed falls on each; the table gives the median and the spread
@@ -41,6 +43,8 @@ Run::
 
     python -m bench cluster                        # tier S, 8 s per scenario, 2 rounds
     python -m bench cluster --tier L --rounds 1    # tier L (seeding takes minutes)
+    python -m bench cluster --memory-tier XL       # and one process's memory at tier XL
+    python -m bench cluster --rounds 0 --memory-tier XL   # that alone
     python -m bench cluster --seconds 1 --rounds 1 --writers 1,2 --write-seconds 1 --lag-seconds 1
 
 The JSON goes to ``bench/results/local/cluster-<tier>.json`` (ignored by git), to the committed
@@ -340,6 +344,74 @@ def measure_lag(url: str, mode: str, seconds: float) -> dict[str, Any]:
     }
 
 
+# -- one process's memory at a tier --------------------------------------------------------------
+
+
+def _seed_postgres(url: str, tier: str, seed: int) -> None:
+    """(A spawned process) the tier's topology written into ``url`` through the store."""
+    from bench.startup import _BATCH, _entities
+    from engine.ports import Put
+    from storage.postgres import PostgresStore
+
+    entities = _entities(tier, seed)
+    store = PostgresStore(url)
+    try:
+        for start in range(0, len(entities), _BATCH):
+            store.commit([Put(e) for e in entities[start : start + _BATCH]])
+    finally:
+        store.close()
+
+
+def _open_and_resolve(url: str, results: Any) -> None:
+    """(A spawned process) what a serving process does at start with the data: open the store
+    (every entity loaded from PostgreSQL) and resolve the policy graph; its peak RSS."""
+    import gc
+    import resource
+
+    from engine.entities import all as _kinds  # noqa: F401 (registers every kind)
+    from engine.managers.access import build_graph
+    from storage.postgres import PostgresStore
+
+    gc.disable()  # as the serving worker loads: nothing made at start is garbage
+    began = time.perf_counter()
+    store = PostgresStore(url)
+    loaded = time.perf_counter()
+    graph = build_graph(store)
+    built = time.perf_counter()
+    results.put(
+        {
+            "entities": sum(graph.counts().values()),
+            "load_s": round(loaded - began, 2),
+            "graph_s": round(built - loaded, 2),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
+    )
+    store.close()
+
+
+def measure_memory(url: str, tier: str, seed: int) -> dict[str, Any]:
+    """The tier seeded into ``url`` (a child), then opened and resolved in another: one serving
+    process's data and policy graph, without the app around them."""
+    context = get_context("spawn")
+    began = time.perf_counter()
+    seeder = context.Process(target=_seed_postgres, args=(url, tier, seed))
+    seeder.start()
+    seeder.join()
+    if seeder.exitcode != 0:
+        raise RuntimeError(f"seeding tier {tier} into PostgreSQL failed (exit {seeder.exitcode})")
+    seeded = time.perf_counter() - began
+    results: multiprocessing.Queue[Any] = context.Queue()
+    child = context.Process(target=_open_and_resolve, args=(url, results))
+    child.start()
+    try:
+        figures = dict(results.get(timeout=3600))
+    finally:
+        child.join(60)
+        if child.is_alive():
+            child.kill()
+    return {"tier": tier, "seed_s": round(seeded, 1), **figures}
+
+
 # -- the report ----------------------------------------------------------------------------------
 
 
@@ -363,6 +435,8 @@ class Report:
     bare: list[dict[str, Any]] = field(default_factory=list)
     #: One per round and mode.
     lag: list[dict[str, Any]] = field(default_factory=list)
+    #: ``--memory-tier``: one process's data and graph at that tier (:func:`measure_memory`).
+    memory: dict[str, Any] = field(default_factory=dict)
 
     # -- figures across rounds --
     def values(self, config: str, scenario: str, key: str) -> list[float]:
@@ -463,6 +537,13 @@ class Report:
                         f"p99 {spread(self.lag_values(mode, 'write_p99_ms'), 1)} ms"
                     )
                 lines.append(text + ".")
+        if self.memory:
+            mem = self.memory
+            lines.append(
+                f"one process's data and policy graph at tier {mem['tier']} ({mem['entities']:,} entities, "
+                f"from PostgreSQL): peak RSS {mem['peak_rss_mb']:,.0f} MB; load {mem['load_s']:g} s, "
+                f"graph {mem['graph_s']:g} s (seeding {mem['seed_s']:g} s)."
+            )
         if self.hop:
             lines.append(
                 f"a round trip to PostgreSQL (SELECT 1, unix socket): p50 {self.hop['p50_us']:.0f} µs, "
@@ -476,7 +557,8 @@ class Report:
             f"machine: {m['cores']} cores, load average {m['load_before']} before and {m['load_after']} after; "
             f"Python {m['python']}; {m['wrk']}.",
         ]
-        lines += ["", "targets (issue 25):"] + [f"- {line}" for line in self.targets()]
+        if self.runs:
+            lines += ["", "targets (issue 25):"] + [f"- {line}" for line in self.targets()]
         return "\n".join(lines)
 
     def targets(self) -> list[str]:
@@ -515,6 +597,7 @@ def run(
     session_rate: float = 3000.0,
     out: Path | None = None,
     wrk: http.Wrk | None = None,
+    memory_tier: str = "",
 ) -> Report:
     """Every configuration ``rounds`` times (rotated), then the lag, on one PostgreSQL server."""
     wrk = wrk or http.ensure_wrk()
@@ -571,6 +654,9 @@ def run(
             for mode in ("idle", "busy"):
                 _log(f"change-log lag, {mode}, {lag_seconds:g} s")
                 report.lag.append({"round": number, **measure_lag(pg.new_database(), mode, lag_seconds)})
+        if memory_tier:
+            _log(f"one process's data and graph at tier {memory_tier}")
+            report.memory = measure_memory(pg.new_database(), memory_tier, seed)
     machine["load_after"] = [round(x, 2) for x in os.getloadavg()]
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -581,7 +667,12 @@ def run(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tier", choices=sorted(TIERS), default="S")
     parser.add_argument("--seconds", type=float, default=8.0, help="each wrk scenario (default 8)")
-    parser.add_argument("--rounds", type=int, default=2, help="times each configuration runs (default 2)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="times each configuration runs (default 2; 0: --memory-tier alone)",
+    )
     parser.add_argument("--connections", type=int, default=16, help="wrk connections (default 16)")
     parser.add_argument("--writers", default="1,8,32", help="comma-separated writer counts (default 1,8,32)")
     parser.add_argument("--write-seconds", type=float, default=5.0, help="each writer count (default 5)")
@@ -593,6 +684,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=3000.0,
         help="durable session creations per second the Dial scenario has distinct pairs for (default 3000)",
     )
+    parser.add_argument(
+        "--memory-tier",
+        choices=sorted(TIERS),
+        default="",
+        help="also seed this tier into PostgreSQL and measure one process's data and graph (RSS)",
+    )
     add_output_arguments(parser, "cluster-<tier>.json")
 
 
@@ -603,10 +700,10 @@ def main(args: argparse.Namespace) -> str:
         raise SystemExit(f"--writers must be comma-separated whole numbers, not {args.writers!r}") from None
     if not counts or min(counts) < 1:
         raise SystemExit("--writers needs at least one count, each 1 or more")
-    if min(args.seconds, args.write_seconds, args.lag_seconds) <= 0 or args.rounds < 1:
-        raise SystemExit(
-            "--seconds, --write-seconds and --lag-seconds must be more than 0, --rounds 1 or more"
-        )
+    if min(args.seconds, args.write_seconds, args.lag_seconds) <= 0:
+        raise SystemExit("--seconds, --write-seconds and --lag-seconds must be more than 0")
+    if args.rounds < (0 if args.memory_tier else 1):
+        raise SystemExit("--rounds must be 1 or more (0 only with --memory-tier: the memory alone)")
     if args.connections < 1:
         raise SystemExit("--connections must be 1 or more")
     out = results_path(args, f"cluster-{args.tier}.json")
@@ -626,5 +723,6 @@ def main(args: argparse.Namespace) -> str:
         session_rate=args.session_rate,
         out=out,
         wrk=wrk,
+        memory_tier=args.memory_tier,
     )
     return report.table() + f"\n\nJSON: {out}"

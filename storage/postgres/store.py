@@ -15,9 +15,13 @@ Several processes (``TRELLIS_WORKERS``, or controllers on several hosts) may ser
   every batch committed before it took it, so its checks (unique names, references, policies)
   see every committed write, and its numbering goes on from the head. It keeps the token while
   it keeps writing; it lets it go once idle (nothing staged, queued or being committed, no writer
-  in) when another process asked for it (a ``NOTIFY`` on ``trellis_token``, or a waiter seen in
-  ``pg_locks``) or after :data:`TOKEN_LINGER` unused; with a process waiting it admits new writers
-  for :data:`TOKEN_QUANTUM` only, so two busy processes take turns.
+  in) when another process asked for it (a ``NOTIFY`` on ``trellis_token`` heard by its follower,
+  or a waiter seen in ``pg_locks``: asked in the round trip of every batch, so a busy holder hands
+  over at the end of the batch in flight) or after :data:`TOKEN_LINGER` unused; with a process
+  waiting it admits new writers for :data:`TOKEN_QUANTUM` only, so two busy processes take turns,
+  and its writers that waited for that hold to end join its next hold together. A batch's
+  transaction is one round trip (a pipeline), and taking the token with its catch-up one (two
+  when another process holds it): in a busy process every round trip is also a wait for the GIL.
 * **The fence stays.** ``log_head`` moves by compare-and-set in every batch's transaction: a
   process whose token went with a cut connection, while another took it and wrote, has its batch
   refused whole (:class:`LogHeadMovedError`, ``COMMIT_FAILED``) and takes the token again, caught
@@ -809,9 +813,10 @@ class PostgresStore(GroupCommitStore):
             for seq, last, table, entity_id, op, doc in rows:
                 kind = _KINDS_BY_TABLE.get(str(table))
                 if kind is None:
-                    raise LogGapError(
+                    self._gap = LogGapError(
                         f"change {seq} is of an unknown kind {table!r}: restart on a newer Trellis"
                     )
+                    raise self._gap
                 change: Change = (
                     Delete(kind, str(entity_id))
                     if op == "delete"
