@@ -146,3 +146,33 @@ def test_removing_the_own_an_online_or_an_unknown_controller_is_refused(
     with pytest.raises(NotFoundError):
         controllers.remove("c3", own_id="c1")
     assert {m.id for m in env.store.all(ControllerMember)} == {"c1", "c2"}
+
+
+class LateBoard:
+    """A fleet board that shares the other processes' state when told to (:meth:`share`)."""
+
+    def __init__(self) -> None:
+        self.absorb: Any = None
+
+    def attach(self, export: Any, absorb: Any) -> None:
+        self.absorb = absorb
+
+    def changed(self) -> None:
+        return None
+
+    def share(self, states: list[dict[str, Any]]) -> None:
+        self.absorb(states)
+
+
+def test_which_controllers_are_online_is_known_once_the_board_was_read(clock: FixedClock) -> None:
+    board = LateBoard()
+    fleet = Fleet(clock, board)
+    alone = Fleet(clock)
+
+    before = fleet.wait_shared(0.01)
+    board.share([{"member": {"id": "c2", "ctrlAddress": "tls:c2.example.test:6262"}}])
+
+    assert before is False
+    assert fleet.wait_shared(0.01) is True
+    assert [m["id"] for m in fleet.members()] == ["c2"]
+    assert alone.wait_shared(0.01) is False  # nothing is shared: nothing to wait for
