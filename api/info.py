@@ -15,8 +15,12 @@ from api.routing import Route, Routes
 from engine.errors import NotFoundError
 
 BUILD_DATE = datetime(2026, 11, 22, tzinfo=UTC)
-#: Every capability value OpenZiti knows (``/enumerated-capabilities``); we advertise none.
+#: Every capability value OpenZiti knows (``/enumerated-capabilities``).
 KNOWN_CAPABILITIES = ["OIDC_AUTH", "OIDC_AUTH_WITH_CSR", "HA_CONTROLLER"]
+#: What ``/version`` advertises: the OIDC provider at ``/oidc`` (``api/oidc.py``).
+CAPABILITIES = ["OIDC_AUTH"]
+#: Where the OIDC provider is (``/version``'s ``edge-oidc``, as OpenZiti lists it: the bare base URL).
+OIDC_PATH = "/oidc"
 
 
 def version_document(ctrl: Controller) -> dict[str, Any]:
@@ -30,10 +34,11 @@ def version_document(ctrl: Controller) -> dict[str, Any]:
             "edge": entry(CLIENT_BASE),
             "edge-client": entry(CLIENT_BASE),
             "edge-management": entry(MANAGEMENT_BASE),
+            "edge-oidc": {"v1": {"apiBaseUrls": [base], "path": OIDC_PATH, "version": "v1"}},
             "fabric": entry(FABRIC_BASE),
         },
         "buildDate": BUILD_DATE.strftime("%Y-%m-%d %H:%M:%S"),
-        "capabilities": [],
+        "capabilities": list(CAPABILITIES),
         "revision": f"trellis-{ctrl.version_trellis}",
         "runtimeVersion": f"python{platform.python_version()}",
         "version": ctrl.version,

@@ -818,3 +818,72 @@ def test_an_external_jwt_login(api: Api, clock: FixedClock) -> None:
     assert refresh(api, tokens["refresh_token"]).status_code == 200
     assert api.patch(f"/external-jwt-signers/{signer.id}", json={"enabled": False}).status_code == 200
     assert refresh(api, tokens["refresh_token"]).json == {"error": "invalid_grant"}
+
+
+# -- hostile input: no answer is a 5xx ----------------------------------------------------------------
+OIDC_KEYS = [
+    "id", "authRequestID", "client_id", "response_type", "scope", "redirect_uri", "state", "nonce",
+    "code_challenge", "code_challenge_method", "method", "prompt", "grant_type", "code",
+    "code_verifier", "refresh_token", "subject_token", "subject_token_type",
+    "requested_token_type", "audience", "token", "token_type_hint", "id_token_hint",
+    "post_logout_redirect_uri", "username", "password", "configTypes", "sdkType", "envOs",
+]  # fmt: skip
+HEADERS = ["", "Bearer ", "Basic ", "Basic bmF0aXZlOg==", "bearer x.y.z", "Bearer e30.e30.", "garbage"]
+
+
+def test_no_oidc_request_is_answered_5xx(api: Api) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from api.oidc import PATHS
+    from tests.conftest import examples
+
+    tokens = Flow(api).tokens()
+    flow = Flow(api)
+    flow.start()
+    known = [*tokens.values(), flow.request_id, "openziti", "native", REDIRECT, "S256", "password"]
+    known += [
+        "authorization_code",
+        "refresh_token",
+        "urn:ietf:params:oauth:grant-type:token-exchange",
+        "urn:ietf:params:oauth:token-type:refresh_token",
+        "urn:ietf:params:oauth:token-type:id_token",
+    ]
+    value = st.one_of(st.sampled_from([str(k) for k in known]), st.text(max_size=80))
+    fields = st.dictionaries(st.one_of(st.sampled_from(OIDC_KEYS), st.text(max_size=12)), value, max_size=8)
+    bodies = st.one_of(
+        fields.map(lambda f: (urlencode(f).encode(), "application/x-www-form-urlencoded")),
+        fields.map(lambda f: (json.dumps(f).encode(), "application/json")),
+        st.binary(max_size=300).map(lambda b: (b, "application/json")),
+        st.binary(max_size=300).map(lambda b: (b, "application/x-www-form-urlencoded")),
+        st.binary(max_size=100).map(lambda b: (b, "text/plain")),
+        st.just((b"", "")),
+    )
+    authorization = st.one_of(
+        st.sampled_from(HEADERS),
+        st.sampled_from([f"Bearer {t}" for t in tokens.values()]),
+        st.text(max_size=60).map(lambda t: "Bearer " + t),
+    )
+
+    @settings(max_examples=examples(300), deadline=None, derandomize=True, database=None)
+    @given(
+        path=st.sampled_from(PATHS),
+        method=st.sampled_from(["GET", "POST"]),
+        query=fields,
+        body=bodies,
+        auth=authorization,
+    )
+    def answered(path: str, method: str, query: dict[str, str], body: tuple[bytes, str], auth: str) -> None:
+        headers = {"content-type": body[1]} if body[1] else {}
+        if auth and auth.isascii() and "\n" not in auth and "\r" not in auth:
+            headers["Authorization"] = auth
+        result = api.client.simulate_request(
+            method,
+            path,
+            query_string=urlencode(query),
+            body=body[0] if method == "POST" else None,
+            headers=headers,
+        )
+        assert result.status_code < 500, (path, method, query, body, result.text[:300])
+
+    answered()

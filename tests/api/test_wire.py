@@ -13,7 +13,12 @@ def test_unprefixed_version_lists_every_api_path(anon: Api) -> None:
     assert data["apiVersions"]["edge-client"]["v1"]["path"] == CLIENT
     assert data["apiVersions"]["edge-management"]["v1"]["path"] == MGMT
     assert data["apiVersions"]["edge-management"]["v1"]["apiBaseUrls"] == ["https://127.0.0.1:1280" + MGMT]
-    assert data["capabilities"] == []
+    assert data["apiVersions"]["edge-oidc"]["v1"] == {
+        "apiBaseUrls": ["https://127.0.0.1:1280"],
+        "path": "/oidc",
+        "version": "v1",
+    }
+    assert data["capabilities"] == ["OIDC_AUTH"]
     assert result.json["meta"] == {"apiEnrollmentVersion": "0.0.1", "apiVersion": "0.0.1"}
 
 
@@ -30,9 +35,9 @@ def test_every_response_names_the_controller_and_instance(anon: Api) -> None:
     assert result.headers["ziti-instance-id"] == anon.ctrl.instance_id
 
 
-def test_capability_list_does_not_advertise_oidc(anon: Api) -> None:
+def test_capability_list_advertises_oidc_but_not_ha(anon: Api) -> None:
     version = anon.client.simulate_get("/version").json["data"]
-    assert "OIDC_AUTH" not in version["capabilities"]
+    assert "OIDC_AUTH" in version["capabilities"]  # the provider at /oidc (docs/api.md §16)
     assert "HA_CONTROLLER" not in version["capabilities"]
     listed = anon.client.simulate_get(MGMT + "/enumerated-capabilities").json["data"]
     assert "OIDC_AUTH" in listed
