@@ -43,14 +43,16 @@ def alive(conn: psycopg.Connection[Any] | None) -> bool:
 class KeptConnection:
     """One connection for a board's statements (thread-safe), opened with ``connect`` when first
     needed and again when it has gone (:func:`alive`). The boards' writes are advice, not the
-    data: a statement the database does not answer is logged (naming ``what``) and answered
-    None, for the caller to keep what it meant to write for the next time."""
+    data: a statement the database does not answer is logged (naming ``what``; once, until it
+    answers again, since a board tries every fraction of a second) and answered None, for the
+    caller to keep what it meant to write for the next time."""
 
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], what: str) -> None:
         self._connect = connect
         self.what = what
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
+        self._failing = False
 
     def run(self, sql: str, params: list[object], *, fetch: bool = False) -> list[tuple[Any, ...]] | None:
         """One statement; its rows (``fetch``) or ``[]``; None when the database did not answer."""
@@ -63,10 +65,20 @@ class KeptConnection:
                     self._conn = None
                     conn = self._conn = self._connect()
                 cur = conn.execute(sql, params)
-                return cur.fetchall() if fetch else []
+                rows = cur.fetchall() if fetch else []
             except psycopg.Error as ex:
-                log.warning("%s: the database did not answer: %s", self.what, " ".join(str(ex).split()))
+                said, self._failing = self._failing, True
+                log.log(
+                    logging.DEBUG if said else logging.WARNING,
+                    "%s: the database did not answer: %s",
+                    self.what,
+                    " ".join(str(ex).split()),
+                )
                 return None
+            if self._failing:
+                self._failing = False
+                log.info("%s: the database answers again", self.what)
+            return rows
 
     def close(self) -> None:
         with self._lock:

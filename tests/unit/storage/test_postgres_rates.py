@@ -125,3 +125,42 @@ def test_old_rows_are_deleted(connect: Connect, postgres_url: str) -> None:
     board.close()
 
     assert rows == [(board.owner, "", "", 0), (board.owner, "write", "c", 2)]
+
+
+def test_a_board_the_database_does_not_answer_stands_alone_and_keeps_what_it_admitted(
+    connect: Connect, postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    away = [False]
+
+    def flaky() -> psycopg.Connection[tuple[object, ...]]:
+        if away[0]:
+            raise psycopg.OperationalError("the server is away")
+        return connect()
+
+    board, other = (
+        PostgresRateBoard(flaky, round_seconds=3600),
+        PostgresRateBoard(connect, round_seconds=3600),
+    )
+    try:
+        other.publish({})
+        assert board.read() == ({}, 2)
+        away[0] = True
+        board._db.close()  # the next statement connects again, and fails
+
+        board.publish({("write", "c"): 3})
+        board.publish({("write", "c"): 1})
+        alone = board.read()
+        away[0] = False
+        board.publish({})
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            rows = conn.execute(
+                f"SELECT spent FROM {RATE_TABLE} WHERE owner = %s AND kind = 'write'", [board.owner]
+            ).fetchall()
+    finally:
+        board.close()
+        other.close()
+
+    assert alone == ({}, 1)  # unheard: its own budgets, whole, meanwhile
+    assert rows == [(4,)]  # shared once it answers again, nothing lost
+    said = [r for r in caplog.records if "did not answer" in r.getMessage() and r.levelname == "WARNING"]
+    assert len(said) == 1  # once, not every round
