@@ -449,7 +449,8 @@ SETTINGS: tuple[Setting, ...] = (
         "authentication budget per client address (0: unlimited)", parser=whole(0),
         detail="It covers `/authenticate`, `/authenticate/mfa`, enrollment, and every operation that "
         "checks an MFA code or a current password (MFA verification and removal, recovery codes, "
-        "TOTP tokens, `PUT`/`PATCH /current-identity/authenticators/{id}`)",
+        "TOTP tokens, `PUT`/`PATCH /current-identity/authenticators/{id}`). Processes sharing a "
+        "PostgreSQL database share the budget (docs/architecture.md §5)",
     ),
     Setting(
         "TRELLIS_RATE_AUTH_BURST", "rate_auth_burst", "600", whole_form(1),
@@ -458,7 +459,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "TRELLIS_RATE_WRITE_PER_MINUTE", "rate_write_per_minute", "30000", whole_form(0),
         "write (POST/PUT/PATCH/DELETE) budget per API session, else per address (0: unlimited)",
-        parser=whole(0),
+        parser=whole(0), detail="Processes sharing a PostgreSQL database share the budget",
     ),
     Setting(
         "TRELLIS_RATE_WRITE_BURST", "rate_write_burst", "5000", whole_form(1),
