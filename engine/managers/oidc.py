@@ -359,7 +359,10 @@ class OidcManager:
             return OidcError(error, description, redirect=f"{redirect_uri}?{urlencode(query)}")
 
         if params.get("response_type") != "code":
-            raise back("unsupported_response_type", "only the authorization code flow is served")
+            raise back(
+                "unauthorized_client",
+                "The requested response type is missing in the client configuration.",
+            )
         scopes = [s for s in params.get("scope", "").split(" ") if s]
         if not scopes:
             raise back("invalid_request", "The scope of your request is missing.")

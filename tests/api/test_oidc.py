@@ -542,7 +542,7 @@ def test_an_unknown_client_is_refused(api: Api) -> None:
         ({"code_challenge": "", "code_challenge_method": ""}, "invalid_request"),
         ({"code_challenge_method": "plain"}, "invalid_request"),
         ({"scope": ""}, "invalid_request"),
-        ({"response_type": "token"}, "unsupported_response_type"),
+        ({"response_type": "token"}, "unauthorized_client"),
         ({"prompt": "none"}, "login_required"),
     ],
 )
