@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from controller.settings import Settings
 from tests.api.test_postgres_store import start
 from tests.api.test_rate_limits import assert_too_many, login, service_body
-from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, Api
+from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, MGMT, Api
 
 pytestmark = [pytest.mark.durable, pytest.mark.seconds(20)]
 
@@ -85,3 +86,43 @@ def test_a_session_alternating_between_two_controllers_gets_one_write_budget(
     # another session's budget is its own
     other = Api(second.app).login(ADMIN_USER, ADMIN_PASSWORD)
     assert second.post("/services", json=service_body(), token=other).status_code == 201
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_serve_with_two_workers_gives_a_client_one_auth_budget(tmp_path: Path, postgres_url: str) -> None:
+    """``trellis serve`` with ``TRELLIS_WORKERS=2``: logins on fresh connections (landing on
+    either worker) get one budget between them, then 429 with ``Retry-After``."""
+    from tests.e2e.server import Server
+
+    burst = 10
+    env = {
+        "TRELLIS_DATABASE_URL": postgres_url,
+        "TRELLIS_WORKERS": "2",
+        "TRELLIS_RATE_AUTH_PER_MINUTE": "1",
+        "TRELLIS_RATE_AUTH_BURST": str(burst),
+    }
+    with Server(tmp_path / "home", env=env) as server:
+        server.init()
+        server.start()
+        time.sleep(1)  # both workers have heard each other (every 0.25 s)
+        statuses: list[int] = []
+        retry_after: set[str] = set()
+        for _ in range(3 * burst):
+            with server.session() as fresh:
+                answer = fresh.post(
+                    f"{server.url}{MGMT}/authenticate",
+                    params={"method": "password"},
+                    json={"username": "admin", "password": server.password},
+                    timeout=10,
+                )
+            statuses.append(answer.status_code)
+            if answer.status_code == 429:
+                retry_after.add(answer.headers.get("Retry-After", ""))
+                assert answer.json()["error"]["code"] == "SERVER_TOO_MANY_REQUESTS"
+        server.stop()
+
+    assert set(statuses) <= {200, 429}, statuses
+    assert burst - 2 <= statuses.count(200) <= burst + 3, statuses  # one budget, not one per worker
+    assert retry_after
+    assert all(value.isdigit() for value in retry_after)
