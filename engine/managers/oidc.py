@@ -199,7 +199,7 @@ def redirect_allowed(uri: str, patterns: Sequence[str] = REDIRECT_URIS) -> bool:
     """Whether ``uri`` is one of ``patterns`` exactly, ``*`` standing for a port (1-65535); no
     query, fragment or user info."""
     if uri in patterns:
-        return True
+        return "*" not in uri
     try:
         parts = urlsplit(uri)
         port = parts.port
