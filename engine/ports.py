@@ -425,14 +425,15 @@ class CommitTimes(Protocol):
         the next one still there); None when it cannot be told now."""
         ...
 
-    def started(self, seq: int) -> datetime | None:
-        """This process loaded the store as of change ``seq``: what it knows of earlier batches
-        is lost, so the shared epoch (:meth:`epoch`) moves up to that batch's time, returned."""
+    def started(self) -> datetime | None:
+        """This process starts: it knows nothing of what was marked before, so the shared epoch
+        (:meth:`epoch`) moves up to now (the store's clock, as commit times), returned; None
+        when the store cannot be told now."""
         ...
 
     def epoch(self) -> datetime | None:
-        """The latest time a process of the store started at (:meth:`started`), as last read
-        (at most a second old)."""
+        """The latest time a process of the store started (:meth:`started`), as last read (at
+        most a second old)."""
         ...
 
 
@@ -444,7 +445,7 @@ class LocalCommitTimes:
     def at(self, seq: int) -> datetime | None:
         return None
 
-    def started(self, seq: int) -> datetime | None:
+    def started(self) -> datetime | None:
         return None
 
     def epoch(self) -> datetime | None:

@@ -30,9 +30,9 @@ a client polling may reach any of them, so every process must answer the same ti
 history, and never less than another answered. A mark is then the batch's number (the same
 everywhere), dated by the batch's commit time as the change log holds it; a posture change is
 dated by the posture data's own times (shared with the data); and the least answer is the
-store's epoch, the commit time of the batch the latest process to start loaded the store at
-(what a process knows of changes before its start is lost, so each raises the epoch to its
-start and all answer no less).
+store's epoch, when the latest process started (what a process knows of changes before its
+start is lost, so each raises the epoch to its start and all answer no less: as after one
+controller's restart, clients refresh once).
 """
 
 from __future__ import annotations
@@ -99,13 +99,11 @@ class ServiceUpdates:
         #: of it should the batch's time not be told) and its last posture change's time.
         self._batches: dict[str, tuple[int, datetime]] = {}
         self._posture: dict[str, datetime] = {}
-        #: Shared times: the least this process answers, the time of the batch it loaded at.
+        #: Shared times: the least this process answers, its start (the store's clock).
         self._floor: datetime | None = None
         if self.times.shared:
-            seq = store.last_seq
-            self._floor = self.times.started(seq)
-            if self._floor is None and seq > 0:
-                self._floor = self.started_at  # the database did not answer: the safe side
+            started = self.times.started()
+            self._floor = started if started is not None else self.started_at
         self._lock = threading.Lock()
         self._overrides: dict[str, Any] = {}
         for identity in store.all(Identity):

@@ -6,11 +6,11 @@ followed it. :class:`PostgresCommitTimes` is the :class:`~engine.ports.CommitTim
 PostgreSQL store: a batch's time is read once (then kept, :data:`KEEP`); a batch the log no longer
 holds (trimmed, ``TRELLIS_CHANGE_LOG_RETAIN``) is given the time of the next one still there.
 
-The epoch: a process that starts knows nothing of what happened before it loaded the database,
-so the time of the batch it loaded at is the least it may answer for anything, and every other
-process must answer no less. It is kept in the ``settings`` table (``service_updates_epoch``, UTC
-ISO 8601, raised with ``GREATEST``, never lowered) and read again at most every
-:data:`EPOCH_SECONDS`.
+The epoch: a process that starts knows nothing of what was marked before, so the time it starts
+(the database's clock, as commit times) is the least it may answer for anything, and every other
+process must answer no less (as one controller's restart makes every client refresh once). It is
+kept in the ``settings`` table (``service_updates_epoch``, fixed-width UTC ISO 8601, raised with
+``GREATEST``, never lowered) and read again at most every :data:`EPOCH_SECONDS`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 import psycopg
 
@@ -36,9 +36,8 @@ KEEP = 4096
 Connection = psycopg.Connection[tuple[object, ...]]
 
 
-def _text(at: datetime) -> str:
-    """``at`` as the setting keeps it: fixed-width UTC, so that text order is time order."""
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+#: The database's time now as the setting keeps it: fixed-width UTC, so that text order is time order.
+NOW_TEXT = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')"
 
 
 class PostgresCommitTimes:
@@ -74,19 +73,23 @@ class PostgresCommitTimes:
                 self._times.popitem(last=False)
         return at
 
-    def started(self, seq: int) -> datetime | None:
-        at = self.at(seq) if seq > 0 else None
-        if at is None:
-            return None
-        done = self._db.run(
-            f"INSERT INTO {SETTINGS_TABLE} (key, value) VALUES (%s, %s) "
-            f"ON CONFLICT (key) DO UPDATE SET value = GREATEST({SETTINGS_TABLE}.value, EXCLUDED.value)",
-            [EPOCH_KEY, _text(at)],
+    def started(self) -> datetime | None:
+        rows = self._db.run(
+            f"INSERT INTO {SETTINGS_TABLE} (key, value) VALUES (%s, {NOW_TEXT}) "
+            f"ON CONFLICT (key) DO UPDATE SET value = GREATEST({SETTINGS_TABLE}.value, EXCLUDED.value) "
+            "RETURNING value",
+            [EPOCH_KEY],
+            fetch=True,
         )
-        if done is not None:
-            with self._lock:
-                self._epoch_read = -float("inf")  # read it again: another may have raised it more
-        return at
+        if not rows:
+            return None
+        try:
+            epoch = datetime.fromisoformat(str(rows[0][0]))
+        except ValueError:
+            return None
+        with self._lock:
+            self._epoch, self._epoch_read = epoch, time.monotonic()
+        return epoch
 
     def epoch(self) -> datetime | None:
         now = time.monotonic()
