@@ -11,6 +11,8 @@ then), prints ``LOADED``, then reads one command a line from stdin and answers e
 - ``dial <service> <bytes>``: a connection of its own: connects, sends, waits for the echo,
   half-closes, reads to EOF; ``ECHO <sent> <received> <same>`` or ``DIAL_FAILED ...``.
 - ``close <name>``: half-closes ``name``, reads to EOF; ``CLOSED <name> <bytes received>``.
+- ``eof <name> <seconds>``: waits up to that long for ``name`` to end from the other side (the
+  router closed it); ``EOF <name> <bytes received>`` or ``STILL <name>``.
 - ``quit``: ends (exit 0).
 
 Ends with ``os._exit`` (the SDK's shutdown can hang).
@@ -77,6 +79,11 @@ class Held:
             )
             return bytes(self.received[start : start + len(data)])
 
+    def ended(self, seconds: float) -> bool:
+        """Whether the other side ended the connection, waiting up to ``seconds``."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self.eof, seconds)
+
     def finish(self) -> int:
         self.sock.shutdown(socket.SHUT_WR)
         self.thread.join(ECHO_WAIT_SECONDS)
@@ -129,6 +136,12 @@ def main() -> int:
                 back = conn.exchange(data)
                 conn.finish()
                 print("ECHO", len(data), len(back), int(back == data), flush=True)
+        elif command == "eof":
+            conn = held[args[0]]
+            if conn.ended(float(args[1])):
+                print("EOF", args[0], len(conn.received), flush=True)
+            else:
+                print("STILL", args[0], flush=True)
         elif command == "close":
             print("CLOSED", args[0], held.pop(args[0]).finish(), flush=True)
         else:
