@@ -97,7 +97,13 @@ class MfaManager(EntityManager[Mfa]):
 
     # -- reads -----------------------------------------------------------------------------------
     def of_identity(self, identity_id: str) -> Mfa | None:
-        return self.env.store.find_unique(Mfa, "identity_id", identity_id)
+        """The identity's enrollment. One not seen here, or seen unverified, may have been made or
+        verified by another process sharing the store a moment ago (the client's previous request
+        went there): this one catches up once before answering without it."""
+        mfa = self.env.store.find_unique(Mfa, "identity_id", identity_id)
+        if (mfa is None or not mfa.is_verified) and self.env.store.catch_up():
+            mfa = self.env.store.find_unique(Mfa, "identity_id", identity_id)
+        return mfa
 
     def require_of(self, identity_id: str) -> Mfa:
         """The identity's enrollment, verified or not (404 when there is none)."""
@@ -248,8 +254,11 @@ class MfaManager(EntityManager[Mfa]):
 
     # -- helpers ---------------------------------------------------------------------------------
     def _require_verified(self, identity_id: str, uow: UnitOfWork | None = None) -> Mfa:
-        store = uow if uow is not None else self.env.store
-        mfa = store.find_unique(Mfa, "identity_id", identity_id)
+        mfa = (
+            uow.find_unique(Mfa, "identity_id", identity_id)
+            if uow is not None
+            else self.of_identity(identity_id)
+        )
         if mfa is None or not mfa.is_verified:
             raise NotFoundError()
         return mfa
