@@ -345,11 +345,11 @@ class TokenResource:
         _oauth_error(resp, OidcError("invalid_request", "grant_type missing"))
 
 
-def _access_token(req: falcon.Request, form: dict[str, str]) -> str:
+def _access_token(req: falcon.Request) -> str:
+    """The ``Authorization: Bearer`` token (OpenZiti reads no other place: a token in a URL ends
+    up in logs)."""
     header = req.get_header("Authorization") or ""
-    if header[:7].lower() == "bearer ":
-        return header[7:].strip()
-    return form.get("access_token", "")
+    return header[7:].strip() if header[:7].lower() == "bearer " else ""
 
 
 class UserinfoResource:
@@ -360,7 +360,7 @@ class UserinfoResource:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         try:
-            resp.media = self.ctrl.managers.oidc.userinfo(_access_token(req, _first(_form(req))))
+            resp.media = self.ctrl.managers.oidc.userinfo(_access_token(req))
         except OidcError as ex:
             _oauth_error(resp, ex)
 

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from engine.testing import FixedClock
 from pki.totp import totp_code
-from tests.api.certs import admin_api, enroll_ott, tls, unique
+from tests.api.certs import admin_api, enroll_ott, split_chain, tls, unique
 from tests.api.jwt_helpers import make_cert_signer
 from tests.conftest import ADMIN_PASSWORD, ADMIN_USER, CLIENT, MGMT, Api
 
@@ -783,7 +783,7 @@ def test_a_certificate_login_from_the_tls_client_certificate(api: Api) -> None:
     without = api.client.simulate_post("/oidc/login/cert", json={"id": flow.request_id})
     assert without.status_code == 401
     logged_in = api.client.simulate_post(
-        "/oidc/login/cert", json={"id": flow.request_id}, extras=tls(device.chain)
+        "/oidc/login/cert", json={"id": flow.request_id}, extras=tls(*split_chain(device.chain))
     )
 
     assert logged_in.status_code == 302, logged_in.text
