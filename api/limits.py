@@ -52,6 +52,9 @@ CHECK_EVERY = 64
 
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _BASES = (CLIENT_BASE, MANAGEMENT_BASE)
+#: The OIDC provider's paths that check a password, a certificate, an external JWT, a TOTP code
+#: or a code / refresh token (``api.oidc``): the authentication budget, as ``/authenticate``.
+OIDC_LOGIN_PATHS = ("/oidc/login/", "/oidc/oauth/token")
 
 
 #: Operations that check a guessable secret besides the authentication paths, by method: the MFA
@@ -69,6 +72,8 @@ _SECRET_CHECKS: dict[str, tuple[str, ...]] = {
 def is_authentication(path: str, method: str = "POST") -> bool:
     """Whether ``method path`` (under an API base) authenticates, enrolls or checks a guessable
     secret (an MFA code, a current password): the per-address authentication budget."""
+    if path.startswith(OIDC_LOGIN_PATHS):  # the OIDC provider's login steps and token endpoint
+        return method not in ("GET", "HEAD")
     for base in _BASES:
         if path.startswith(base):
             rest = path[len(base) :].rstrip("/")

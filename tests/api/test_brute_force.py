@@ -218,6 +218,11 @@ def test_a_right_current_password_still_changes_it(api: Api) -> None:
         ("POST", f"{CLIENT}/current-api-session/totp-token", True),
         ("GET", f"{CLIENT}/authenticate", False),
         ("PATCH", f"{MGMT}/authenticators/abc", False),
+        ("POST", "/oidc/login/password", True),
+        ("POST", "/oidc/login/totp", True),
+        ("POST", "/oidc/oauth/token", True),
+        ("GET", "/oidc/login/password", False),
+        ("GET", "/oidc/authorize", False),
     ],
 )
 def test_every_operation_that_checks_a_secret_spends_the_authentication_budget(
