@@ -12,10 +12,14 @@ log in there. Two tests share one cluster (the revocation first, since the other
    ``tunnel host``) carry traffic; controller 1, where they logged in, is killed with SIGKILL
    (its process group); the held connections keep flowing both ways, and new Dials succeed
    through the two controllers left: the C SDK's with the Dial session it holds, and the
-   tunneler's for a service it never dialed before, which needs a new session from a controller
-   (the Go SDK lists the controllers after its login and fails over by itself). The C SDK 0.29.3
-   knows only the controller of its identity file: a new SDK process whose file names
-   controller 2 logs in there and dials.
+   tunneler's of a service made after the kill on controller 2, which the host binds and the
+   proxy dials with new sessions from the controllers left (the Go SDK lists the controllers
+   after its login and fails over by itself: its log says which it chose). The C SDK 0.29.3
+   knows only the controller of its identity file (a Dial needing a new session fails at once,
+   "Ziti Controller is not available"): a new SDK process whose file names controller 2 logs in
+   there and dials. No Dial is served by a router alone (its offline path,
+   docs/dataplane.md §9). Which controllers granted the circuits held at the kill (each lists
+   those it granted) is in the run's summary: so far controller 1's, the one killed.
 
 Waits are for conditions with generous deadlines (a loaded 2-core machine runs PostgreSQL, three
 controllers, two routers and the clients here).
@@ -266,6 +270,13 @@ def terminators(net: ClusterNetwork, service: str) -> list[dict[str, Any]]:
     return list(found["data"])
 
 
+def circuits(net: ClusterNetwork, api: Api) -> int:
+    """How many circuits ``api``'s controller lists (those it granted)."""
+    status, answer = api.call("GET", "/fabric/v1/circuits?limit=500")
+    assert status == 200, f"list circuits: HTTP {status} {answer}\n{net.explain()}"
+    return len(answer["data"])
+
+
 def failed_over(tunnel: Tunnel, victim: Controller) -> bool:
     """Whether the tunneler's Go SDK chose another controller than ``victim`` (it logs so)."""
     chosen = []
@@ -312,7 +323,7 @@ def test_an_api_session_deleted_on_another_controller_ends_the_sdk_connection(tr
 
 
 def test_traffic_flows_on_while_the_controller_the_clients_logged_in_at_is_killed(
-    traffic: Traffic,
+    traffic: Traffic, record_property: Callable[[str, object], None]
 ) -> None:
     net, cli = traffic.net, traffic.cli
     cluster = net.cluster
@@ -363,6 +374,9 @@ def test_traffic_flows_on_while_the_controller_the_clients_logged_in_at_is_kille
         victim = cluster.controllers[0]
         for path in (net.identities["dialer"], net.workdir / "tun-dialer.json"):
             assert json.loads(path.read_text())["ztAPI"].startswith(victim.url), path  # logged in there
+        # which controllers granted the circuits now held (each lists those it granted): said in
+        # the run's summary, since the router asks whichever controller answered it last
+        granted = {c.number: circuits(net, cluster.api(c)) for c in cluster.controllers}
         kill(victim)
         net.api = cluster.api(cluster.controllers[1])
 
@@ -396,6 +410,12 @@ def test_traffic_flows_on_while_the_controller_the_clients_logged_in_at_is_kille
         assert second.ask(f"dial kl-again {SIZE}", "ECHO") == f"ECHO {SIZE} {SIZE} 1", explain()
         for router in cluster.routers:  # every Dial went through a controller, none alone (§9)
             assert "granted alone" not in router.log.read_text(errors="replace"), explain()
+        by = ", ".join(f"{n} by controller {c}" for c, n in granted.items() if n)
+        record_property(
+            "summary",
+            f"cluster traffic: controller 1 killed, where the clients logged in; the circuits held "
+            f"then were granted {by}; the C SDK and the tunneler carried on through controllers 2 and 3",
+        )
     finally:
         if held is not None:
             held.close()
