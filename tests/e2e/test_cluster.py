@@ -16,7 +16,7 @@ from cluster.local import Cluster, Controller
 from router import identity
 from tests.e2e.clusters import DEADLINE_SECONDS, kill, running_cluster, wait_listed, wait_offline
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.seconds(35)]
 
 
 @pytest.fixture

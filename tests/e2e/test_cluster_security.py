@@ -37,7 +37,7 @@ from pki.totp import totp_code
 from tests.e2e.server import CLIENT, HOST, MGMT, Server
 from tests.e2e.test_brute_force import PASSWORD, locked_person
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.seconds(30)]
 
 WORKERS = 2
 FREE_CODES = 3

@@ -49,7 +49,7 @@ from tests.e2e.test_ziti_cli import Cli, Tunnel
 from tests.e2e.ziti_cli import LOCK_TIMEOUT as ZITI_LOCK_TIMEOUT
 from tests.e2e.ziti_cli import ZitiCliError, ensure_ziti
 
-pytestmark = [*sdk_marks(ZITI_LOCK_TIMEOUT + 600), pytest.mark.slow]
+pytestmark = [*sdk_marks(ZITI_LOCK_TIMEOUT + 600), pytest.mark.slow, pytest.mark.seconds(45)]
 
 SIZE = 20_000
 #: The SDK services (a Binder each).

@@ -41,7 +41,7 @@ from tests.e2e.dataplane import (
 from tests.e2e.sdk.sdk_venv import DRIVERS, clean_env
 from tests.e2e.server import Server, tail
 
-pytestmark = sdk_marks(420)
+pytestmark = [*sdk_marks(420), pytest.mark.seconds(60)]
 
 PASSWORD = "e2e-offline-router-password"
 #: The router's grace: long enough for step 2 on a loaded machine, short enough to wait out.
