@@ -159,7 +159,17 @@ TOKEN_LINGER = 0.5
 CATCH_UP_RATE = 100.0
 CATCH_UP_BURST = 20.0
 
-_KINDS_BY_TABLE = {table_name(kind.ENTITY): kind for kind in ALL_KINDS}
+
+_KINDS_BY_TABLE: dict[str, type[Entity]] = {}
+
+
+def _kind_of_table(table: str) -> type[Entity] | None:
+    """The entity kind stored in ``table``. Kinds register as their modules are imported, so the
+    table is made again whenever the registry has grown (not once at this module's import)."""
+    if len(_KINDS_BY_TABLE) != len(ALL_KINDS):
+        _KINDS_BY_TABLE.clear()
+        _KINDS_BY_TABLE.update((table_name(kind.ENTITY), kind) for kind in ALL_KINDS)
+    return _KINDS_BY_TABLE.get(table)
 
 
 class DatabaseUrlError(ValueError):
@@ -811,7 +821,7 @@ class PostgresStore(GroupCommitStore):
                 continue
             batch: list[tuple[int, Change]] = []
             for seq, last, table, entity_id, op, doc in rows:
-                kind = _KINDS_BY_TABLE.get(str(table))
+                kind = _kind_of_table(str(table))
                 if kind is None:
                     self._gap = LogGapError(
                         f"change {seq} is of an unknown kind {table!r}: restart on a newer Trellis"
