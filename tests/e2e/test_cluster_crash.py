@@ -24,9 +24,7 @@ from random import Random
 
 import pytest
 
-from engine.managers.access import build_graph
 from pki.authority import PkiPaths
-from storage.postgres import PostgresStore
 from tests.e2e.server import Server
 from tests.e2e.workload import (
     NO_BUDGETS,
@@ -36,7 +34,7 @@ from tests.e2e.workload import (
     audit,
     differences,
     engine_answers,
-    graph_answers,
+    postgres_answers,
     provision,
     run_workers,
 )
@@ -116,17 +114,10 @@ def load_then(
 def agree_with_the_database(server: Server, token: str, url: str, rng: Random, summary: str) -> None:
     """Every answer of ``server``'s processes, once caught up, as the database's policy graph."""
 
-    def truth(served: dict[str, frozenset[str]]) -> dict[str, frozenset[str]]:
-        store = PostgresStore(url)
-        try:
-            return graph_answers(build_graph(store), served)
-        finally:
-            store.close()
-
     deadline = time.monotonic() + CATCH_UP_SECONDS
     while True:
         served = engine_answers(server, token, rng, SAMPLE)
-        late = differences(served, truth(served))
+        late = differences(served, postgres_answers(url, served))
         if not late:
             return
         assert time.monotonic() < deadline, "\n".join(late[:30]) + f"\n{summary}"

@@ -22,18 +22,15 @@ from typing import Any
 import pytest
 import requests
 
-from engine.managers.access import build_graph
-from storage.postgres import PostgresStore
 from tests.e2e.server import Server
 from tests.e2e.workload import (
     NO_BUDGETS,
-    Answers,
     Tally,
     Worker,
     audit,
     differences,
     engine_answers,
-    graph_answers,
+    postgres_answers,
     provision,
     run_workers,
 )
@@ -63,14 +60,6 @@ class FreshConnections(requests.Session):
         return super().request(*args, headers=headers, **kwargs)
 
 
-def oracle(url: str, served: Answers) -> Answers:
-    store = PostgresStore(url)
-    try:
-        return graph_answers(build_graph(store), served)
-    finally:
-        store.close()
-
-
 @pytest.mark.parametrize("workers", [2, 4])
 def test_every_process_agrees_with_the_oracle_once_caught_up(
     tmp_path: Path, postgres_url: str, workers: int
@@ -98,16 +87,16 @@ def test_every_process_agrees_with_the_oracle_once_caught_up(
         assert audit(server, token, (w.ledger for w in writers)) == [], summary
 
         served = engine_answers(server, token, rng, SAMPLE)
-        truth = oracle(postgres_url, served)
+        truth = postgres_answers(postgres_url, served)
         caught_up = time.monotonic() + CATCH_UP_SECONDS
         while (late := differences(served, truth)) != []:
             assert time.monotonic() < caught_up, "\n".join(late[:30]) + f"\n{summary}"
             time.sleep(0.2)
             served = engine_answers(server, token, rng, SAMPLE)
-            truth = oracle(postgres_url, served)
+            truth = postgres_answers(postgres_url, served)
         for _ in range(ROUNDS):
             served = engine_answers(server, token, rng, SAMPLE)
-            mismatches = differences(served, oracle(postgres_url, served))
+            mismatches = differences(served, postgres_answers(postgres_url, served))
             assert mismatches == [], "\n".join(mismatches[:30]) + f"\n{summary}"
         server.stop()
         log = server.log.read_text()

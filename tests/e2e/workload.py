@@ -12,7 +12,7 @@ in a :class:`Tally`.
 
 Afterwards :func:`audit` checks the ledgers against the server, :func:`engine_answers` and
 :func:`graph_answers` put the engine's link sets next to a :class:`PolicyGraph` rebuilt from the
-DuckDB file (:func:`rebuilt_graph`), and :func:`integrity_results` runs the data integrity check.
+DuckDB file (:func:`rebuilt_graph`) or the PostgreSQL database (:func:`postgres_answers`), and :func:`integrity_results` runs the data integrity check.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from engine.managers.access import build_graph
 from engine.policy import EDGE_ROUTER, IDENTITY, SERVICE, PolicyGraph
 from storage.duckdb import DuckDBStore
 from storage.duckdb.journal import segments
+from storage.postgres import PostgresStore
 from tests.e2e.server import CLIENT, MGMT, Server
 
 #: What the workers' role attributes and ``#`` roles are drawn from.
@@ -592,6 +593,16 @@ def graph_answers(graph: PolicyGraph, served: Answers) -> Answers:
         else:
             answers[key] = frozenset(graph.identities_for_service(id))
     return answers
+
+
+def postgres_answers(url: str, served: Answers) -> Answers:
+    """The answers of ``served`` from a policy graph built from the PostgreSQL database ``url``,
+    as a start builds it."""
+    store = PostgresStore(url)
+    try:
+        return graph_answers(build_graph(store), served)
+    finally:
+        store.close()
 
 
 def differences(served: Answers, rebuilt: Answers) -> list[str]:
