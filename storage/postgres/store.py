@@ -160,6 +160,23 @@ CATCH_UP_RATE = 100.0
 CATCH_UP_BURST = 20.0
 
 
+def _read_tables(
+    cur: psycopg.Cursor[tuple[Any, ...]], where: str, missing: Callable[[str], Exception]
+) -> tuple[int, dict[type[Entity], dict[str, Entity]]]:
+    """``log_head`` and every entity, by kind and id, in ``cur``'s transaction (a repeatable-read
+    one, so as of one moment); ``missing(where + reason)`` is raised without a ``log_head`` row."""
+    cur.execute("SET LOCAL statement_timeout = 0")
+    cur.execute(f"SELECT seq FROM {LOG_HEAD_TABLE} WHERE id = 1")
+    row = cur.fetchone()
+    if row is None:
+        raise missing(f"{where}the {LOG_HEAD_TABLE} row is missing")
+    loaded: dict[type[Entity], dict[str, Entity]] = {}
+    for kind in ALL_KINDS:
+        cur.execute(f"SELECT id, doc::text FROM {table_name(kind.ENTITY)}")
+        loaded[kind] = {str(i): decode(kind, str(i), str(doc)) for i, doc in cur.fetchall()}
+    return int(row[0]), loaded
+
+
 _KINDS_BY_TABLE: dict[str, type[Entity]] = {}
 
 
@@ -456,15 +473,9 @@ class PostgresStore(GroupCommitStore):
         conn.read_only = True
         try:
             with conn.transaction(), conn.cursor() as cur:
-                cur.execute("SET LOCAL statement_timeout = 0")
-                cur.execute(f"SELECT seq FROM {LOG_HEAD_TABLE} WHERE id = 1")
-                row = cur.fetchone()
-                if row is None:
-                    raise StoreOpenError(f"{self.description}: the {LOG_HEAD_TABLE} row is missing")
-                head = int(row[0])
-                for kind in ALL_KINDS:
-                    cur.execute(f"SELECT id, doc::text FROM {table_name(kind.ENTITY)}")
-                    self.load([decode(kind, str(i), str(doc)) for i, doc in cur.fetchall()])
+                head, loaded = _read_tables(cur, f"{self.description}: ", StoreOpenError)
+                for entities in loaded.values():
+                    self.load(list(entities.values()))
                 cur.execute(f"SELECT key, value FROM {SETTINGS_TABLE}")
                 self._settings.update({str(k): str(v) for k, v in cur.fetchall()})
                 cur.execute(f"SELECT count(*) FROM {CHANGE_LOG_TABLE}")
@@ -849,18 +860,9 @@ class PostgresStore(GroupCommitStore):
         behind = self._state.seq
         conn.isolation_level = IsolationLevel.REPEATABLE_READ
         conn.read_only = True
-        loaded: dict[type[Entity], dict[str, Entity]] = {}
         try:
             with conn.transaction(), conn.cursor() as cur:
-                cur.execute("SET LOCAL statement_timeout = 0")
-                cur.execute(f"SELECT seq FROM {LOG_HEAD_TABLE} WHERE id = 1")
-                row = cur.fetchone()
-                if row is None:
-                    raise LogGapError(f"the {LOG_HEAD_TABLE} row is missing")
-                head = int(row[0])
-                for kind in ALL_KINDS:
-                    cur.execute(f"SELECT id, doc::text FROM {table_name(kind.ENTITY)}")
-                    loaded[kind] = {str(i): decode(kind, str(i), str(doc)) for i, doc in cur.fetchall()}
+                head, loaded = _read_tables(cur, "", LogGapError)
         finally:
             conn.isolation_level = None
             conn.read_only = None

@@ -296,6 +296,23 @@ def running(home: Path, **options: Any) -> Iterator[Server]:
         yield server.up()
 
 
+def children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
 def group_alive(pgid: int) -> bool:
     """Whether a process of group ``pgid`` still runs (zombies do not count; Linux ``/proc``)."""
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -25,7 +25,7 @@ from random import Random
 import pytest
 
 from pki.authority import PkiPaths
-from tests.e2e.server import Server
+from tests.e2e.server import Server, children
 from tests.e2e.workload import (
     NO_BUDGETS,
     Device,
@@ -49,21 +49,6 @@ LOAD_LIMIT = 8.0
 AFTER_SECONDS = 3.0
 SAMPLE = 10
 CATCH_UP_SECONDS = 60.0
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (Linux's /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry.name))
-    return sorted(found)
 
 
 def load_then(
@@ -134,7 +119,7 @@ def test_a_worker_killed_under_writes_loses_nothing_and_serving_goes_on(
         assert server.proc is not None
         master = server.proc.pid
         device = provision(server, server.login())
-        before = children(master)
+        before = [pid for pid, _ in children(master)]
         assert len(before) == 2, before
         victim: list[int] = []
 
@@ -148,7 +133,9 @@ def test_a_worker_killed_under_writes_loses_nothing_and_serving_goes_on(
         assert audit(server, token, (w.ledger for w in writers)) == [], summary
         agree_with_the_database(server, token, postgres_url, rng, summary)
         deadline = time.monotonic() + CATCH_UP_SECONDS
-        while len(now := children(master)) != 2 or victim[0] in now:  # gunicorn boots another
+        while (
+            len(now := [pid for pid, _ in children(master)]) != 2 or victim[0] in now
+        ):  # gunicorn boots another
             assert time.monotonic() < deadline, f"workers of {master}: {now}\n{server.log_tail()}"
             time.sleep(0.1)
         server.stop()

@@ -36,7 +36,7 @@ from tests.e2e.dataplane import (
     terminators_of,
     wait_for,
 )
-from tests.e2e.server import Server, tail
+from tests.e2e.server import Server, children, tail
 
 pytestmark = [*sdk_marks(420), pytest.mark.seconds(70)]
 
@@ -144,23 +144,6 @@ def test_a_router_survives_controller_and_router_restarts(standalone: tuple[Netw
         assert "Traceback" not in log, tail(log, 6000)
 
 
-def _children(pid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the processes whose parent is ``pid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid:
-            found.append((int(entry.name), cmdline))
-    return found
-
-
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -180,7 +163,7 @@ ROUTER_CONNECTED = "control: edge router trellis-router ("
 def _router_processes(server: Server, but: int = 0) -> list[int]:
     """The pids of serve's children running the embedded router (a killed one, a zombie until
     serve reaps it, has no command line left), ``but`` left out."""
-    return [pid for pid, cmd in _children(server.pid) if "router run" in cmd and pid != but]
+    return [pid for pid, cmd in children(server.pid) if "router run" in cmd and pid != but]
 
 
 def _hellos(server: Server) -> int:
