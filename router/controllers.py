@@ -266,6 +266,8 @@ class Controllers:
             self._tell_router_links()
 
     def _tell_reachable(self, reachable: bool) -> None:
+        if self._stopped.is_set():  # connections closed by our own stop: not the controllers gone
+            return
         if self.on_reachable is not None:
             try:
                 self.on_reachable(reachable)

@@ -97,6 +97,7 @@ FALSE_ALARMS = (
     "connecting again",
     "exited with status",
     "starting it again",
+    "no controller reachable",
     "Traceback",
     "Exception ignored",
 )
