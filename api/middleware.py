@@ -27,7 +27,7 @@ from engine.logs import bind_request_id, event, unbind_request_id
 log = logging.getLogger("trellis.audit")
 
 #: Paths served as they are; any other unprefixed path is the client API's (older SDKs).
-UNALIASED = ("/edge", "/fabric", "/.well-known", "/oidc/")
+UNALIASED = ("/edge", "/fabric", "/analysis", "/.well-known", "/oidc/")
 
 #: Resource attribute ``auth``: who may call it.
 NONE, SESSION, PARTIAL, ADMIN = "none", "session", "partial", "admin"

@@ -20,7 +20,10 @@ from api.controller import CLIENT_BASE, FABRIC_BASE, MANAGEMENT_BASE, Controller
 from api.views import Listing, View, Views
 from engine.managers.registry import Managers
 
-APIS = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE, "fabric": FABRIC_BASE}
+#: Trellis's own access analysis API (api/analysis.py): a root beside OpenZiti's, never under /edge.
+ANALYSIS_BASE = "/analysis/v1"
+
+APIS = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE, "fabric": FABRIC_BASE, "analysis": ANALYSIS_BASE}
 
 #: (api, template, resource, suffix) of one mounted route.
 Route = tuple[str, str, Any, str | None]
@@ -170,6 +173,9 @@ class Routes:
 
     def fabric(self, template: str, resource: Any, suffix: str | None = None) -> None:
         self.add("fabric", template, resource, suffix)
+
+    def analysis(self, template: str, resource: Any, suffix: str | None = None) -> None:
+        self.add("analysis", template, resource, suffix)
 
     def both(self, template: str, resource: Any, suffix: str | None = None) -> None:
         self.add("client", template, resource, suffix)

@@ -19,8 +19,13 @@ from api.routing import Route
 _VERBS = ("get", "post", "put", "patch", "delete")
 _PARAM = re.compile(r"{(\w+)}")
 
-_TITLES = {"client": "Ziti Edge Client", "management": "Ziti Edge Management", "fabric": "Ziti Fabric"}
-_BASES = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE, "fabric": FABRIC_BASE}
+_TITLES = {
+    "client": "Ziti Edge Client",
+    "management": "Ziti Edge Management",
+    "fabric": "Ziti Fabric",
+    "analysis": "Trellis Access Analysis",
+}
+_BASES = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE, "fabric": FABRIC_BASE, "analysis": "/analysis/v1"}
 
 
 def _body_models(resource: Any) -> dict[str, Any]:
@@ -76,6 +81,7 @@ def _operation(
             "400": {"description": "bad request"},
             "401": {"description": "unauthorized"},
             "404": {"description": "not found"},
+            **getattr(resource, "responses", {}),
         },
     }
     if getattr(resource, "auth", "admin") != NONE:

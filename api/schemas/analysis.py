@@ -1,0 +1,211 @@
+"""Wire shapes of ``/analysis/v1`` (docs/analysis.md): batch requests and the answers' renderers.
+
+A batch item names a management kind by its path (``service-policies``, ...), an operation
+(``create``, ``update`` for a PUT, ``patch``, ``delete``), the entity's ``id`` (not for a create)
+and the ``body`` the management API would take for it, validated by that API's own models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field
+
+from api.wire import WireModel, one_of
+from engine.analysis import MAX_BATCH_ITEMS, AccessDiff
+from engine.analysis.explain import Miss, RouterExplanation, ServiceExplanation
+from engine.policy import EDGE_ROUTER_POLICY, SERVICE_EDGE_ROUTER_POLICY, SERVICE_POLICY
+
+#: The management kinds a batch may write: path -> the manager's name in ``Managers``.
+BATCH_KINDS = {
+    "identities": "identities",
+    "services": "services",
+    "edge-routers": "edge_routers",
+    "posture-checks": "posture_checks",
+    "service-policies": "service_policies",
+    "edge-router-policies": "edge_router_policies",
+    "service-edge-router-policies": "service_edge_router_policies",
+}
+OPERATIONS = ("create", "update", "patch", "delete")
+#: How many pairs each list of an answer names at most (the counts are always exact).
+PAIR_LIMIT = 10_000
+
+PATHS = {
+    SERVICE_POLICY: "service-policies",
+    EDGE_ROUTER_POLICY: "edge-router-policies",
+    SERVICE_EDGE_ROUTER_POLICY: "service-edge-router-policies",
+    "identity": "identities",
+    "service": "services",
+    "edge-router": "edge-routers",
+    "posture-check": "posture-checks",
+}
+
+
+class BatchItem(WireModel):
+    """One proposed write."""
+
+    op: Annotated[str, AfterValidator(one_of("op", OPERATIONS))]
+    kind: Annotated[str, AfterValidator(one_of("kind", tuple(BATCH_KINDS)))]
+    id: str | None = None
+    body: dict[str, Any] | None = None
+
+
+class WhatIfRequest(WireModel):
+    """``POST /what-if``: the writes to evaluate."""
+
+    items: list[BatchItem] = Field(max_length=MAX_BATCH_ITEMS)
+
+
+class ApplyRequest(WireModel):
+    """``POST /apply``: the writes, and the revision their what-if was computed at."""
+
+    revision: int = Field(ge=0)
+    items: list[BatchItem] = Field(max_length=MAX_BATCH_ITEMS)
+
+
+Name = Callable[[str, str], str]
+"""(engine kind, id) -> its name ("" when unknown)."""
+
+
+def render_diff(diff: AccessDiff, name: Name) -> dict[str, Any]:
+    """An access diff in wire form (lists cut at :data:`PAIR_LIMIT`, counts exact)."""
+
+    def services(pairs: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
+        return [{"identityId": i, "serviceId": s, "type": t} for i, s, t in pairs[:PAIR_LIMIT]]
+
+    def routers(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        return [{"identityId": i, "edgeRouterId": r} for i, r in pairs[:PAIR_LIMIT]]
+
+    lists = (diff.services_added, diff.services_removed, diff.routers_added, diff.routers_removed)
+    return {
+        "summary": {
+            "servicesAdded": len(diff.services_added),
+            "servicesRemoved": len(diff.services_removed),
+            "routersAdded": len(diff.routers_added),
+            "routersRemoved": len(diff.routers_removed),
+            "identities": len(diff.identities),
+            "policies": len(diff.policies),
+        },
+        "truncated": any(len(pairs) > PAIR_LIMIT for pairs in lists),
+        "services": {"added": services(diff.services_added), "removed": services(diff.services_removed)},
+        "routers": {"added": routers(diff.routers_added), "removed": routers(diff.routers_removed)},
+        "policies": [
+            {
+                "kind": PATHS[p.kind],
+                "id": p.id,
+                "name": name(p.kind, p.id),
+                "change": p.change,
+                "linksAdded": p.links_added,
+                "linksRemoved": p.links_removed,
+                "accessAdded": p.access_added,
+                "accessRemoved": p.access_removed,
+            }
+            for p in diff.policies[:PAIR_LIMIT]
+        ],
+        "identities": [
+            {
+                "id": c.id,
+                "name": name("identity", c.id),
+                "dialAdded": c.dial_added[:PAIR_LIMIT],
+                "dialRemoved": c.dial_removed[:PAIR_LIMIT],
+                "bindAdded": c.bind_added[:PAIR_LIMIT],
+                "bindRemoved": c.bind_removed[:PAIR_LIMIT],
+                "routersAdded": c.routers_added[:PAIR_LIMIT],
+                "routersRemoved": c.routers_removed[:PAIR_LIMIT],
+            }
+            for c in diff.identities[:PAIR_LIMIT]
+        ],
+    }
+
+
+def render_miss(miss: Miss) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": miss.kind, "cost": miss.cost, "message": miss.message}
+    if miss.policy_id is not None:
+        out["policyKind"] = PATHS.get(miss.policy_kind or "", miss.policy_kind)
+        out["policyId"] = miss.policy_id
+    if miss.entity is not None:
+        out["entity"] = miss.entity
+    if miss.missing:
+        out["missing"] = list(miss.missing)
+        out["anyOf"] = miss.any_of
+    return out
+
+
+def render_service_explanation(revision: int, answer: ServiceExplanation, name: Name) -> dict[str, Any]:
+    return {
+        "revision": revision,
+        "identityId": answer.identity_id,
+        "identityName": name("identity", answer.identity_id),
+        "serviceId": answer.service_id,
+        "serviceName": name("service", answer.service_id),
+        "type": answer.type,
+        "allowed": answer.allowed,
+        "checks": {
+            "policy": answer.policy,
+            "posture": answer.posture,
+            "commonRouter": answer.common_router,
+            "onlineRouter": answer.online_router,
+            "identityEnabled": not answer.identity_disabled,
+        },
+        "grants": [
+            {
+                "policyId": g.policy_id,
+                "policyName": name(SERVICE_POLICY, g.policy_id),
+                "semantic": g.semantic,
+                "identityRoles": list(g.identity_roles),
+                "serviceRoles": list(g.service_roles),
+                "postureChecks": [
+                    {
+                        "id": v.check_id,
+                        "name": name("posture-check", v.check_id),
+                        "isPassing": v.passes,
+                        **({"failure": v.what} if not v.passes else {}),
+                    }
+                    for v in g.posture
+                ],
+                "isPosturePassing": g.posture_passes,
+            }
+            for g in answer.grants
+        ],
+        "routers": [
+            {
+                "id": r.router_id,
+                "name": name("edge-router", r.router_id),
+                "isOnline": r.online,
+                "edgeRouterPolicies": list(r.edge_router_policies),
+                "serviceEdgeRouterPolicies": list(r.service_edge_router_policies),
+            }
+            for r in answer.routers
+        ],
+        "identityRouterCount": len(answer.identity_routers),
+        "serviceRouterCount": len(answer.service_routers),
+        "misses": [render_miss(m) for m in answer.misses],
+    }
+
+
+def render_router_explanation(revision: int, answer: RouterExplanation, name: Name) -> dict[str, Any]:
+    return {
+        "revision": revision,
+        "identityId": answer.identity_id,
+        "identityName": name("identity", answer.identity_id),
+        "edgeRouterId": answer.router_id,
+        "edgeRouterName": name("edge-router", answer.router_id),
+        "allowed": answer.allowed,
+        "checks": {
+            "policy": answer.policy,
+            "online": answer.online,
+            "identityEnabled": not answer.identity_disabled,
+        },
+        "grants": [
+            {
+                "policyId": g.policy_id,
+                "policyName": name(EDGE_ROUTER_POLICY, g.policy_id),
+                "semantic": g.semantic,
+                "identityRoles": list(g.identity_roles),
+                "edgeRouterRoles": list(g.router_roles),
+            }
+            for g in answer.grants
+        ],
+        "misses": [render_miss(m) for m in answer.misses],
+    }
