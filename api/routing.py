@@ -23,7 +23,12 @@ from engine.managers.registry import Managers
 #: Trellis's own access analysis API (api/analysis.py): a root beside OpenZiti's, never under /edge.
 ANALYSIS_BASE = "/analysis/v1"
 
-APIS = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE, "fabric": FABRIC_BASE, "analysis": ANALYSIS_BASE}
+APIS = {
+    "client": CLIENT_BASE,
+    "management": MANAGEMENT_BASE,
+    "fabric": FABRIC_BASE,
+    "analysis": ANALYSIS_BASE,
+}
 
 #: (api, template, resource, suffix) of one mounted route.
 Route = tuple[str, str, Any, str | None]

@@ -25,7 +25,12 @@ _TITLES = {
     "fabric": "Ziti Fabric",
     "analysis": "Trellis Access Analysis",
 }
-_BASES = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE, "fabric": FABRIC_BASE, "analysis": "/analysis/v1"}
+_BASES = {
+    "client": CLIENT_BASE,
+    "management": MANAGEMENT_BASE,
+    "fabric": FABRIC_BASE,
+    "analysis": "/analysis/v1",
+}
 
 
 def _body_models(resource: Any) -> dict[str, Any]:
