@@ -120,7 +120,7 @@ def test_deleting_an_identity_removes_its_pairs_and_strips_nothing_else(
 def test_a_bad_item_gets_the_management_api_400_with_its_index(api: Api, net: dict[str, str]) -> None:
     body = {"name": "x", "type": "Dial", "semantic": "AnyOf", "identityRoles": ["#all", "#x"]}
     direct = api.post("/service-policies", json=body)
-    items = [
+    items: list[dict[str, Any]] = [
         {"op": "delete", "kind": "service-policies", "id": net["dial"]},
         {"op": "create", "kind": "service-policies", "body": body},
     ]
