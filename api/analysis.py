@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from api.errors import envelope, field_error_from_validation
 from api.http import LOOP_READS, ok, read_model
 from api.middleware import ADMIN, NONE
-from api.routing import ANALYSIS_BASE, Routes
+from api.routing import ANALYSIS_BASE, Route, Routes
 from api.schemas.analysis import (
     BATCH_KINDS,
     ApplyRequest,
@@ -324,9 +324,9 @@ class Swagger:
 
     auth = NONE
 
-    def __init__(self, routes: Routes) -> None:
-        self.ctrl = routes.ctrl
-        self.table = routes.table  # filled by registration; read when the document is asked for
+    def __init__(self, ctrl: Any, table: list[Route]) -> None:
+        self.ctrl = ctrl
+        self.table = table
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         """The Swagger 2.0 document of ``/analysis/v1``."""
@@ -350,12 +350,19 @@ def register(routes: Routes) -> None:
     """Mount ``/analysis/v1`` (after the management API: batch items use its families)."""
     analysis = AnalysisManager(routes.managers)
     batches = Batches(routes)
-    routes.analysis("/revision", Revision(analysis))
-    routes.analysis("/identities/{id}/services/{service_id}", ExplainService(analysis))
-    routes.analysis("/identities/{id}/edge-routers/{edge_router_id}", ExplainRouter(analysis))
-    routes.analysis("/what-if", WhatIf(analysis, batches))
-    routes.analysis("/apply", Apply(analysis, batches))
-    routes.analysis("/swagger.json", Swagger(routes))
+    table: list[Route] = []
+
+    def mount(template: str, resource: Any) -> None:
+        # raw: the analysis API is not OpenZiti's, and stays out of the operations' table
+        routes.raw(ANALYSIS_BASE + template, resource)
+        table.append(("analysis", template, resource, None))
+
+    mount("/revision", Revision(analysis))
+    mount("/identities/{id}/services/{service_id}", ExplainService(analysis))
+    mount("/identities/{id}/edge-routers/{edge_router_id}", ExplainRouter(analysis))
+    mount("/what-if", WhatIf(analysis, batches))
+    mount("/apply", Apply(analysis, batches))
+    mount("/swagger.json", Swagger(routes.ctrl, table))
     not_served = NotServed()
     routes.raw(ANALYSIS_BASE, not_served)
     routes.raw(ANALYSIS_BASE + "/{rest:path}", not_served)

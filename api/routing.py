@@ -20,15 +20,11 @@ from api.controller import CLIENT_BASE, FABRIC_BASE, MANAGEMENT_BASE, Controller
 from api.views import Listing, View, Views
 from engine.managers.registry import Managers
 
-#: Trellis's own access analysis API (api/analysis.py): a root beside OpenZiti's, never under /edge.
+#: Trellis's own access analysis API (api/analysis.py): a root beside OpenZiti's, never under /edge;
+#: mounted raw, so it is in neither the routes' table nor docs/api.md's (it has its own spec).
 ANALYSIS_BASE = "/analysis/v1"
 
-APIS = {
-    "client": CLIENT_BASE,
-    "management": MANAGEMENT_BASE,
-    "fabric": FABRIC_BASE,
-    "analysis": ANALYSIS_BASE,
-}
+APIS = {"client": CLIENT_BASE, "management": MANAGEMENT_BASE, "fabric": FABRIC_BASE}
 
 #: (api, template, resource, suffix) of one mounted route.
 Route = tuple[str, str, Any, str | None]
@@ -178,9 +174,6 @@ class Routes:
 
     def fabric(self, template: str, resource: Any, suffix: str | None = None) -> None:
         self.add("fabric", template, resource, suffix)
-
-    def analysis(self, template: str, resource: Any, suffix: str | None = None) -> None:
-        self.add("analysis", template, resource, suffix)
 
     def both(self, template: str, resource: Any, suffix: str | None = None) -> None:
         self.add("client", template, resource, suffix)
