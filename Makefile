@@ -16,9 +16,9 @@ ARGS ?=
 # `make test` and in `make fuzz`: `make fuzz FUZZ_SECONDS=1800`. Seconds of the mixed soak
 # (tests/e2e/test_soak.py, TRELLIS_SOAK_SECONDS) in `make test`. Both load both cores for their
 # whole length: `make test` keeps them short, the targets of their own run them long.
-TEST_FUZZ_SECONDS ?= 45
+TEST_FUZZ_SECONDS ?= 30
 FUZZ_SECONDS ?= 600
-TEST_SOAK_SECONDS ?= 30
+TEST_SOAK_SECONDS ?= 20
 # Test modules are compiled (and their asserts rewritten) once and cached in __pycache__, even
 # where the environment says not to write bytecode: that costs every run some 10 s otherwise.
 PYTEST_FLAGS := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q --dist worksteal

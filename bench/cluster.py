@@ -45,6 +45,7 @@ Run::
     python -m bench cluster --tier L --rounds 1    # tier L (seeding takes minutes)
     python -m bench cluster --memory-tier XL       # and one process's memory at tier XL
     python -m bench cluster --rounds 0 --memory-tier XL   # that alone
+    python -m bench cluster --configs postgres:1,postgres:2   # PostgreSQL alone
     python -m bench cluster --seconds 1 --rounds 1 --writers 1,2 --write-seconds 1 --lag-seconds 1
 
 The JSON goes to ``bench/results/local/cluster-<tier>.json`` (ignored by git), to the committed
@@ -427,6 +428,8 @@ class Report:
     connections: int
     writer_counts: list[int]
     machine: dict[str, Any]
+    #: The configurations measured (``--configs``), by name (``postgres x2``).
+    configs: list[str] = field(default_factory=lambda: [config_name(d, p) for d, p in CONFIGS])
     #: ``SELECT 1`` on the PostgreSQL server's socket (p50_us, p99_us).
     hop: dict[str, float] = field(default_factory=dict)
     #: One entry per round and configuration: scenarios, writes, memory.
@@ -469,7 +472,7 @@ class Report:
         return round(statistics.median(two) / statistics.median(one), 2)
 
     def table(self) -> str:
-        configs = [config_name(d, p) for d, p in CONFIGS]
+        configs = self.configs
         lines = [
             "| measure | " + " | ".join(configs) + " | x2 / x1 |",
             "| --- | " + " | ".join("---" for _ in configs) + " | --- |",
@@ -598,8 +601,10 @@ def run(
     out: Path | None = None,
     wrk: http.Wrk | None = None,
     memory_tier: str = "",
+    configs: Sequence[tuple[str, int]] = CONFIGS,
 ) -> Report:
-    """Every configuration ``rounds`` times (rotated), then the lag, on one PostgreSQL server."""
+    """Every configuration of ``configs`` ``rounds`` times (rotated), then the lag, on one
+    PostgreSQL server."""
     wrk = wrk or http.ensure_wrk()
     http.compile_sources()
     machine = {
@@ -620,6 +625,7 @@ def run(
         connections=connections,
         writer_counts=list(writer_counts),
         machine=machine,
+        configs=[config_name(d, p) for d, p in configs],
     )
     with tempfile.TemporaryDirectory(prefix="trellis-bench-cluster-") as tmp, postgres_server() as pg:
         base = Path(tmp)
@@ -629,7 +635,8 @@ def run(
             work = base / f"round-{number}"
             work.mkdir()
             report.bare.append({"round": number, **measure_bare(wrk, work, seconds, connections)})
-            order = CONFIGS[number % len(CONFIGS) :] + CONFIGS[: number % len(CONFIGS)]
+            chosen = tuple(configs)
+            order = chosen[number % len(chosen) :] + chosen[: number % len(chosen)]
             for database, processes in order:
                 name = config_name(database, processes)
                 _log(f"{name}: seeding tier {tier}, then the scenarios")
@@ -664,6 +671,31 @@ def run(
     return report
 
 
+def parse_configs(text: str) -> list[tuple[str, int]]:
+    """``--configs``: ``database:processes`` pairs (``duckdb:1,postgres:2``; a bare database is 1
+    process). DuckDB serves one process only."""
+    configs: list[tuple[str, int]] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        database, _, count = part.partition(":")
+        try:
+            processes = int(count or "1")
+        except ValueError:
+            raise SystemExit(f"--configs: {part!r} is not database:processes") from None
+        if (
+            database not in ("duckdb", "postgres")
+            or processes < 1
+            or (database == "duckdb" and processes != 1)
+        ):
+            raise SystemExit(f"--configs: {part!r}: duckdb:1, or postgres:N with N 1 or more")
+        if (database, processes) not in configs:
+            configs.append((database, processes))
+    if not configs:
+        raise SystemExit("--configs needs at least one database:processes")
+    return configs
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tier", choices=sorted(TIERS), default="S")
     parser.add_argument("--seconds", type=float, default=8.0, help="each wrk scenario (default 8)")
@@ -678,6 +710,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write-seconds", type=float, default=5.0, help="each writer count (default 5)")
     parser.add_argument("--lag-seconds", type=float, default=5.0, help="each lag mode (default 5)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--configs",
+        default="duckdb:1,postgres:1,postgres:2",
+        help="comma-separated database:processes to measure (default duckdb:1,postgres:1,postgres:2)",
+    )
     parser.add_argument(
         "--session-rate",
         type=float,
@@ -706,6 +743,7 @@ def main(args: argparse.Namespace) -> str:
         raise SystemExit("--rounds must be 1 or more (0 only with --memory-tier: the memory alone)")
     if args.connections < 1:
         raise SystemExit("--connections must be 1 or more")
+    configs = parse_configs(args.configs)
     out = results_path(args, f"cluster-{args.tier}.json")
     try:
         wrk = http.ensure_wrk()
@@ -724,5 +762,6 @@ def main(args: argparse.Namespace) -> str:
         out=out,
         wrk=wrk,
         memory_tier=args.memory_tier,
+        configs=configs,
     )
     return report.table() + f"\n\nJSON: {out}"

@@ -150,7 +150,7 @@ def test_the_baseline_is_well_formed() -> None:
 
 @pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.seconds(85)
+@pytest.mark.seconds(70)
 @pytest.mark.timeout(BUDGET + len(SHARES) * GRACE + 300)  # the runs, their grace, seeding and checks
 @needs_specs
 def test_schemathesis_finds_no_5xx_and_only_baselined_deviations(

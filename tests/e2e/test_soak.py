@@ -35,7 +35,7 @@ from tests.e2e.workload import (
     run_workers,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.seconds(45)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.seconds(35)]
 
 #: How long the load runs (CI runs the default).
 SOAK_SECONDS = float(os.environ.get("TRELLIS_SOAK_SECONDS", "60"))
