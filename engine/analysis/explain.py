@@ -56,6 +56,7 @@ KIND_ORDER = (
     "identity-disabled",
     "attribute",
     "policy-type",
+    "no-policy",
     "posture",
     "router-attribute",
     "no-common-router",
@@ -306,6 +307,16 @@ def explain_service(
                     policy_id,
                 )
             )
+        if not any(m.kind in ("attribute", "policy-type") for m in misses):
+            misses.append(
+                Miss(
+                    "no-policy",
+                    1,
+                    f"no {policy_type} service policy could select identity {identity_name} and "
+                    f"service {service_name} by their attributes: a policy must be created or changed",
+                    SERVICE_POLICY,
+                )
+            )
     elif not posture_ok:
         for path in grants:
             failing = [v for v in path.posture if not v.passes]
@@ -467,6 +478,16 @@ def explain_router(
                         any_of,
                     )
                 )
+        if not any(m.kind == "attribute" for m in misses):
+            misses.append(
+                Miss(
+                    "no-policy",
+                    1,
+                    f"no edge router policy could link identity {identity_name} and edge router "
+                    f"{router_name} by their attributes: a policy must be created or changed",
+                    EDGE_ROUTER_POLICY,
+                )
+            )
     if not online:
         misses.append(Miss("router-offline", 1, f"edge router {router_name} is offline"))
     misses.sort(key=Miss.key)

@@ -46,7 +46,7 @@ from engine.errors import ControllerError, FieldError, NotFoundError
 from engine.managers.access import ENTITY_KINDS as ENTITY_NAMES
 from engine.managers.access import POLICY_KINDS as POLICY_NAMES
 from engine.managers.access import apply_changes
-from engine.managers.posture import EVALUATORS
+from engine.managers.posture import EVALUATORS, PostureData
 from engine.managers.registry import Managers
 from engine.policy import EDGE_ROUTER, IDENTITY, SERVICE, PolicyGraph
 from engine.ports import Change, Store, StoreView
@@ -190,57 +190,70 @@ class AnalysisManager:
         return name
 
     # -- explain ------------------------------------------------------------------------------
+    # Explanations read the live graph under its lock (AccessManager.reading): no fork. What they
+    # need of other managers (posture data) is read first, the graph's lock being the innermost.
     def explain_service(
         self, identity_id: str, service_id: str, policy_type: str
     ) -> tuple[int, ServiceExplanation]:
         """(revision, explanation) for an identity, a service and ``Dial`` or ``Bind``."""
         if policy_type.lower() not in ("dial", "bind"):
             raise FieldError("type", "must be Dial or Bind", policy_type)
-        revision, view, graph = self._consistent()
+        view = self.store.view()
         identity = view.get(Identity, identity_id)
         if identity is None or view.get(Service, service_id) is None:
             raise NotFoundError()
-        if not (graph.has_entity(IDENTITY, identity_id) and graph.has_entity(SERVICE, service_id)):
-            raise NotFoundError()
         now = self.env.clock.now()
-        answer = explain_service(
-            graph,
-            identity_id,
-            service_id,
-            policy_type,
-            online=self.managers.fleet.is_online,
-            posture=lambda ids: self.posture_verdicts(identity_id, ids, view, now),
-            identity_disabled=identity.is_disabled_at(now),
-            names=self._namer(view),
-        )
+        data = self.managers.posture.posture_data(identity_id)
+        with self.access.reading() as (graph, revision):
+            if not (graph.has_entity(IDENTITY, identity_id) and graph.has_entity(SERVICE, service_id)):
+                raise NotFoundError()
+            answer = explain_service(
+                graph,
+                identity_id,
+                service_id,
+                policy_type,
+                online=self.managers.fleet.is_online,
+                posture=lambda ids: self.posture_verdicts(identity_id, ids, view, now, data),
+                identity_disabled=identity.is_disabled_at(now),
+                names=self._namer(view),
+            )
         return revision, answer
 
     def explain_router(self, identity_id: str, router_id: str) -> tuple[int, RouterExplanation]:
         """(revision, explanation) for an identity and an edge router."""
-        revision, view, graph = self._consistent()
+        view = self.store.view()
         identity = view.get(Identity, identity_id)
         if identity is None or view.get(EdgeRouter, router_id) is None:
             raise NotFoundError()
-        if not (graph.has_entity(IDENTITY, identity_id) and graph.has_entity(EDGE_ROUTER, router_id)):
-            raise NotFoundError()
         now = self.env.clock.now()
-        answer = explain_router(
-            graph,
-            identity_id,
-            router_id,
-            online=self.managers.fleet.is_online(router_id),
-            identity_disabled=identity.is_disabled_at(now),
-            names=self._namer(view),
-        )
+        online = self.managers.fleet.is_online(router_id)
+        with self.access.reading() as (graph, revision):
+            if not (graph.has_entity(IDENTITY, identity_id) and graph.has_entity(EDGE_ROUTER, router_id)):
+                raise NotFoundError()
+            answer = explain_router(
+                graph,
+                identity_id,
+                router_id,
+                online=online,
+                identity_disabled=identity.is_disabled_at(now),
+                names=self._namer(view),
+            )
         return revision, answer
 
     def posture_verdicts(
-        self, identity_id: str, check_ids: Sequence[str], view: StoreView, now: datetime
+        self,
+        identity_id: str,
+        check_ids: Sequence[str],
+        view: StoreView,
+        now: datetime,
+        data: PostureData | None = None,
     ) -> Mapping[str, PostureVerdict]:
         """Each check against the identity's current posture data (the posture manager's
-        evaluators); a check passes when it passes for one of the identity's API sessions (MFA
-        and endpoint state are per session), or with no session at all for the others."""
-        data = self.managers.posture.posture_data(identity_id)
+        evaluators; ``data`` when read already); a check passes when it passes for one of the
+        identity's API sessions (MFA and endpoint state are per session), or with no session at
+        all for the others."""
+        if data is None:
+            data = self.managers.posture.posture_data(identity_id)
         sessions = sorted(data.api_sessions) or [""]
         out: dict[str, PostureVerdict] = {}
         for check_id in check_ids:

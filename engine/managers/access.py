@@ -205,6 +205,8 @@ class AccessManager:
         self.store = store
         self._lock = threading.RLock()
         self._graph = graph if graph is not None else build_graph(store)
+        #: The store's revision the graph is at (the last batch it took).
+        self._revision = store.last_seq
         self._observers: list[GraphObserver] = []
 
     def observe(self, observer: GraphObserver) -> None:
@@ -225,6 +227,7 @@ class AccessManager:
             except Exception:
                 log.exception("policy graph update failed; rebuilding it from storage")
                 self._graph = build_graph(self.store)
+            self._revision = self.store.last_seq
             for observer, state in seen:
                 try:
                     observer.after(self._graph, changes, state)
@@ -240,6 +243,14 @@ class AccessManager:
             except (UnknownEntityError, UnknownPolicyError):
                 raise NotFoundError() from None
 
+    @contextmanager
+    def reading(self) -> Iterator[tuple[PolicyGraph, int]]:
+        """The live graph and the store revision it is at, held still for the duration (its lock
+        is held: no batch is applied meanwhile). Only read it, and keep nothing of it past the
+        block; take other managers' locks (posture, ...) before, never inside."""
+        with self._lock:
+            yield self._graph, self._revision
+
     def snapshot(self) -> PolicyGraph:
         """An independent copy of the graph, for analysis or what-if evaluation."""
         with self._lock:
@@ -253,6 +264,7 @@ class AccessManager:
         graph = build_graph(self.store)
         with self._lock:
             self._graph = graph
+            self._revision = self.store.last_seq
 
     # -- helpers -------------------------------------------------------------------------------
     def _load(self, kind: type[E], ids: Sequence[str]) -> list[E]:
