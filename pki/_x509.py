@@ -256,10 +256,14 @@ def load_private_key(path: Path) -> PrivateKey:
 _EC_ALGORITHMS = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
 
 
-def jws_algorithm(key: PrivateKey) -> str:
-    """The JOSE ``alg`` for ``key``: RS256 for RSA, ES256/ES384/ES512 for P-256/P-384/P-521."""
-    if isinstance(key, rsa.RSAPrivateKey):
+def jws_algorithm(key: PrivateKey | rsa.RSAPublicKey | ec.EllipticCurvePublicKey) -> str:
+    """The JOSE ``alg`` for ``key`` (private or public): RS256 for RSA, ES256/ES384/ES512 for
+    P-256/P-384/P-521."""
+    if isinstance(key, rsa.RSAPrivateKey | rsa.RSAPublicKey):
         return "RS256"
-    if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name in _EC_ALGORITHMS:
+    if (
+        isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey)
+        and key.curve.name in _EC_ALGORITHMS
+    ):
         return _EC_ALGORITHMS[key.curve.name]
     raise ValueError(f"no JWS algorithm for a {type(key).__name__} key")

@@ -71,10 +71,15 @@ def _uint(value: int, size: int | None = None) -> str:
     return _b64url(value.to_bytes(length, "big"))
 
 
-def public_jwk(key: PrivateKey, kid: str, chain: Sequence[x509.Certificate]) -> dict[str, Any]:
-    """The public JWK of ``key`` (RFC 7517/7518): its parameters, ``kid``, ``use``, ``alg`` and the
-    certificate chain ``chain`` (leaf first) as ``x5c`` with the leaf's ``x5t``/``x5t#S256``."""
-    public = key.public_key()
+def public_jwk(
+    key: PrivateKey | rsa.RSAPublicKey | ec.EllipticCurvePublicKey,
+    kid: str,
+    chain: Sequence[x509.Certificate],
+) -> dict[str, Any]:
+    """The public JWK of ``key`` (private or public; RFC 7517/7518): its parameters, ``kid``,
+    ``use``, ``alg`` and the certificate chain ``chain`` (leaf first) as ``x5c`` with the leaf's
+    ``x5t``/``x5t#S256``."""
+    public = key if isinstance(key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey) else key.public_key()
     if isinstance(public, rsa.RSAPublicKey):
         numbers = public.public_numbers()
         params: dict[str, Any] = {"kty": "RSA", "n": _uint(numbers.n), "e": _uint(numbers.e)}
@@ -153,6 +158,20 @@ class JwtSigner:
     def public_jwks(self) -> list[dict[str, Any]]:
         """The public JWK of the signing key (one key: the TLS server key)."""
         return [dict(self._jwk)]
+
+    @staticmethod
+    def certificate_jwk(cert_pem: str) -> dict[str, Any] | None:
+        """The public JWK of another signer's certificate (``kid``: its SHA-1 fingerprint), as
+        :meth:`public_jwks` gives this one's: how a controller publishes the keys of the
+        network's other controllers. None for PEM that holds no usable certificate."""
+        try:
+            certificates = x509.load_pem_x509_certificates(cert_pem.encode())
+            key = certificates[0].public_key()
+            if not isinstance(key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
+                return None
+            return public_jwk(key, fingerprint(certificates[0]), certificates)
+        except (ValueError, IndexError):
+            return None
 
     def sign_detached(self, payload: bytes, kid: str) -> tuple[str, str] | None:
         """``(alg, signature)``: the JWS signature of ``payload`` (base64url, no padding) by the

@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlencode, urlsplit
 
+from engine.entities.controllers import ControllerMember
 from engine.entities.identities import ApiSession, Authenticator, Identity
 from engine.entities.trust import ExternalJwtSigner
 from engine.errors import FieldError, InvalidAuthError
@@ -49,7 +50,7 @@ from engine.managers._base import Env
 from engine.managers.api_sessions import ApiSessionManager, delete_session
 from engine.managers.authentication import AuthenticationManager, AuthQuery, Login, LoginInfo
 from engine.managers.mfa import MfaManager
-from engine.ports import UnitOfWork
+from engine.ports import JwtKeySource, UnitOfWork
 
 log = logging.getLogger("engine.managers.oidc")
 
@@ -121,6 +122,10 @@ class OidcKeys(Protocol):
         ...
 
     def public_jwks(self) -> list[dict[str, Any]]: ...
+
+    def certificate_jwk(self, cert_pem: str) -> dict[str, Any] | None:
+        """The public JWK of another controller's certificate (``kid``: its fingerprint)."""
+        ...
 
 
 class OidcError(Exception):
@@ -249,7 +254,18 @@ class OidcManager:
         return self._keys
 
     def jwks(self) -> dict[str, Any]:
-        return {"keys": self.keys.public_jwks()}
+        """This controller's key, then those of the network's other controllers (from their
+        records' certificates): as OpenZiti's, the keys of every controller whose tokens this one
+        accepts."""
+        keys = self.keys.public_jwks()
+        own = {key.get("kid") for key in keys}
+        for member in sorted(self.env.store.all(ControllerMember), key=lambda m: m.id):
+            if member.cert_pem and member.fingerprint not in own:
+                jwk = self.keys.certificate_jwk(member.cert_pem)
+                if jwk is not None and jwk.get("kid") not in own:
+                    keys.append(jwk)
+                    own.add(jwk.get("kid"))
+        return {"keys": keys}
 
     def discovery(self) -> dict[str, Any]:
         """The discovery document (OpenZiti's 26 keys, with what this provider does)."""
@@ -306,16 +322,38 @@ class OidcManager:
     def _sign(self, claims: dict[str, Any]) -> str:
         return self.keys.sign(claims)
 
-    def _verify(self, token: str, kind: str, *, check_exp: bool = True) -> dict[str, Any] | None:
-        """The claims of a token this provider signed with ``z_t`` ``kind``, unexpired and for
-        this issuer; None for anything else (another key, ``alg: none``, tampered, expired)."""
+    def _signed(self, token: str) -> tuple[dict[str, Any], bool] | None:
+        """The claims of a token signed by this controller's key, or by another controller's of
+        the network (found by the token's ``kid``, its certificate's fingerprint, among the
+        controllers' records), and whether it was this one's; None when neither key verifies it
+        (``alg: none``, tampered, an unknown ``kid``). As OpenZiti's controllers, each accepts the
+        tokens of every other: a client that fails over keeps its tokens."""
         if not token or self._keys is None:
             return None
         try:
-            claims = self._keys.verify(token)
+            return self._keys.verify(token), True
         except FieldError:
+            pass
+        peeked = self.env.jwt_verifier.peek(token)
+        if peeked is None or peeked.kid is None:
             return None
-        if claims.get("z_t") != kind or claims.get("iss") != self.issuer:
+        for member in self.env.store.all(ControllerMember):
+            if member.fingerprint == peeked.kid and member.cert_pem:
+                source = JwtKeySource(cert_pem=member.cert_pem, kid=member.fingerprint)
+                claims = self.env.jwt_verifier.verify(token, source)
+                return None if claims is None else (claims, False)
+        return None
+
+    def _verify(self, token: str, kind: str, *, check_exp: bool = True) -> dict[str, Any] | None:
+        """The claims of a token of the network's controllers with ``z_t`` ``kind``, unexpired
+        and, when this one signed it, for this issuer (another controller's carries its own, and
+        OpenZiti checks none); None for anything else (another key, ``alg: none``, tampered,
+        expired)."""
+        signed = self._signed(token)
+        if signed is None:
+            return None
+        claims, own = signed
+        if claims.get("z_t") != kind or (own and claims.get("iss") != self.issuer):
             return None
         now = self._now().timestamp()
         exp = _numeric(claims.get("exp"))
@@ -783,14 +821,9 @@ class OidcManager:
         return Bearer(session=live, identity=identity, claims=claims)
 
     def is_own(self, token: str) -> bool:
-        """Whether ``token`` is signed by this provider's key (whatever its claims)."""
-        if self._keys is None:
-            return False
-        try:
-            self._keys.verify(token)
-        except FieldError:
-            return False
-        return True
+        """Whether ``token`` is signed by this provider's key or another controller's of the
+        network (whatever its claims)."""
+        return self._signed(token) is not None
 
     def userinfo(self, token: str) -> dict[str, Any]:
         bearer = self.resolve_access(token)
@@ -831,12 +864,10 @@ class OidcManager:
         return "/oidc/logged-out"
 
     def _id_token(self, token: str) -> dict[str, Any] | None:
-        if self._keys is None:
+        signed = self._signed(token)
+        if signed is None:
             return None
-        try:
-            claims = self._keys.verify(token)
-        except FieldError:
-            return None
-        if claims.get("iss") != self.issuer or "z_t" in claims or "at_hash" not in claims:
+        claims, own = signed
+        if (own and claims.get("iss") != self.issuer) or "z_t" in claims or "at_hash" not in claims:
             return None
         return claims
