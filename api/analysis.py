@@ -26,6 +26,7 @@ import falcon
 import orjson
 from pydantic import ValidationError
 
+from api.analysis_findings import mount_findings
 from api.errors import envelope, field_error_from_validation
 from api.http import LOOP_READS, ok, read_model
 from api.middleware import ADMIN, NONE
@@ -362,6 +363,7 @@ def register(routes: Routes) -> None:
     mount("/identities/{id}/edge-routers/{edge_router_id}", ExplainRouter(analysis))
     mount("/what-if", WhatIf(analysis, batches))
     mount("/apply", Apply(analysis, batches))
+    mount_findings(routes, analysis, mount)  # findings, archive rules, advice, access tests
     mount("/swagger.json", Swagger(routes.ctrl, table))
     not_served = NotServed()
     routes.raw(ANALYSIS_BASE, not_served)

@@ -2,6 +2,7 @@
 
 from engine.entities import ALL_KINDS, Entity
 from engine.entities.controllers import ControllerMember
+from engine.entities.findings import FindingArchiveRule, FindingRecord
 from engine.entities.identities import (
     ApiSession,
     ApiSessionCertificate,
@@ -32,6 +33,8 @@ __all__ = [
     "Enrollment",
     "Entity",
     "ExternalJwtSigner",
+    "FindingArchiveRule",
+    "FindingRecord",
     "Identity",
     "Mfa",
     "PostureCheck",

@@ -129,7 +129,14 @@ def _v6(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("CREATE TABLE controllers (id VARCHAR PRIMARY KEY, doc JSON NOT NULL)")
 
 
-MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6)]
+def _v8(con: duckdb.DuckDBPyConnection) -> None:
+    """The access analysis's findings (``engine.entities.findings``): each finding's lifecycle
+    record, and the rules that archive findings."""
+    for table in ("findings", "finding_archive_rules"):
+        con.execute(f"CREATE TABLE {table} (id VARCHAR PRIMARY KEY, doc JSON NOT NULL)")
+
+
+MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (8, _v8)]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:
