@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from controller import home
+from controller import access_cli, home
 from controller.settings import SettingError, Settings, describe, listing
 from storage.files import restrict_umask, tighten
 
@@ -415,10 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
                 help="connect to the controller only once its control listener accepts connections, "
                 "trying quietly until then (how trellis serve starts its embedded router)",
             )
+    access_cli.add_commands(sub)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
+    if (answer := access_cli.run(args)) is not None:  # advise, test-access: no settings read
+        return answer
     if args.command == "serve":
         serve_without_password()
     command = f"{args.command}-{args.action}" if args.command in ("router", "controller") else args.command
