@@ -11,6 +11,8 @@ errors. Served:
 - ``POST /what-if``: the access diff a batch of management writes would make; nothing is written;
 - ``POST /apply``: the batch committed whole if nothing access-relevant changed since the
   revision of its what-if, else 409 with the diff since then;
+- ``/guardrails`` (CRUD) and ``/guardrail-violations`` (list, read, delete): the invariants every
+  write is checked against, and what those in ``report`` mode let through;
 - ``GET /swagger.json``: this API's Swagger 2.0 document.
 
 A batch item's ``body`` is read by the management API's own models and field rules, so a bad item
@@ -30,20 +32,29 @@ from api.analysis_findings import mount_findings
 from api.errors import envelope, field_error_from_validation
 from api.http import LOOP_READS, ok, read_model
 from api.middleware import ADMIN, NONE
+from api.resources import Family, FamilyCollection, FamilyItem
 from api.routing import ANALYSIS_BASE, Route, Routes
 from api.schemas.analysis import (
     BATCH_KINDS,
+    GUARDRAIL_SYMBOLS,
+    VIOLATION_SYMBOLS,
     ApplyRequest,
     BatchItem,
+    GuardrailCreate,
+    GuardrailPatch,
+    GuardrailUpdate,
     WhatIfRequest,
     render_diff,
+    render_guardrail,
     render_router_explanation,
     render_service_explanation,
+    render_verdicts,
+    render_violation,
 )
 from api.schemas.identities import IdentityCreate, enrollment_request
 from api.schemas.posture_checks import MODELS, type_details
 from api.wire import WireModel
-from engine.analysis import AnalysisManager, Operation, StaleRevisionError
+from engine.analysis import AnalysisManager, Operation, StaleRevisionError, analysis_for
 from engine.analysis.manager import CLASSES, at_item
 from engine.errors import ControllerError, FieldError, NotFoundError
 from engine.managers.posture_checks import DETAILS_PATCH, check_type_id
@@ -271,6 +282,7 @@ class WhatIf:
                 "changes": answer.changes,
                 "created": _created(answer.created),
                 **render_diff(answer.diff, self.names.with_created(answer.created)),
+                "guardrails": render_verdicts(answer.guardrails),
             },
         )
 
@@ -349,7 +361,7 @@ class NotServed:
 
 def register(routes: Routes) -> None:
     """Mount ``/analysis/v1`` (after the management API: batch items use its families)."""
-    analysis = AnalysisManager(routes.managers)
+    analysis = analysis_for(routes.managers)
     batches = Batches(routes)
     table: list[Route] = []
 
@@ -364,6 +376,25 @@ def register(routes: Routes) -> None:
     mount("/what-if", WhatIf(analysis, batches))
     mount("/apply", Apply(analysis, batches))
     mount_findings(routes, analysis, mount)  # findings, archive rules, advice, access tests
+    guardrails = Family(
+        entity="guardrails",
+        manager=analysis.guardrails,
+        render=render_guardrail,
+        symbols=GUARDRAIL_SYMBOLS,
+        create_model=GuardrailCreate,
+        update_model=GuardrailUpdate,
+        patch_model=GuardrailPatch,
+    )
+    mount("/guardrails", FamilyCollection(guardrails))
+    mount("/guardrails/{id}", FamilyItem(guardrails))
+    violations = Family(
+        entity="guardrail-violations",
+        manager=analysis.violations,
+        render=render_violation,
+        symbols=VIOLATION_SYMBOLS,
+    )
+    mount("/guardrail-violations", FamilyCollection(violations))
+    mount("/guardrail-violations/{id}", FamilyItem(violations))
     mount("/swagger.json", Swagger(routes.ctrl, table))
     not_served = NotServed()
     routes.raw(ANALYSIS_BASE, not_served)

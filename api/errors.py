@@ -9,6 +9,7 @@ import falcon
 from pydantic import ValidationError
 
 from engine import errors as e
+from engine.analysis.guardrails import GuardrailViolationError
 
 log = logging.getLogger("trellis.api")
 
@@ -63,6 +64,7 @@ STATUS: dict[type[e.ControllerError], int] = {
     e.AuthenticatorMethodMaxError: 409,
     e.AuthenticatorCanNotBeUpdatedError: 409,
     e.UnknownEnrollmentTokenError: 404,
+    GuardrailViolationError: 409,
 }
 
 _FALCON_CODES = {

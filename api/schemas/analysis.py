@@ -7,15 +7,18 @@ and the ``body`` the management API would take for it, validated by that API's o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
-from api.wire import WireModel, one_of
+from api.wire import Tags, WireModel, one_of, ts
 from engine.analysis import MAX_BATCH_ITEMS, AccessDiff
 from engine.analysis.explain import Miss, RouterExplanation, ServiceExplanation
+from engine.analysis.guardrails import REPORTED_PAIRS, Verdict
+from engine.entities.guardrails import FORMS, MODES, Guardrail, GuardrailViolation
 from engine.policy import EDGE_ROUTER_POLICY, SERVICE_EDGE_ROUTER_POLICY, SERVICE_POLICY
+from engine.query import Symbol, SymbolTable, SymbolType
 
 #: The management kinds a batch may write: path -> the manager's name in ``Managers``.
 BATCH_KINDS = {
@@ -209,3 +212,123 @@ def render_router_explanation(revision: int, answer: RouterExplanation, name: Na
         ],
         "misses": [render_miss(m) for m in answer.misses],
     }
+
+
+# -- guardrails (docs/analysis.md §5) ---------------------------------------------------------------
+
+
+class GuardrailCreate(WireModel):
+    """``POST /guardrails``."""
+
+    name: str
+    form: Annotated[str, AfterValidator(one_of("form", FORMS))]
+    mode: Annotated[str, AfterValidator(one_of("mode", MODES))] | None = None
+    semantic: str | None = None
+    type: Annotated[str, AfterValidator(one_of("type", ("Dial", "Bind")))] | None = None
+    identity_roles: list[str] | None = None
+    service_roles: list[str] | None = None
+    description: str | None = None
+    tags: Tags = None
+
+
+class GuardrailUpdate(GuardrailCreate):
+    """``PUT /guardrails/{id}``: every field (absent ones reset)."""
+
+
+class GuardrailPatch(WireModel):
+    """``PATCH /guardrails/{id}``: the fields given."""
+
+    name: str | None = None
+    form: Annotated[str, AfterValidator(one_of("form", FORMS))] | None = None
+    mode: Annotated[str, AfterValidator(one_of("mode", MODES))] | None = None
+    semantic: str | None = None
+    type: Annotated[str, AfterValidator(one_of("type", ("Dial", "Bind")))] | None = None
+    identity_roles: list[str] | None = None
+    service_roles: list[str] | None = None
+    description: str | None = None
+    tags: Tags = None
+
+
+def _links(kind: str, entity_id: str) -> dict[str, Any]:
+    return {"self": {"href": f"./{kind}/{entity_id}"}}
+
+
+def render_guardrail(guardrail: Guardrail) -> dict[str, Any]:
+    return {
+        "_links": _links("guardrails", guardrail.id),
+        "id": guardrail.id,
+        "createdAt": ts(guardrail.created_at),
+        "updatedAt": ts(guardrail.updated_at),
+        "tags": guardrail.tags,
+        "name": guardrail.name,
+        "form": guardrail.form,
+        "mode": guardrail.mode,
+        "semantic": guardrail.semantic,
+        "type": guardrail.type,
+        "identityRoles": list(guardrail.identity_roles),
+        "serviceRoles": list(guardrail.service_roles),
+        "description": guardrail.description,
+    }
+
+
+def render_violation(violation: GuardrailViolation) -> dict[str, Any]:
+    return {
+        "_links": _links("guardrail-violations", violation.id),
+        "id": violation.id,
+        "createdAt": ts(violation.created_at),
+        "updatedAt": ts(violation.updated_at),
+        "tags": violation.tags,
+        "guardrailId": violation.guardrail_id,
+        "guardrailName": violation.guardrail_name,
+        "revision": violation.revision,
+        "count": violation.count,
+        "pairs": list(violation.pairs),
+    }
+
+
+def render_verdicts(verdicts: Sequence[Verdict]) -> list[dict[str, Any]]:
+    """What a batch would add to each guardrail (a what-if's ``guardrails``)."""
+    return [
+        {
+            "id": v.rule.id,
+            "name": v.rule.name,
+            "form": v.rule.form,
+            "mode": v.rule.mode,
+            "count": len(v.pairs),
+            "pairs": [{"identityId": i, "serviceId": s, "type": t} for i, s, t in v.pairs[:REPORTED_PAIRS]],
+        }
+        for v in verdicts
+    ]
+
+
+def _common_symbols() -> dict[str, Symbol]:
+    return {
+        "id": Symbol(SymbolType.STRING, lambda e: e.id),
+        "createdAt": Symbol(SymbolType.DATETIME, lambda e: e.created_at),
+        "updatedAt": Symbol(SymbolType.DATETIME, lambda e: e.updated_at),
+    }
+
+
+GUARDRAIL_SYMBOLS = SymbolTable(
+    {
+        **_common_symbols(),
+        "name": Symbol(SymbolType.STRING, lambda g: g.name),
+        "form": Symbol(SymbolType.STRING, lambda g: g.form),
+        "mode": Symbol(SymbolType.STRING, lambda g: g.mode),
+        "semantic": Symbol(SymbolType.STRING, lambda g: g.semantic),
+        "type": Symbol(SymbolType.STRING, lambda g: g.type),
+        "description": Symbol(SymbolType.STRING, lambda g: g.description),
+    },
+    tags_getter=lambda g: g.tags,
+)
+
+VIOLATION_SYMBOLS = SymbolTable(
+    {
+        **_common_symbols(),
+        "guardrailId": Symbol(SymbolType.STRING, lambda v: v.guardrail_id),
+        "guardrailName": Symbol(SymbolType.STRING, lambda v: v.guardrail_name),
+        "revision": Symbol(SymbolType.NUMBER, lambda v: v.revision),
+        "count": Symbol(SymbolType.NUMBER, lambda v: v.count),
+    },
+    tags_getter=lambda v: v.tags,
+)

@@ -31,6 +31,7 @@ from engine.analysis.manager import (
     Operation,
     StaleRevisionError,
     WhatIf,
+    analysis_for,
 )
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "StaleRevisionError",
     "WhatIf",
     "access_diff",
+    "analysis_for",
     "explain_router",
     "explain_service",
     "touched_by",

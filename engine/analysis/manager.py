@@ -21,7 +21,9 @@ batch (published, or staged) and gets 409.
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,9 +37,18 @@ from engine.analysis.explain import (
     explain_router,
     explain_service,
 )
+from engine.analysis.guardrails import (
+    GuardrailChecker,
+    GuardrailManager,
+    GuardrailViolationManager,
+    Rule,
+    Verdict,
+    new_violations,
+)
 from engine.analysis.history import AccessHistory, RevisionTooOldError
 from engine.analysis.sandbox import Overlay, sandboxed
 from engine.entities import Entity
+from engine.entities.guardrails import Guardrail
 from engine.entities.identities import Identity
 from engine.entities.posture import PostureCheck
 from engine.entities.routers import EdgeRouter
@@ -60,6 +71,7 @@ __all__ = [
     "Operation",
     "StaleRevisionError",
     "WhatIf",
+    "analysis_for",
     "at_item",
 ]
 
@@ -112,6 +124,9 @@ class WhatIf:
     diff: AccessDiff
     created: tuple[Created, ...]
     changes: int
+    #: The violations the batch would add to guardrails (it would be refused by those in
+    #: ``enforce`` mode).
+    guardrails: tuple[Verdict, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,6 +184,12 @@ class AnalysisManager:
         self.access = managers.access
         self.history = AccessHistory(lambda: self.store.last_seq)
         self.access.observe(self.history)
+        self.guardrails = GuardrailManager(self.env)
+        self.violations = GuardrailViolationManager(self.env)
+        self.checker = GuardrailChecker(
+            self.store, self.access, managers.fleet.is_online, self.env.clock, self.env.ids
+        )
+        self.env.checks.append(self.checker)
 
     # -- revisions ----------------------------------------------------------------------------
     def revision(self) -> int:
@@ -307,10 +328,13 @@ class AnalysisManager:
         return access_diff(graph, after, touched_by(changes))
 
     def what_if(self, operations: Sequence[Operation]) -> WhatIf:
-        """The access diff the writes would make, at the current revision; nothing is written."""
+        """The access diff the writes would make, at the current revision, and the violations
+        they would add to guardrails; nothing is written."""
         revision, view, graph = self._consistent()
         changes, created = self._run(operations, view, revision)
-        return WhatIf(revision, self._diff(graph, changes), tuple(created), len(changes))
+        rules = [Rule.of(g) for g in view.all(Guardrail)]
+        verdicts = new_violations(graph, [], changes, rules, self.managers.fleet.is_online) if rules else []
+        return WhatIf(revision, self._diff(graph, changes), tuple(created), len(changes), tuple(verdicts))
 
     def apply(self, operations: Sequence[Operation], revision: int) -> Applied:
         """Commit the writes as one batch if nothing access-relevant changed since ``revision``
@@ -327,8 +351,10 @@ class AnalysisManager:
                 if not _staged_access_changes(self.store):
                     changes, created = self._run(operations, self.store, current)
                     diff = self._diff(self.access.snapshot(), changes)
+                    # the guardrails see the batch whole, as any write (409 when enforced)
+                    extra = self.checker(changes) if changes else []
                     if changes:
-                        self.store.commit(changes)
+                        self.store.commit([*changes, *extra])
                     break
             # a writer's batch is staged but not published: once it is, it is in the history
             if time.monotonic() > deadline:
@@ -384,3 +410,17 @@ def _text(value: Any) -> str:
     if isinstance(value, datetime):
         return value.isoformat()
     return str(value)
+
+
+_ANALYSES: weakref.WeakKeyDictionary[Any, AnalysisManager] = weakref.WeakKeyDictionary()
+_ANALYSES_LOCK = threading.Lock()
+
+
+def analysis_for(managers: Managers) -> AnalysisManager:
+    """The controller's one :class:`AnalysisManager` (made on first use: its guardrail check is
+    then on every write of ``managers``)."""
+    with _ANALYSES_LOCK:
+        found = _ANALYSES.get(managers.access)
+        if found is None:
+            found = _ANALYSES[managers.access] = AnalysisManager(managers)
+        return found

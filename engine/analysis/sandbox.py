@@ -202,7 +202,8 @@ def sandboxed(env: Env, overlay: Overlay) -> Iterator[Callable[[Any], Any]]:
     """A function binding a manager to an env whose store is ``overlay`` (a shallow copy of the
     manager: the original keeps its env)."""
     # dataclasses.replace runs Env.__post_init__, which subscribes to the overlay (a no-op)
-    sandbox_env = dataclasses.replace(env, store=overlay, listeners=[])  # type: ignore[arg-type]
+    # the guardrails see the whole batch once, not each write of it (AnalysisManager)
+    sandbox_env = dataclasses.replace(env, store=overlay, listeners=[], checks=[])  # type: ignore[arg-type]
 
     def bind(manager: Any) -> Any:
         clone = copy.copy(manager)

@@ -3,6 +3,7 @@
 from engine.entities import ALL_KINDS, Entity
 from engine.entities.controllers import ControllerMember
 from engine.entities.findings import FindingArchiveRule, FindingRecord
+from engine.entities.guardrails import Guardrail, GuardrailViolation
 from engine.entities.identities import (
     ApiSession,
     ApiSessionCertificate,
@@ -35,6 +36,8 @@ __all__ = [
     "ExternalJwtSigner",
     "FindingArchiveRule",
     "FindingRecord",
+    "Guardrail",
+    "GuardrailViolation",
     "Identity",
     "Mfa",
     "PostureCheck",

@@ -33,6 +33,7 @@ from engine.ports import (
     NoPostureBoard,
     PasswordHasher,
     PostureBoard,
+    Put,
     SchemaChecker,
     Store,
     TokenSigner,
@@ -48,6 +49,7 @@ E = TypeVar("E", bound=Entity)
 log = logging.getLogger(__name__)
 
 Listener = Callable[[list[Change]], None]
+Check = Callable[[list[Change]], list[Change]]
 
 
 @dataclass
@@ -75,6 +77,10 @@ class Env:
     posture_board: PostureBoard = field(default_factory=NoPostureBoard)
     #: Told every published batch, in order (the policy engine, caches, session enforcement).
     listeners: list[Listener] = field(default_factory=list)
+    #: Shown every write's changes before they are staged (under the write lock): each may refuse
+    #: the write by raising, or answer more changes to commit with it (the guardrails,
+    #: ``engine.analysis.guardrails``).
+    checks: list[Check] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.store.subscribe(self._published)
@@ -90,6 +96,12 @@ class Env:
         """Stage ``uow``'s changes in the store's group commit (see :class:`~engine.ports.Store`):
         under the write lock, the caller is answered when it leaves the lock, once they are
         durable and the listeners have taken them."""
+        if self.checks:
+            changes = uow.changes()
+            for check in list(self.checks):
+                for extra in check(changes):
+                    if isinstance(extra, Put):
+                        uow.put(extra.entity)
         uow.commit()
 
 

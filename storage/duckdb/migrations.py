@@ -129,6 +129,13 @@ def _v6(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("CREATE TABLE controllers (id VARCHAR PRIMARY KEY, doc JSON NOT NULL)")
 
 
+def _v7(con: duckdb.DuckDBPyConnection) -> None:
+    """The access analysis's guardrails (``engine.entities.guardrails``): named invariants over
+    access, and the violations of those in ``report`` mode."""
+    for table in ("guardrails", "guardrail_violations"):
+        con.execute(f"CREATE TABLE {table} (id VARCHAR PRIMARY KEY, doc JSON NOT NULL)")
+
+
 def _v8(con: duckdb.DuckDBPyConnection) -> None:
     """The access analysis's findings (``engine.entities.findings``): each finding's lifecycle
     record, and the rules that archive findings."""
@@ -136,7 +143,7 @@ def _v8(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE {table} (id VARCHAR PRIMARY KEY, doc JSON NOT NULL)")
 
 
-MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (8, _v8)]
+MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7), (8, _v8)]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:

@@ -141,9 +141,16 @@ def _v5(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
     cur.execute("CREATE INDEX posture_data_changed ON posture_data (changed)")
 
 
-#: The entity tables later migrations add (v6: the controllers of the network; v9: the access
+#: The entity tables later migrations add (v6: the controllers of the network; v8: the access
+#: analysis's guardrails and their recorded violations; v9: the access
 #: analysis's findings and archive rules).
-ENTITY_TABLES_LATER = ("controllers", "findings", "finding_archive_rules")
+ENTITY_TABLES_LATER = (
+    "controllers",
+    "guardrails",
+    "guardrail_violations",
+    "findings",
+    "finding_archive_rules",
+)
 
 
 def _v6(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
@@ -165,6 +172,13 @@ def _v7(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
     cur.execute("CREATE INDEX rate_spent_at ON rate_spent (at)")
 
 
+def _v8(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
+    """The access analysis's guardrails and their recorded violations, as the DuckDB store's
+    migration 7."""
+    for table in ("guardrails", "guardrail_violations"):
+        cur.execute(f"CREATE TABLE {table} (id text PRIMARY KEY, doc json NOT NULL)")
+
+
 def _v9(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
     """The access analysis's findings and archive rules, as the DuckDB store's migration 8."""
     for table in ("findings", "finding_archive_rules"):
@@ -180,6 +194,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (5, _v5),
     (6, _v6),
     (7, _v7),
+    (8, _v8),
     (9, _v9),
 ]
 LATEST = MIGRATIONS[-1][0]
