@@ -110,6 +110,13 @@ Controller -> router:
   the membership changes (a controller joins, moves, or is removed); always the whole list. The
   router keeps a control connection to each address (adding the new ones, dropping those no longer
   listed) and keeps the list in its directory for its next start; an empty list is ignored.
+- ``SIGNING_KEYS`` (21006, Trellis): ``{"keys": [JWK, ...]}``: the public keys OIDC access tokens
+  may be signed with, as the controller publishes them at ``/oidc/keys`` (its own, then every
+  other controller's of the network; ``kid`` the SHA-1 fingerprint of the controller's
+  certificate). Sent right after the hello's answer, before the API-session state (so a router
+  holding a controller's state can verify the tokens it names), and whenever the set changes;
+  always the whole set. The router verifies SDK hellos and UpdateTokens carrying such a token
+  with the union of the latest sets the controllers sent (:mod:`router.tokens`).
 - ``ERROR`` (20002): the answer to a refused request: body the reason, header 1014 the code.
 """
 
@@ -144,6 +151,7 @@ HOSTED_SERVICES = 21002
 LINKS = 21003
 CIRCUITS_ENDED = 21004
 CLOSE_CIRCUITS = 21005
+SIGNING_KEYS = 21006
 
 #: Seconds between heartbeats, and of silence after which a control channel is closed.
 HEARTBEAT_SECONDS = 10.0

@@ -23,6 +23,11 @@ HEALTH_EVENT = 60795
 TRACE_ROUTE = 60796
 TRACE_ROUTE_RESPONSE = 60797
 BIND_SUCCESS = 60800
+#: A fresh OIDC access token for an open channel (body: the JWT), and the router's answers
+#: (failure: the reason in the body).
+UPDATE_TOKEN_SUCCESS = 60801
+UPDATE_TOKEN_FAILURE = 60802
+UPDATE_TOKEN = 60803
 
 #: Edge content types that name a connection (header CONN_ID) on the channel.
 CONNECTION_TYPES = frozenset(range(CONNECT, UNBIND + 1)) | {UPDATE_BIND, HEALTH_EVENT}

@@ -77,6 +77,7 @@ from channel.control import (
     REQUEST_SECONDS,
     ROUTER_LINKS,
     SESSION_REMOVED,
+    SIGNING_KEYS,
     SILENT_SECONDS,
     UPDATE_CTRL_ADDRESSES,
     BadBody,
@@ -606,6 +607,8 @@ class ControlClient:
                 self._on_hosted_services(body_of(message))
             elif kind == UPDATE_CTRL_ADDRESSES:
                 self._on_ctrl_addresses(body_of(message))
+            elif kind == SIGNING_KEYS:
+                self._on_signing_keys(body_of(message))
             elif kind == CLOSE_CIRCUITS:
                 body = body_of(message)
                 ids, reason = strings(body, "circuitIds"), text(body, "reason")
@@ -643,6 +646,13 @@ class ControlClient:
         else:
             for session in sessions:
                 self.api_sessions.put(session)
+
+    def _on_signing_keys(self, body: dict[str, Any]) -> None:
+        keys = body.get("keys", [])
+        if not isinstance(keys, list):
+            raise BadBody("keys must be a list")
+        taken = self.api_sessions.signing_keys.put([k for k in keys if isinstance(k, dict)], self)
+        log.info("control %s: %d signing keys of the controllers", self.address, taken)
 
     def _on_hosted_services(self, body: dict[str, Any]) -> None:
         wire = body.get("services", [])

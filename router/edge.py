@@ -46,9 +46,12 @@ import itertools
 import logging
 import random
 import ssl
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Coroutine, Iterable
 from typing import Any, Protocol, TypeVar, cast
+
+import jwt
 
 from channel.connection import Channel, ChannelClosed
 from channel.edge import (
@@ -80,6 +83,9 @@ from channel.edge import (
     TERMINATOR_IDENTITY,
     UNBIND,
     UPDATE_BIND,
+    UPDATE_TOKEN,
+    UPDATE_TOKEN_FAILURE,
+    UPDATE_TOKEN_SUCCESS,
 )
 from channel.frames import CONNECTION_ID, HELLO, HELLO_VERSION, LATENCY, MAX_HELLO_BODY_BYTES, Message, result
 from router.offline import NO_CONTROLLER_CIRCUIT, NO_CONTROLLER_TERMINATOR, Offline
@@ -93,6 +99,7 @@ from router.ports import (
     Unavailable,
     version_text,
 )
+from router.tokens import MAX_TOKEN_CHARS, AccessClaims, TokenRefused, is_bearer
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +157,15 @@ def _state_closed(
     if answering is not None:
         message.reply_to(answering)
     return message
+
+
+def _kid(token: str) -> str:
+    """The ``kid`` a JWT's header names ("" when there is none or the header is unreadable)."""
+    try:
+        kid = jwt.get_unverified_header(token).get("kid")
+    except jwt.PyJWTError:
+        return ""
+    return kid if isinstance(kid, str) else ""
 
 
 def _text(raw: bytes, limit: int | None = None) -> str:
@@ -386,6 +402,9 @@ class SdkChannel:
         )
         self.phase = Phase.NEW
         self.api_session: ApiSession | None = None
+        #: The claims of the OIDC access token the channel was opened or last updated with (None:
+        #: opened with a legacy API-session token).
+        self.bearer: AccessClaims | None = None
         #: Fingerprints of the certificates the SDK presented, leaf first.
         self.fingerprints: list[str] = []
         self.conns: dict[int, SdkConnection | Bind] = {}
@@ -455,6 +474,9 @@ class SdkChannel:
         kind = message.content_type
         if kind == LATENCY:
             self.send(result(message))
+            return
+        if kind == UPDATE_TOKEN:
+            self.send(self.listener.update_token(self, message))
             return
         handler = _HANDLERS.get(kind)
         if handler is None:
@@ -744,22 +766,25 @@ class EdgeListener:
     async def _hello(self, sdk: SdkChannel, hello: Message) -> None:
         token = hello.text(SESSION_TOKEN) or ""
         chain = sdk.channel.peer_chain
-        session = None
-        if token and chain:
-            session = await self.api_sessions.wait_for_token(token, self.api_session_wait)
-        if sdk.phase is not Phase.HELLO or not sdk.channel.is_open:
-            return
         fingerprints = [fingerprint(der) for der in chain]
+        session: ApiSession | None = None
+        claims: AccessClaims | None = None
         problem = None
         if not token:
             problem = "no API-session token"
         elif not chain:
             problem = "no client certificate"
-        elif session is None:
-            problem = "unknown API session"
-        elif fingerprints[0] not in session.fingerprints:
-            problem = f"certificate {fingerprints[0]} is not one of API session {session.id}'s"
-        elif self.offline is not None and not self.offline.admits_hellos():
+        elif is_bearer(token):
+            session, claims, problem = await self._bearer_session(token, fingerprints[0])
+        else:
+            session = await self.api_sessions.wait_for_token(token, self.api_session_wait)
+            if session is None:
+                problem = "unknown API session"
+            elif fingerprints[0] not in session.fingerprints:
+                problem = f"certificate {fingerprints[0]} is not one of API session {session.id}'s"
+        if sdk.phase is not Phase.HELLO or not sdk.channel.is_open:
+            return
+        if problem is None and self.offline is not None and not self.offline.admits_hellos():
             problem = (
                 f"no controller for {self.offline.absent_for():.0f} s (the grace is "
                 f"{self.offline.grace_seconds:g} s): held API sessions open no new channel"
@@ -768,6 +793,7 @@ class EdgeListener:
             log.info("%s: hello refused: %s", sdk.name, problem)
             sdk.channel.close()
             return
+        sdk.bearer = claims
         sdk.fingerprints = fingerprints
         early = sdk.opened(session)
         holders = self._by_api_session.setdefault(session.id, set())
@@ -777,7 +803,13 @@ class EdgeListener:
         answer = result(hello)
         answer.set_text(HELLO_VERSION, self.version).set_text(CONNECTION_ID, str(sdk.number))
         sdk.send(answer)
-        log.info("%s: hello of %s (API session %s) accepted", sdk.name, session.identity_name, session.id)
+        log.info(
+            "%s: hello of %s (API session %s%s) accepted",
+            sdk.name,
+            session.identity_name,
+            session.id,
+            ", OIDC" if claims is not None else "",
+        )
         try:
             for message in early:
                 if not sdk.is_open:
@@ -787,8 +819,100 @@ class EdgeListener:
             log.exception("%s: handling early messages failed: closing", sdk.name)
             sdk.channel.abort(ex)
 
-    def _channel_gone(self, sdk: SdkChannel) -> None:
-        self._channels.discard(sdk)
+    async def _bearer_session(
+        self, token: str, leaf: str
+    ) -> tuple[ApiSession | None, AccessClaims | None, str | None]:
+        """A JWT hello's API session (docs/dataplane.md §4): the token verified here, then the
+        session as the controllers pushed it (waited for), or, while no controller's state is
+        held, the token's claims alone; else ``(None, None, why)``."""
+        sessions = self.api_sessions
+        try:
+            claims = self._verify_bearer(token)
+        except TokenRefused as ex:
+            if sessions.synced.is_set() or sessions.signing_keys.get(_kid(token)) is not None:
+                return None, None, f"bearer token refused: {ex}"
+            try:  # the keys come with the controllers' state: wait for it, then try once more
+                await asyncio.wait_for(sessions.synced.wait(), self.api_session_wait)
+                claims = self._verify_bearer(token)
+            except (TimeoutError, TokenRefused) as again:
+                return None, None, f"bearer token refused: {again}"
+        session = await sessions.wait_for_id(claims.api_session_id, self.api_session_wait)
+        if claims.api_session_id in sessions.revoked:
+            return None, None, f"API session {claims.api_session_id} has ended"
+        if session is None and sessions.synced.is_set():
+            return None, None, f"API session {claims.api_session_id} is unknown to the controllers"
+        if session is None:  # no controller's state to go by: the token alone
+            session = ApiSession(
+                id=claims.api_session_id,
+                token_hash="",
+                identity_id=claims.identity_id,
+                identity_name=claims.identity_id,
+                fingerprints=claims.fingerprints,
+            )
+        if session.identity_id != claims.identity_id:
+            return None, None, f"the token's identity is not API session {session.id}'s"
+        if leaf not in session.fingerprints:
+            return None, None, f"certificate {leaf} is not one of API session {session.id}'s"
+        return session, claims, None
+
+    def _verify_bearer(self, token: str) -> AccessClaims:
+        claims = self.api_sessions.signing_keys.verify(token)
+        if claims.api_session_id in self.api_sessions.revoked:
+            raise TokenRefused(f"API session {claims.api_session_id} has ended")
+        return claims
+
+    def update_token(self, sdk: SdkChannel, request: Message) -> Message:
+        """UpdateToken (60803) on an open channel: a fresh access token of the channel's identity
+        (after a refresh) replaces the one the channel was opened or last updated with. The answer
+        is UpdateTokenSuccess (60801), or UpdateTokenFailure (60802) with the reason, and the
+        channel stays as it was."""
+        current, session = sdk.bearer, sdk.api_session
+        problem = None
+        claims = None
+        if current is None or session is None:
+            problem = "the channel was not opened with a bearer token"
+        else:
+            try:
+                claims = self._verify_bearer(_text(request.body, MAX_TOKEN_CHARS + 1))
+            except TokenRefused as ex:
+                problem = f"bearer token refused: {ex}"
+            else:
+                if claims.identity_id != current.identity_id:
+                    problem = "the token is another identity's"
+                elif claims.api_session_id != session.id:
+                    problem = self._move(sdk, claims)
+        if problem is not None or claims is None:
+            log.info("%s: token update refused: %s", sdk.name, problem)
+            return Message(UPDATE_TOKEN_FAILURE, (problem or "").encode()).reply_to(request)
+        sdk.bearer = claims
+        log.info(
+            "%s: token updated (API session %s, expires in %.0f s)",
+            sdk.name,
+            claims.api_session_id,
+            claims.expires_at - time.time(),
+        )
+        return Message(UPDATE_TOKEN_SUCCESS).reply_to(request)
+
+    def _move(self, sdk: SdkChannel, claims: AccessClaims) -> str | None:
+        """The SDK logged in again: its channel now belongs to the new API session (which the
+        controllers must have pushed; the channel's certificate must be one of its)."""
+        session = self.api_sessions.by_id(claims.api_session_id)
+        if session is None:
+            return f"API session {claims.api_session_id} is unknown to the controllers"
+        if session.identity_id != claims.identity_id or (
+            sdk.fingerprints and sdk.fingerprints[0] not in session.fingerprints
+        ):
+            return f"the channel's certificate is not one of API session {session.id}'s"
+        self._release(sdk)
+        sdk.api_session = session
+        holders = self._by_api_session.setdefault(session.id, set())
+        holders.add(sdk)
+        if len(holders) == 1:
+            self._touch(session.id)
+        return None
+
+    def _release(self, sdk: SdkChannel) -> None:
+        """``sdk`` no longer counts among its API session's channels."""
         if sdk.api_session is not None:
             holders = self._by_api_session.get(sdk.api_session.id)
             if holders is not None:
@@ -796,6 +920,10 @@ class EdgeListener:
                 if not holders:
                     del self._by_api_session[sdk.api_session.id]
                     self._touch(sdk.api_session.id)
+
+    def _channel_gone(self, sdk: SdkChannel) -> None:
+        self._channels.discard(sdk)
+        self._release(sdk)
         removed = []
         for conn in list(sdk.conns.values()):
             if isinstance(conn, Bind):

@@ -5,7 +5,8 @@ ControlClient` implements it over one control connection, :class:`router.control
 over one to each controller). :class:`EdgePort` is the edge side as
 the control side drives it when the controller pushes a change (:class:`router.edge.EdgeListener`
 implements it). :class:`ApiSessions` is the router's copy of the fully authenticated API sessions
-the controllers push: an SDK's hello is checked against it.
+the controllers push, with their signing keys and the API sessions they removed: an SDK's hello
+is checked against it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from router.tokens import Revocations, SigningKeys
 
 
 class Refused(Exception):
@@ -224,9 +227,15 @@ class ApiSessions:
     arrives in chunks kept apart from the others' and replaces everything once its last chunk is
     in; single additions and removals from any source apply at once. ``synced`` is set while at
     least one source's full state has arrived on its current connection; a hello whose token is
-    unknown waits for a push (up to a few seconds) before it is refused."""
+    unknown waits for a push (up to a few seconds) before it is refused.
+
+    ``signing_keys`` are the controllers' keys, which OIDC access tokens are verified with, and
+    ``revoked`` the sessions removed (by a push, or missing from a full state) whose tokens are
+    refused from then on (:mod:`router.tokens`)."""
 
     def __init__(self) -> None:
+        self.signing_keys = SigningKeys()
+        self.revoked = Revocations()
         self._by_hash: dict[str, ApiSession] = {}
         self._by_id: dict[str, ApiSession] = {}
         self._incoming: dict[object, dict[str, ApiSession]] = {}
@@ -261,6 +270,7 @@ class ApiSessions:
             if session is not None:
                 self._by_hash.pop(session.token_hash, None)
                 gone.append(session)
+        self.revoked.add(session_ids)
         return gone
 
     def begin_full_state(self, source: object = None) -> None:
@@ -280,6 +290,7 @@ class ApiSessions:
             return []
         del self._incoming[source]
         gone = [s for i, s in self._by_id.items() if i not in incoming]
+        self.revoked.add(s.id for s in gone)
         self._by_id = incoming
         self._by_hash = {s.token_hash: s for s in incoming.values()}
         self._synced.add(source)
@@ -294,6 +305,24 @@ class ApiSessions:
         self._incoming.pop(source, None)
         if not self._synced:
             self.synced.clear()
+
+    async def wait_for_id(self, session_id: str, timeout: float) -> ApiSession | None:
+        """The session ``session_id``, waiting up to ``timeout`` s for a push to bring it (not
+        at all while no source is synced, nor for a removed one)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            found = self._by_id.get(session_id)
+            if found is not None or session_id in self.revoked or not self.synced.is_set():
+                return found
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                return None
 
     async def wait_for_token(self, token: str, timeout: float) -> ApiSession | None:
         """The session of ``token``, waiting up to ``timeout`` s for a sync or a push to bring it."""

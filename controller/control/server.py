@@ -141,6 +141,8 @@ class RouterConnection:
         self.hosted: bytes | None = None
         #: The last ``UPDATE_CTRL_ADDRESSES`` body the router was sent (None: none yet).
         self.ctrls: bytes | None = None
+        #: The last ``SIGNING_KEYS`` body the router was sent (None: none yet).
+        self.keys: bytes | None = None
 
     @property
     def closed(self) -> bool:
@@ -237,6 +239,10 @@ class RouterConnection:
             hello.hostname or "?",
             hello.version.version or "?",
         )
+        keys = self.server.signing_keys()
+        if keys is not None:  # before the state: a hello its sessions' tokens name can be verified
+            self.keys = keys
+            self.send(Message(control.SIGNING_KEYS, keys))
         self.state = State.SYNCING
         early, self._early = self._early, []
         for request in early:
@@ -622,9 +628,24 @@ class ControlServer:
             others = [p for p in online if p.router_id != router_id]
             connection.push(control.ROUTER_LINKS, wire.router_links(others))
 
+    def signing_keys(self) -> bytes | None:
+        """The ``SIGNING_KEYS`` body: the keys ``/oidc/keys`` lists (None when there are none)."""
+        try:
+            jwks = self.ctrl.managers.oidc.jwks().get("keys") or []
+        except Exception:
+            log.exception("control: the signing keys could not be listed")
+            return None
+        return wire.signing_keys(jwks) if jwks else None
+
     def controllers_changed(self) -> None:
-        """Tell every router the network's controllers (``UPDATE_CTRL_ADDRESSES``) when the list
-        differs from the last it was sent."""
+        """Tell every router the network's controllers (``UPDATE_CTRL_ADDRESSES``) and their
+        signing keys (``SIGNING_KEYS``) when either differs from the last it was sent."""
+        keys = self.signing_keys()
+        if keys is not None:
+            for connection in list(self._routers.values()):
+                if connection.keys != keys and not connection.closed:
+                    connection.keys = keys
+                    connection.push(control.SIGNING_KEYS, keys)
         try:
             body = wire.ctrl_addresses(self.ctrl.managers.controllers.endpoints())
         except Exception:

@@ -8,7 +8,7 @@ engine's answers and events (``engine.managers.edge_control``) into messages.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -329,6 +329,11 @@ def ctrl_addresses(endpoints: Sequence[tuple[str, str]]) -> bytes:
             "controllers": [{"id": id, "address": address} for id, address in endpoints],
         }
     )
+
+
+def signing_keys(jwks: Sequence[Mapping[str, Any]]) -> bytes:
+    """A ``SIGNING_KEYS`` body: the public JWKs OIDC access tokens may be signed with."""
+    return encode({"keys": [dict(k) for k in jwks]})
 
 
 def close_circuits(ids: Sequence[str], reason: str) -> bytes:

@@ -1,0 +1,151 @@
+"""OpenZiti's tunneler in HA mode (``ziti tunnel --ha``: the Go SDK 1.1 inside ``ziti`` v1.6.0 logs in
+through OIDC) against a real ``trellis serve`` and its router (issue 26, docs/api.md §16).
+
+In that mode the SDK logs in with the authorization-code flow (``/oidc/authorize`` with its
+certificate, PKCE), calls the client API with ``Authorization: Bearer``, creates its Dial and
+Bind sessions as any client, opens its router channels with the JWT access token in the hello
+(header 1002), which the router verifies on its own (docs/dataplane.md §4), and refreshes its
+tokens by token exchange shortly before they expire, sending the new access token to every router
+it is connected to (UpdateToken, 60803). A host and a proxy tunneler carry TCP through the
+embedded router; with a short access-token lifetime (half of ``TRELLIS_SESSION_TIMEOUT_MINUTES``:
+30 s here) the channels outlive several refreshes and keep carrying traffic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.echo import EchoServer
+from tests.e2e.server import Server, free_port, running, tail
+from tests.e2e.test_ziti_cli import (
+    ECHO_TIMEOUT,
+    PASSWORD,
+    TUNNEL_READY_TIMEOUT,
+    Cli,
+    Tunnel,
+    echo_through,
+    listening,
+    table_rows,
+    wait_for,
+)
+from tests.e2e.ziti_cli import LOCK_TIMEOUT, SKIP_ENV, ZitiCliError, ensure_ziti
+
+pytestmark = [
+    pytest.mark.seconds(90),
+    pytest.mark.e2e,
+    pytest.mark.timeout(LOCK_TIMEOUT + 300),
+    pytest.mark.skipif(
+        os.environ.get(SKIP_ENV, "").strip().lower() in ("1", "true", "yes"),
+        reason=f"{SKIP_ENV} is set: OpenZiti ziti CLI e2e tests skipped on purpose",
+    ),
+]
+
+#: The access tokens' lifetime here (half the API sessions' idle timeout of one minute): the SDK
+#: refreshes 10 s before expiry, so every ~20 s.
+ACCESS_SECONDS = 30
+
+
+@pytest.fixture(scope="module")
+def ziti() -> Path:
+    try:
+        return ensure_ziti()
+    except ZitiCliError as exc:
+        problem = str(exc)
+    pytest.fail(f"cannot provide OpenZiti's ziti binary: {problem}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def server(ziti: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from running(
+        tmp_path_factory.mktemp("ziti-ha") / "home",
+        password=PASSWORD,
+        unset=["TRELLIS_*"],
+        env={
+            "TRELLIS_ROUTER": "on",
+            "TRELLIS_LOG_LEVEL": "debug",
+            "TRELLIS_SESSION_TIMEOUT_MINUTES": "1",
+        },
+    )
+
+
+def test_ha_tunnelers_log_in_with_oidc_and_carry_tcp_through_refreshes(
+    ziti: Path, server: Server, tmp_path: Path
+) -> None:
+    cli = Cli(ziti, server, tmp_path)
+    cli.admin()
+    wait_for(
+        lambda: table_rows(cli.out("edge", "list", "edge-routers"))[0][2] == "true",
+        30,
+        "the embedded router comes online",
+    )
+    for name in ("ha-dialer", "ha-binder"):
+        cli.out("edge", "create", "identity", name, "-a", name, "-o", f"{name}.jwt")
+        cli.out("edge", "enroll", f"{name}.jwt", "-a", "EC", "-o", f"{name}.json")
+    echo = EchoServer(ECHO_TIMEOUT)
+    host_config = json.dumps({"protocol": "tcp", "address": "127.0.0.1", "port": echo.port})
+    cli.out("edge", "create", "config", "ha-echo-host", "host.v1", host_config)
+    cli.out("edge", "create", "service", "ha-echo", "--configs", "ha-echo-host", "-a", "ha-echo")
+    for name, kind, who in (("ha-dial", "Dial", "#ha-dialer"), ("ha-bind", "Bind", "#ha-binder")):
+        cli.out(
+            "edge",
+            "create",
+            "service-policy",
+            name,
+            kind,
+            "--identity-roles",
+            who,
+            "--service-roles",
+            "#ha-echo",
+        )
+    tunnels: list[Tunnel] = []
+
+    def explain(what: str) -> str:
+        logs = [f"--- {t.log.name}:\n{tail(t.text(), 5000)}" for t in tunnels]
+        return cli.explain("\n".join([what, *logs]))
+
+    def terminators() -> list[list[str]]:
+        return table_rows(cli.out("edge", "list", "terminators", 'service.name = "ha-echo"'))
+
+    try:
+        tunnels.append(Tunnel(cli, "host", "host", "--ha", "-i", "ha-binder.json"))
+        try:
+            wait_for(terminators, TUNNEL_READY_TIMEOUT, "the hosting tunneler's terminator appears")
+        except AssertionError as exc:
+            raise AssertionError(explain(str(exc))) from None
+        port = free_port()
+        tunnels.append(Tunnel(cli, "proxy", "proxy", f"ha-echo:{port}", "--ha", "-i", "ha-dialer.json"))
+        try:
+            wait_for(lambda: listening(port), TUNNEL_READY_TIMEOUT, "the proxy listens")
+            echo_through(port, 100_000)
+        except (AssertionError, OSError) as exc:
+            raise AssertionError(explain(f"echo through the tunnel: {exc!r}")) from None
+
+        log = server.log.read_text(errors="replace")
+        assert "hello of ha-dialer" in log and ", OIDC)" in log, explain("the router's log")
+        # both logged in through OIDC: each an API session, as any login
+        sessions = cli.json("edge", "list", "api-sessions")["data"]
+        names = {(s.get("identity") or {}).get("name") for s in sessions}
+        assert names >= {"ha-dialer", "ha-binder"}, sessions
+        assert log.count("event=oidc.tokens_issued") >= 2, explain("the OIDC logins")
+
+        # past two refreshes the channels are the same and carry traffic
+        def refreshed() -> bool:
+            text = server.log.read_text(errors="replace")
+            return text.count("token updated") >= 4
+
+        try:
+            wait_for(refreshed, ACCESS_SECONDS * 3, "each tunneler's token is updated twice on the router")
+            echo_through(port, 100_000)
+            text = server.log.read_text(errors="replace")
+            assert "token update refused" not in text and "hello refused" not in text, explain("refusals")
+        except (AssertionError, OSError) as exc:
+            raise AssertionError(explain(f"after the refreshes: {exc!r}")) from None
+    finally:
+        for tunnel in tunnels:
+            tunnel.stop()
+        echo.close()
