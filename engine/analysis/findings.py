@@ -39,6 +39,7 @@ written at most once a minute.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -46,8 +47,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from engine.analysis.advise import Bits
 from engine.entities.findings import ACTIVE, ARCHIVED, RESOLVED, FindingArchiveRule, FindingRecord
@@ -207,7 +206,7 @@ def evaluate(
             empty: list[str] = []
             for entity_kind in POLICY_FIELDS[kind]:
                 attributes = tables[entity_kind].attribute_bits
-                for role in record.roles.get(entity_kind, ()):
+                for role in sorted(set(record.roles.get(entity_kind, ()))):
                     if role.startswith("#") and role != "#all" and not attributes.get(role[1:], 0):
                         out.append(
                             _make(
@@ -537,7 +536,7 @@ class FindingsManager:
         raw = self.store.get_setting(USAGE_SETTING)
         if raw:
             try:
-                for policy_id, at in orjson.loads(raw).items():
+                for policy_id, at in json.loads(raw).items():
                     self.usage[str(policy_id)] = datetime.fromisoformat(at)
             except (ValueError, TypeError, AttributeError):
                 log.warning("ignoring an unreadable %s setting", USAGE_SETTING)
@@ -558,7 +557,7 @@ class FindingsManager:
         self._usage_persisted = time.monotonic()
         doc = {k: v.isoformat() for k, v in self.usage.items()}
         try:
-            self.store.put_setting(USAGE_SETTING, orjson.dumps(doc).decode())
+            self.store.put_setting(USAGE_SETTING, json.dumps(doc))
         except Exception:
             log.exception("could not keep the grant usage")
 
