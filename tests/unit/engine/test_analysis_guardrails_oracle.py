@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from itertools import product
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -72,20 +73,20 @@ def changes(batch: Batch) -> list[Change]:
     """The store changes a batch is."""
     out: list[Change] = []
     for what, kind, item_id, value in batch:
-        cls = CLASSES[kind]
+        cls: Any = CLASSES[kind]
         if value is None:
             out.append(Delete(cls, item_id))
             continue
-        common = {"id": item_id, "created_at": NOW, "updated_at": NOW, "name": item_id}
+        common: dict[str, Any] = {"id": item_id, "created_at": NOW, "updated_at": NOW, "name": item_id}
         if what == "entity":
             assert isinstance(value, set)
-            extra = {"type_id": "OS"} if kind == POSTURE_CHECK else {}
-            out.append(Put(cls(**common, role_attributes=sorted(value), **extra)))  # type: ignore[call-arg]
+            extra: dict[str, Any] = {"type_id": "OS"} if kind == POSTURE_CHECK else {}
+            out.append(Put(cls(**common, role_attributes=sorted(value), **extra)))
             continue
         assert isinstance(value, OraclePolicy)
         roles = {FIELDS[k]: list(v) for k, v in value.roles.items()}
-        typed = {"type": value.type} if kind == SERVICE_POLICY else {}
-        out.append(Put(cls(**common, semantic=value.semantic, **typed, **roles)))  # type: ignore[call-arg]
+        typed: dict[str, Any] = {"type": value.type} if kind == SERVICE_POLICY else {}
+        out.append(Put(cls(**common, semantic=value.semantic, **typed, **roles)))
     return out
 
 
@@ -130,7 +131,7 @@ def brute_force(
 ) -> set:
     """Every violation of ``rule`` in ``oracle``: all pairs, the oracle's own selection rule."""
     oracle.memo.clear()
-    out = set()
+    out: set[tuple[str, str, str]] = set()
     for i, s in product(oracle.entities[IDENTITY], oracle.entities[SERVICE]):
         has_i = selects(roles[IDENTITY], semantic, i, oracle.entities[IDENTITY][i])
         has_s = selects(roles[SERVICE], semantic, s, oracle.entities[SERVICE][s])
@@ -180,7 +181,7 @@ def test_guardrail_verdicts_agree_with_brute_force(oracle: Oracle, data: st.Data
 
     verdicts = new_violations(graph, changes(pending), changes(batch), guardrails, online.__contains__)
 
-    expected = {}
+    expected: dict[str, set[tuple[str, str, str]]] = {}
     for rule in guardrails:
         semantic, roles = roles_of(rule)
         added = brute_force(after, rule, semantic, roles, online) - brute_force(
