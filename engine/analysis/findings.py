@@ -27,7 +27,10 @@ ones), ``RESOLVED`` once it is no longer found. The first-seen time, resolution 
 administrator's status are stored (:class:`~engine.entities.findings.FindingRecord`), as are the
 rules. Findings are evaluated again after every access-relevant write (debounced: within a
 fraction of a second, and at once when read after one), when routers come and go, and when
-posture data changes.
+posture data changes, while someone follows them: a process re-evaluates in the background
+only for :attr:`FindingsManager.INTEREST_SECONDS` after it last answered a read of findings
+(at tier L an evaluation takes seconds of CPU, which a controller nobody asks about findings
+should not spend on every write); otherwise the next read evaluates first.
 
 **Session history.** Trellis keeps no history of session creation: a Dial/Bind session is
 deleted with its API session, and the change log is trimmed. So the manager records, per service
@@ -507,6 +510,8 @@ class FindingsManager:
     DELAY_SECONDS = 0.2
     #: With posture checks in the system, posture findings are evaluated again this often at most.
     POSTURE_SECONDS = 5.0
+    #: How long after a read of findings changes are evaluated in the background (seconds).
+    INTEREST_SECONDS = 600.0
 
     def __init__(self, analysis: AnalysisManager, *, unused_days: int = UNUSED_DAYS) -> None:
         self.analysis = analysis
@@ -523,6 +528,7 @@ class FindingsManager:
         self._changes = 0
         self._timer: threading.Timer | None = None
         self._delay = self.DELAY_SECONDS
+        self._read_at: float | None = None  # monotonic time of the last read of findings
         self.usage: dict[str, datetime] = {}
         self._usage_persisted = 0.0
         self._usage_dirty = False
@@ -584,8 +590,12 @@ class FindingsManager:
             self.changed()
 
     def changed(self) -> None:
-        """Something findings depend on changed: evaluate again after a short delay."""
+        """Something findings depend on changed: evaluate again after a short delay, if findings
+        were read lately (else the next read evaluates)."""
         self._changes += 1
+        read_at = self._read_at
+        if read_at is None or time.monotonic() - read_at > self.INTEREST_SECONDS:
+            return
         if self._timer is not None:
             return
         timer = threading.Timer(self._delay, self._run)
@@ -681,6 +691,7 @@ class FindingsManager:
     def views(self) -> list[FindingView]:
         """Every finding, found now or resolved, with its status, sorted by kind, then subject
         name, then id."""
+        self._read_at = time.monotonic()
         self.refresh()
         with self._lock:
             rules = self.store.all(FindingArchiveRule)
@@ -690,6 +701,7 @@ class FindingsManager:
         return out
 
     def view(self, finding_id_: str) -> FindingView:
+        self._read_at = time.monotonic()
         self.refresh()
         with self._lock:
             record = self.records.get(finding_id_)

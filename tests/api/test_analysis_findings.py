@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -109,6 +110,30 @@ def test_a_finding_is_resolved_by_the_fixing_write(api: Api, net: dict[str, str]
     [no_router] = by_kind(findings(api), "no-common-router")
     assert no_router["subjectName"] == "payroll"
     assert no_router["details"] == {"identityCount": 2, "identities": ["alice", "carol"]}
+
+
+def test_once_read_findings_follow_writes_in_the_background(api: Api, net: dict[str, str]) -> None:
+    """After a read, the fixing write is evaluated without another read (the record is resolved
+    in the store); a controller nobody asked about findings evaluates only at the next read."""
+    found = api.app._router.find(A + "/findings")  # the resource serving the list, and its manager
+    assert found is not None
+    manager = found[0].findings
+    [missing] = by_kind(findings(api), "service-without-router-policy")
+
+    api.create(
+        "/service-edge-router-policies",
+        {
+            "name": "payroll-edge",
+            "semantic": "AnyOf",
+            "serviceRoles": ["#payroll"],
+            "edgeRouterRoles": ["#edge"],
+        },
+    )
+
+    deadline = time.monotonic() + 30
+    while manager.records[missing["id"]].resolved_at is None:
+        assert time.monotonic() < deadline, "the write was not evaluated in the background"
+        time.sleep(0.05)
 
 
 def test_ids_are_stable_and_a_finding_comes_back_active(api: Api, net: dict[str, str]) -> None:
