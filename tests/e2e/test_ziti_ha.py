@@ -126,7 +126,8 @@ def test_ha_tunnelers_log_in_with_oidc_and_carry_tcp_through_refreshes(
             raise AssertionError(explain(f"echo through the tunnel: {exc!r}")) from None
 
         log = server.log.read_text(errors="replace")
-        assert "hello of ha-dialer" in log and ", OIDC)" in log, explain("the router's log")
+        assert "hello of ha-dialer (API session" in log, explain("the router's log")
+        assert ", OIDC) accepted" in log, explain("the router's log")
         # both logged in through OIDC: each an API session, as any login
         sessions = cli.json("edge", "list", "api-sessions")["data"]
         names = {(s.get("identity") or {}).get("name") for s in sessions}
@@ -142,7 +143,8 @@ def test_ha_tunnelers_log_in_with_oidc_and_carry_tcp_through_refreshes(
             wait_for(refreshed, ACCESS_SECONDS * 3, "each tunneler's token is updated twice on the router")
             echo_through(port, 100_000)
             text = server.log.read_text(errors="replace")
-            assert "token update refused" not in text and "hello refused" not in text, explain("refusals")
+            assert "token update refused" not in text, explain("refusals")
+            assert "hello refused" not in text, explain("refusals")
         except (AssertionError, OSError) as exc:
             raise AssertionError(explain(f"after the refreshes: {exc!r}")) from None
     finally:
