@@ -17,7 +17,9 @@ set-up time and connections held, with ``trellis serve`` and its router running 
 ``python -m bench cluster`` one and two serving processes on PostgreSQL beside DuckDB, the
 change-log lag between processes and writes with 1, 8 and 32 writers (see :mod:`bench.cluster`);
 ``python -m bench peer`` the same seeded topology on OpenZiti v1.6.0 and on Trellis, measured side
-by side and reported as ratios (see :mod:`bench.peer`).
+by side and reported as ratios (see :mod:`bench.peer`);
+``python -m bench analysis --tier L`` the access analysis API: explain, what-if and what guardrails
+add to a write (see :mod:`bench.analysis`).
 
 ``writes``, ``http``, ``logins``, ``dataplane``, ``cluster`` and ``peer`` write their JSON into ``bench/results/local/``
 (ignored by git), into the committed ``bench/results/`` only with ``--publish`` (see
@@ -31,7 +33,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import cluster, dataplane, engine, http, logins, peer, serving, startup, updates, writes
+from bench import analysis, cluster, dataplane, engine, http, logins, peer, serving, startup, updates, writes
 from bench.topology import TIERS
 
 
@@ -70,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     cluster.add_arguments(
         commands.add_parser("cluster", help="1 and 2 processes on PostgreSQL beside DuckDB, lag and writes")
     )
+    analysis.add_arguments(
+        commands.add_parser(
+            "analysis", help="the access analysis API: explain, what-if, guardrails on writes"
+        )
+    )
     peer.add_arguments(
         commands.add_parser("peer", help="the same topology on OpenZiti v1.6.0 and on Trellis, side by side")
     )
@@ -94,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         print(dataplane.main(args), flush=True)
     elif args.command == "cluster":
         print(cluster.main(args), flush=True)
+    elif args.command == "analysis":
+        print(analysis.main(args), flush=True)
     elif args.command == "peer":
         print(peer.main(args), flush=True)
     return 0

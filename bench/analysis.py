@@ -1,0 +1,222 @@
+"""``python -m bench analysis --tier L``: the access analysis API's figures (docs/analysis.md §8).
+
+A controller is built in this process over an in-memory store holding a tier's generated network
+(``bench/topology.py``: at L 100,000 identities, 10,000 services, 1,000 routers), with its
+Falcon app; then, on random pairs and policies of that network:
+
+- **explain**: why an identity may (not) Dial a service, asked of the analysis manager
+  (``in-process``) and through the whole API stack (``wsgi``: the app's middleware,
+  authentication, rendering and JSON, through ``falcon.testing``, without sockets);
+- **what-if** of one policy edit: a service policy gaining one identity attribute;
+- **a write with guardrails**: a service policy's identity roles changed through the manager (a
+  real write: staged, committed and published), with no guardrail, then with guardrails in
+  ``enforce`` mode that the write does not touch, then with one it touches (a ``deny`` of every
+  identity on the policy's own services, which the write, adding an attribute nobody carries,
+  does not violate: the graph is forked and compared); the difference of the first two is what
+  guardrails add to an untouched write.
+
+p50 and p99 in milliseconds over ``--runs`` repetitions (default: 200 explanations, 30
+what-ifs, 200 writes each way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import falcon.testing
+
+from bench.serving import PASSWORD, init_home
+from bench.startup import _entities
+from bench.topology import TIERS
+from engine.entities.identities import Identity
+from engine.entities.policies import ServicePolicy
+from engine.entities.services import Service
+
+ADMIN = "admin"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tier", choices=sorted(TIERS), default="S")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=200, help="explanations and writes measured")
+    parser.add_argument("--what-if-runs", type=int, default=30, help="what-ifs measured")
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, max(0, round(0.99 * len(ordered)) - 1))]
+    return statistics.median(ordered), p99
+
+
+def _time(fn: Callable[[int], Any], runs: int, warmup: int = 3) -> list[float]:
+    for n in range(warmup):
+        fn(-1 - n)
+    out = []
+    for n in range(runs):
+        start = time.perf_counter()
+        fn(n)
+        out.append((time.perf_counter() - start) * 1e3)
+    return out
+
+
+class Bench:
+    """A controller over a tier's network, with its app and an admin's token."""
+
+    def __init__(self, tier: str, seed: int, home: Path) -> None:
+        from controller.app import create_app
+        from controller.settings import Settings
+        from engine.analysis import analysis_for
+        from engine.managers.bootstrap import create_default_admin
+        from storage.memory import MemoryStore
+
+        init_home(home)
+        settings = Settings.from_env({"TRELLIS_HOME": str(home)})
+        store = MemoryStore(background=True)
+        started = time.perf_counter()
+        store.load(_entities(tier, seed))
+        self.app = create_app(settings, store=store)
+        self.load_seconds = time.perf_counter() - started
+        self.ctrl = self.app.ctrl
+        self.managers = self.ctrl.managers
+        self.analysis = analysis_for(self.managers)
+        create_default_admin(self.ctrl.env, ADMIN, PASSWORD)
+        self.client = falcon.testing.TestClient(self.app)
+        login = self.client.simulate_post(
+            "/edge/management/v1/authenticate",
+            params={"method": "password"},
+            json={"username": ADMIN, "password": PASSWORD},
+        )
+        self.headers = {"zt-session": login.json["data"]["token"]}
+        view = store.view()
+        self.identities = sorted(i.id for i in view.all(Identity))
+        self.services = sorted(s.id for s in view.all(Service))
+        self.policies = sorted(p.id for p in view.all(ServicePolicy) if "#all" not in p.identity_roles)
+        self.rng = random.Random(seed)
+
+    def close(self) -> None:
+        self.ctrl.env.store.close()
+
+    # -- explain ------------------------------------------------------------------------------
+    def pairs(self, n: int) -> list[tuple[str, str]]:
+        return [(self.rng.choice(self.identities), self.rng.choice(self.services)) for _ in range(n)]
+
+    def explain(self, runs: int) -> dict[str, tuple[float, float]]:
+        pairs = self.pairs(runs + 3)
+
+        def manager(n: int) -> None:
+            identity, service = pairs[n]
+            self.analysis.explain_service(identity, service, "Dial")
+
+        def wsgi(n: int) -> None:
+            identity, service = pairs[n]
+            result = self.client.simulate_get(
+                f"/analysis/v1/identities/{identity}/services/{service}",
+                params={"type": "Dial"},
+                headers=self.headers,
+            )
+            assert result.status_code == 200, result.text
+
+        return {
+            "in-process": _percentiles(_time(manager, runs)),
+            "wsgi": _percentiles(_time(wsgi, runs)),
+        }
+
+    # -- what-if ------------------------------------------------------------------------------
+    def edit(self, n: int) -> dict[str, Any]:
+        """One policy edit: a service policy gaining one identity attribute."""
+        policy = self.managers.service_policies.require(self.policies[n % len(self.policies)])
+        roles = sorted({*policy.identity_roles, f"#bench-{n % 7}"})
+        return {"op": "patch", "kind": "service-policies", "id": policy.id, "body": {"identityRoles": roles}}
+
+    def what_if(self, runs: int) -> dict[str, tuple[float, float]]:
+        def wsgi(n: int) -> None:
+            result = self.client.simulate_post(
+                "/analysis/v1/what-if", json={"items": [self.edit(n)]}, headers=self.headers
+            )
+            assert result.status_code == 200, result.text
+
+        return {"wsgi": _percentiles(_time(wsgi, runs))}
+
+    # -- writes with guardrails -----------------------------------------------------------------
+    def writes(self, runs: int) -> dict[str, tuple[float, float]]:
+        """One service policy update per run, through the manager (staged, committed, published)."""
+        policy_id = self.policies[0]
+        manager = self.managers.service_policies
+        base = sorted(manager.require(policy_id).identity_roles)
+
+        def write(n: int) -> None:
+            manager.update(policy_id, {"identity_roles": [*base, f"#bench-write-{n % 2}"]})
+
+        out = {"no guardrail": _percentiles(_time(write, runs))}
+        guardrails = self.managers_guardrails()
+        made = []
+        for n in range(5):  # untouched: attributes nobody carries
+            made.append(
+                guardrails.create(
+                    {
+                        "name": f"bench-untouched-{n}",
+                        "form": "deny",
+                        "mode": "enforce",
+                        "identity_roles": [f"#nobody-{n}"],
+                        "service_roles": [f"#nothing-{n}"],
+                        "type": "Dial",
+                    }
+                ).id
+            )
+        out["5 guardrails, untouched"] = _percentiles(_time(write, runs))
+        policy = manager.require(policy_id)
+        made.append(  # touched: any identity, the policy's services and type (nothing is added)
+            guardrails.create(
+                {
+                    "name": "bench-touched",
+                    "form": "deny",
+                    "mode": "enforce",
+                    "semantic": policy.semantic,
+                    "identity_roles": ["#all"],
+                    "service_roles": list(policy.service_roles),
+                    "type": policy.type,
+                }
+            ).id
+        )
+        out["6 guardrails, one touched"] = _percentiles(_time(write, max(10, runs // 10)))
+        for guardrail_id in made:
+            guardrails.delete(guardrail_id)
+        return out
+
+    def managers_guardrails(self) -> Any:
+        return self.analysis.guardrails
+
+
+def run(tier: str, seed: int = 1, runs: int = 200, what_if_runs: int = 30) -> str:
+    with tempfile.TemporaryDirectory(prefix="trellis-bench-analysis-") as tmp:
+        bench = Bench(tier, seed, Path(tmp) / "home")
+        try:
+            rows: list[tuple[str, str, tuple[float, float]]] = []
+            for path, figures in bench.explain(runs).items():
+                rows.append(("explain (Dial)", path, figures))
+            for path, figures in bench.what_if(what_if_runs).items():
+                rows.append(("what-if, one policy edit", path, figures))
+            for how, figures in bench.writes(runs).items():
+                rows.append((f"service policy write, {how}", "in-process", figures))
+            load = bench.load_seconds
+        finally:
+            bench.close()
+    lines = [
+        f"tier {tier} (seed {seed}): network loaded and controller built in {load:.1f} s",
+        "",
+        "| operation | path | p50 ms | p99 ms |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines.extend(f"| {what} | {path} | {p50:.3f} | {p99:.3f} |" for what, path, (p50, p99) in rows)
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> str:
+    return run(args.tier, args.seed, args.runs, args.what_if_runs)
