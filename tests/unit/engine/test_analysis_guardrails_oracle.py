@@ -128,7 +128,7 @@ def rules(draw: st.DrawFn) -> list[Rule]:
 
 def brute_force(
     oracle: Oracle, rule: Rule, semantic: str, roles: dict[str, list[str]], online: set[str]
-) -> set:
+) -> set[tuple[str, str, str]]:
     """Every violation of ``rule`` in ``oracle``: all pairs, the oracle's own selection rule."""
     oracle.memo.clear()
     out: set[tuple[str, str, str]] = set()
