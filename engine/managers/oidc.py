@@ -696,7 +696,7 @@ class OidcManager:
             "z_aid": client_id,
             "z_asid": session.id,
             "z_authid": session.authenticator_id,
-            "z_cfs": refreshed.get("z_cfs") if refreshed is not None else None,
+            "z_cfs": refreshed.get("z_cfs") if refreshed is not None else self._login_certificates(session),
             "z_env": identity.env_info or None,
             "z_sdk": identity.sdk_info or None,
             "z_ia": identity.is_admin,
@@ -768,6 +768,15 @@ class OidcManager:
             refreshed=refreshed is not None,
         )
         return out
+
+    def _login_certificates(self, session: ApiSession) -> list[str] | None:
+        """``z_cfs``: the SHA-1 fingerprint of the client certificate a certificate login
+        presented, as OpenZiti's (routers open channels with the token alone by it, while no
+        controller's state is at hand); None for other logins."""
+        authenticator = self.env.store.get(Authenticator, session.authenticator_id)
+        if authenticator is None or authenticator.method != "cert" or not authenticator.fingerprint:
+            return None
+        return [authenticator.fingerprint.lower()]
 
     def _authenticator_there(self, session: ApiSession) -> bool:
         """The session's authenticator still exists (an external JWT login's stands for its
