@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from controller import access_cli, home
+from controller import access_cli, analysis_cli, home
 from controller.settings import SettingError, Settings, describe, listing
 from storage.files import restrict_umask, tighten
 
@@ -416,10 +416,13 @@ def build_parser() -> argparse.ArgumentParser:
                 "trying quietly until then (how trellis serve starts its embedded router)",
             )
     access_cli.add_commands(sub)
+    analysis_cli.add_commands(sub)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
+    if (answer := analysis_cli.run(args)) is not None:  # explain, what-if, check
+        return answer
     if (answer := access_cli.run(args)) is not None:  # advise, test-access: no settings read
         return answer
     if args.command == "serve":
