@@ -1,4 +1,4 @@
-"""``python -m bench analysis --tier L``: the access analysis API's figures (docs/analysis.md §8).
+"""``python -m bench analysis --tier L``: the access analysis API's figures (docs/analysis.md §12).
 
 A controller is built in this process over an in-memory store holding a tier's generated network
 (``bench/topology.py``: at L 100,000 identities, 10,000 services, 1,000 routers), with its

@@ -1,4 +1,4 @@
-"""``trellis explain``, ``trellis what-if`` and ``trellis check`` (docs/analysis.md §7).
+"""``trellis explain``, ``trellis what-if`` and ``trellis check`` (docs/analysis.md §11).
 
 ``explain`` and ``what-if`` talk to a running controller's ``/analysis/v1``: its URL from
 ``--controller`` (else ``TRELLIS_CONTROLLER``, else ``https://`` and ``TRELLIS_BIND``, else

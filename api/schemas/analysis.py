@@ -214,7 +214,7 @@ def render_router_explanation(revision: int, answer: RouterExplanation, name: Na
     }
 
 
-# -- guardrails (docs/analysis.md §5) ---------------------------------------------------------------
+# -- guardrails (docs/analysis.md §10) ---------------------------------------------------------------
 
 
 class GuardrailCreate(WireModel):

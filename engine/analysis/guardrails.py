@@ -1,5 +1,5 @@
 """Guardrails: named invariants over access, checked on the access delta of every write
-(docs/analysis.md §5).
+(docs/analysis.md §10).
 
 A guardrail (:class:`~engine.entities.guardrails.Guardrail`) defines a set of *violations*, pairs
 (identity, service, type) of the policy graph:

@@ -1,4 +1,4 @@
-"""Guardrails of the access analysis (docs/analysis.md §5): named invariants over access, checked
+"""Guardrails of the access analysis (docs/analysis.md §10): named invariants over access, checked
 on every write, and the violations those in ``report`` mode let through.
 
 A guardrail's roles are OpenZiti role lists (``#attr``, ``@id``, ``#all``) read with a policy's

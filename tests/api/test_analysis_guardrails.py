@@ -1,4 +1,4 @@
-"""``/analysis/v1/guardrails`` (docs/analysis.md §5): invariants checked on every write, through
+"""``/analysis/v1/guardrails`` (docs/analysis.md §10): invariants checked on every write, through
 every API; 409 ``GUARDRAIL_VIOLATION`` in enforce mode with nothing written, a violation record in
 report mode."""
 

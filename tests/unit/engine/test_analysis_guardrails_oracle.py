@@ -1,4 +1,4 @@
-"""Guardrail verdicts against brute force (docs/analysis.md §5).
+"""Guardrail verdicts against brute force (docs/analysis.md §10).
 
 Random networks and batches (the strategies of ``test_analysis_oracle`` and ``test_policy_oracle``:
 AllOf/AnyOf and odd casings, ``#all``, ``@id`` of present and missing entities, creates, deletes,
