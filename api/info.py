@@ -12,6 +12,7 @@ from api.controller import CLIENT_BASE, FABRIC_BASE, MANAGEMENT_BASE, Controller
 from api.http import LOOP_READS, ok
 from api.middleware import NONE
 from api.routing import Route, Routes
+from engine.entities.controllers import ControllerMember
 from engine.errors import NotFoundError
 
 BUILD_DATE = datetime(2026, 11, 22, tzinfo=UTC)
@@ -19,6 +20,9 @@ BUILD_DATE = datetime(2026, 11, 22, tzinfo=UTC)
 KNOWN_CAPABILITIES = ["OIDC_AUTH", "OIDC_AUTH_WITH_CSR", "HA_CONTROLLER"]
 #: What ``/version`` advertises: the OIDC provider at ``/oidc`` (``api/oidc.py``).
 CAPABILITIES = ["OIDC_AUTH"]
+#: Advertised too when the network has several controllers (docs/api.md §9): each verifies the
+#: others' OIDC tokens, and routers verify them alone, so a client may move between them.
+HA_CAPABILITY = "HA_CONTROLLER"
 #: Where the OIDC provider is (``/version``'s ``edge-oidc``, as OpenZiti lists it: the bare base URL).
 OIDC_PATH = "/oidc"
 
@@ -38,11 +42,16 @@ def version_document(ctrl: Controller) -> dict[str, Any]:
             "fabric": entry(FABRIC_BASE),
         },
         "buildDate": BUILD_DATE.strftime("%Y-%m-%d %H:%M:%S"),
-        "capabilities": list(CAPABILITIES),
+        "capabilities": [*CAPABILITIES, *([HA_CAPABILITY] if several_controllers(ctrl) else [])],
         "revision": f"trellis-{ctrl.version_trellis}",
         "runtimeVersion": f"python{platform.python_version()}",
         "version": ctrl.version,
     }
+
+
+def several_controllers(ctrl: Controller) -> bool:
+    """Whether the network has more than one controller (their durable records, online or not)."""
+    return len(ctrl.env.store.all(ControllerMember)) > 1
 
 
 class VersionResource:

@@ -9,6 +9,12 @@ tokens by token exchange shortly before they expire, sending the new access toke
 it is connected to (UpdateToken, 60803). A host and a proxy tunneler carry TCP through the
 embedded router; with a short access-token lifetime (half of ``TRELLIS_SESSION_TIMEOUT_MINUTES``:
 30 s here) the channels outlive several refreshes and keep carrying traffic.
+
+With several controllers (``make cluster``: three on one PostgreSQL database, two routers,
+:mod:`tests.e2e.clusters`) every controller advertises ``HA_CONTROLLER``; two HA tunnelers log in
+at controller 1 and carry a held TCP connection; controller 1 is killed; the held connection
+flows on, and a service made afterwards on controller 2 is bound and dialed by the same tunnelers,
+whose Go SDK moves to another controller by itself with the tokens controller 1 signed.
 """
 
 from __future__ import annotations
@@ -17,11 +23,15 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
+from cluster.local import MGMT, Api, Cluster
+from tests.e2e.clusters import DEADLINE_SECONDS, kill, running_cluster
 from tests.e2e.echo import EchoServer
 from tests.e2e.server import Server, free_port, running, tail
+from tests.e2e.test_cluster_traffic import Held, echo_once
 from tests.e2e.test_ziti_cli import (
     ECHO_TIMEOUT,
     PASSWORD,
@@ -151,3 +161,133 @@ def test_ha_tunnelers_log_in_with_oidc_and_carry_tcp_through_refreshes(
         for tunnel in tunnels:
             tunnel.stop()
         echo.close()
+
+
+# -- several controllers: failover -----------------------------------------------------------------
+class ClusterLogs:
+    """What :class:`~tests.e2e.test_ziti_cli.Cli` asks of its server when a command fails."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def log_tail(self, limit: int = 6000) -> str:
+        parts = [
+            f"--- {p.what} ({p.log}):\n{p.log_tail(40)}"
+            for p in [*self.cluster.controllers, *self.cluster.routers]
+        ]
+        return tail("\n".join(parts), limit)
+
+
+def expect(api: Api, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    status, answer = api.call(method, path, body)
+    assert 200 <= status < 300, f"{method} {path}: HTTP {status} {answer}"
+    return answer
+
+
+def ha_service(api: Api, name: str, host_config: str) -> None:
+    body = {"name": name, "configs": [host_config], "roleAttributes": ["ha-tun"], "encryptionRequired": True}
+    expect(api, "POST", f"{MGMT}/services", body)
+
+
+def terminators_of(api: Api, service: str) -> list[dict[str, Any]]:
+    return api.listing("/terminators", f'service.name = "{service}"')
+
+
+def failed_over(tunnel: Tunnel, victim_url: str) -> bool:
+    """Whether the tunneler's Go SDK chose another controller than the victim (it logs so)."""
+    chosen = []
+    for line in tunnel.text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("msg") == "setting active controller":
+            chosen.append(str(record.get("key", "")))
+    return bool(chosen) and not chosen[-1].startswith(victim_url)
+
+
+@pytest.mark.slow
+@pytest.mark.seconds(90)
+def test_ha_tunnelers_move_to_another_controller_when_theirs_is_killed(
+    ziti: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    base = tmp_path_factory.mktemp("ziti-ha-cluster")
+    workdir = base / "clients"
+    workdir.mkdir()
+    with running_cluster(base / "cluster") as cluster:
+        first, second = cluster.controllers[0], cluster.controllers[1]
+        api = cluster.api(first)
+        cli = Cli(ziti, cast(Server, ClusterLogs(cluster)), workdir)
+        for controller in cluster.controllers:
+            version = expect(cluster.api(controller), "GET", "/version")["data"]
+            assert version["capabilities"] == ["OIDC_AUTH", "HA_CONTROLLER"], version
+        echo = EchoServer(ECHO_TIMEOUT)
+        tunnels: list[Tunnel] = []
+        held: Held | None = None
+
+        def explain(what: str) -> str:
+            logs = [f"--- {t.log.name}:\n{tail(t.text(), 4000)}" for t in tunnels]
+            return "\n".join([what, *logs, ClusterLogs(cluster).log_tail(12000)])
+
+        def until(check: Any, what: str) -> None:
+            try:
+                wait_for(check, DEADLINE_SECONDS, what)
+            except AssertionError as exc:
+                raise AssertionError(explain(str(exc))) from None
+
+        try:
+            host_v1 = api.listing("/config-types", 'name = "host.v1"')[0]["id"]
+            data = {"protocol": "tcp", "address": "127.0.0.1", "port": echo.port}
+            body = {"name": "ha-tun-host", "configTypeId": host_v1, "data": data}
+            host_config = str(expect(api, "POST", f"{MGMT}/configs", body)["data"]["id"])
+            ha_service(api, "ha-held", host_config)
+            for name, kind in (("ha-dialer", "Dial"), ("ha-binder", "Bind")):
+                body = {"name": name, "type": "Device", "isAdmin": False, "enrollment": {"ott": True}}
+                made = str(expect(api, "POST", f"{MGMT}/identities", body)["data"]["id"])
+                detail = expect(api, "GET", f"{MGMT}/identities/{made}")["data"]
+                (workdir / f"{name}.jwt").write_text(detail["enrollment"]["ott"]["jwt"])
+                cli.out("edge", "enroll", f"{name}.jwt", "-a", "EC", "-o", f"{name}.json")
+                policy = {
+                    "name": f"ha-tun-{kind.lower()}",
+                    "type": kind,
+                    "semantic": "AnyOf",
+                    "identityRoles": [f"@{made}"],
+                    "serviceRoles": ["#ha-tun"],
+                }
+                expect(api, "POST", f"{MGMT}/service-policies", policy)
+
+            poll = ("--ha", "--svcPollRate", "1")
+            tunnels.append(Tunnel(cli, "host", "host", "-i", "ha-binder.json", *poll))
+            until(lambda: terminators_of(api, "ha-held"), "the hosting tunneler's terminator appears")
+            held_port, new_port = free_port(), free_port()
+            proxied = (f"ha-held:{held_port}", f"ha-new:{new_port}")
+            tunnels.append(Tunnel(cli, "proxy", "proxy", *proxied, "-i", "ha-dialer.json", *poll))
+            until(lambda: listening(held_port), "the proxy listens")
+            held = Held(held_port)
+            assert held.exchange(20_000), explain("the held connection")
+            logs = "".join(r.log.read_text(errors="replace") for r in cluster.routers)
+            assert ", OIDC) accepted" in logs, explain("the routers took the tunnelers' JWT hellos")
+
+            kill(first)
+            api = cluster.api(second)
+            for _ in range(3):
+                assert held.exchange(20_000), explain("the held connection after the kill")
+            ha_service(api, "ha-new", host_config)
+            until(lambda: terminators_of(api, "ha-new"), "the hosting tunneler binds the new service")
+            until(lambda: listening(new_port), "the proxy listens for the new service")
+            until(lambda: echo_once(new_port, 20_000), "a Dial of the new service through the proxy")
+            for tunnel in tunnels:
+                assert failed_over(tunnel, first.url), explain(
+                    f"{tunnel.log.name} moved to another controller"
+                )
+            assert held.exchange(20_000), explain("the held connection at the end")
+            for router in cluster.routers:
+                text = router.log.read_text(errors="replace")
+                assert "hello refused" not in text, explain("no JWT hello refused")
+                assert "granted alone" not in text, explain("every Dial went through a controller")
+        finally:
+            if held is not None:
+                held.close()
+            for tunnel in tunnels:
+                tunnel.stop()
+            echo.close()
