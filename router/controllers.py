@@ -225,6 +225,7 @@ class Controllers:
             if self._answered is client:
                 self._answered = None
             client.stop()  # its connection's end is told as any (``_on_connection``)
+            client.api_sessions.signing_keys.forget(client)  # its keys, unless the others list them
         log.info(
             "control: controllers now %s (added %s; removed %s)",
             ", ".join(self.addresses),

@@ -261,6 +261,7 @@ class ApiSessions:
             self._by_hash.pop(old.token_hash, None)
         self._by_id[session.id] = session
         self._by_hash[session.token_hash] = session
+        self.revoked.discard([session.id])
         self._wake()
 
     def remove(self, session_ids: list[str]) -> list[ApiSession]:
@@ -291,6 +292,7 @@ class ApiSessions:
         del self._incoming[source]
         gone = [s for i, s in self._by_id.items() if i not in incoming]
         self.revoked.add(s.id for s in gone)
+        self.revoked.discard(incoming)
         self._by_id = incoming
         self._by_hash = {s.token_hash: s for s in incoming.values()}
         self._synced.add(source)

@@ -14,7 +14,7 @@ legacy SDK puts its ``zt-session`` token, and sends a fresh one on the open chan
   (the identity) and ``z_asid`` (the API session, as the controllers know it);
 - **revocation**: an API session the controllers removed (``API_SESSION_REMOVED``, or missing
   from a full state) is remembered here for :data:`REVOKED_SECONDS`, longer than any access token
-  lives, and its tokens are refused (:class:`Revocations`).
+  lives, and its tokens are refused (:class:`Revocations`) unless a controller lists it again.
 
 What the edge listener does with the claims (the certificate check, waiting for the controllers'
 state) is in :mod:`router.edge`.
@@ -102,11 +102,19 @@ class SigningKeys:
                 continue
             keys[kid.strip().lower()] = key
         self._by_source[source] = keys
+        self._merge()
+        return len(keys)
+
+    def _merge(self) -> None:
         merged: dict[str, jwt.PyJWK] = {}
         for held in self._by_source.values():
             merged.update(held)
         self._merged = merged
-        return len(keys)
+
+    def forget(self, source: object) -> None:
+        """``source`` is gone for good (a controller removed from the network): its set goes."""
+        if self._by_source.pop(source, None) is not None:
+            self._merge()
 
     def get(self, kid: str) -> jwt.PyJWK | None:
         return self._merged.get(kid.strip().lower())
@@ -184,6 +192,12 @@ class Revocations:
             self._at.pop(session_id, None)
             self._at[session_id] = moment
         self._prune(moment)
+
+    def discard(self, session_ids: Iterable[str]) -> None:
+        """The controllers list these sessions again (a push that came late after a full state
+        that missed them): no longer refused."""
+        for session_id in session_ids:
+            self._at.pop(session_id, None)
 
     def __contains__(self, session_id: object) -> bool:
         at = self._at.get(session_id) if isinstance(session_id, str) else None

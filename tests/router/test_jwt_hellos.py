@@ -153,6 +153,9 @@ def test_keys_merge_per_source_and_a_source_replaces_its_own(
     assert keys.kids() == sorted([ctrl_a.kid, ctrl_b.kid])
     keys.put(ctrl_a.public_jwks(), source="b")  # b no longer lists b's key, nor does a
     assert keys.kids() == [ctrl_a.kid]
+    keys.put(ctrl_b.public_jwks(), source="c")
+    keys.forget("c")  # a controller removed from the network
+    assert keys.kids() == [ctrl_a.kid]
     with pytest.raises(TokenRefused, match="no controller's key"):
         keys.verify(token(ctrl_b, pki, "dialer"))
     # junk is skipped, not fatal
@@ -204,6 +207,22 @@ def test_signatures_are_checked(ctrl_a: JwtSigner, rogue: JwtSigner, pki: Pki) -
         keys.verify(tampered(token(ctrl_a, pki, "dialer"), sub="id-binder", z_asid="as-binder"))
     with pytest.raises(TokenRefused, match="not a JWT"):
         keys.verify("not-a-jwt")
+
+
+def test_a_session_listed_again_is_no_longer_revoked(pki: Pki) -> None:
+    sessions = ApiSessions()
+    listed = ApiSession(id="as-x", token_hash="h", identity_id="id-x", identity_name="x")
+    sessions.put(listed)
+    sessions.remove(["as-x"])
+    assert "as-x" in sessions.revoked
+    sessions.put(listed)  # a controller that saw the login after another's full state missed it
+    assert "as-x" not in sessions.revoked
+    sessions.begin_full_state("a")
+    sessions.add_full_state([], True, "a")
+    assert "as-x" in sessions.revoked
+    sessions.begin_full_state("b")
+    sessions.add_full_state([listed], True, "b")
+    assert "as-x" not in sessions.revoked
 
 
 def test_revocations_are_kept_for_a_while_and_bounded() -> None:
