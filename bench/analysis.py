@@ -171,6 +171,7 @@ class Bench:
                 ).id
             )
         out["5 guardrails, untouched"] = _percentiles(_time(write, runs))
+        out["the guardrail check alone, 5 untouched"] = _percentiles(_time(self._check(policy_id, n=0), runs))
         policy = manager.require(policy_id)
         made.append(  # touched: any identity, the policy's services and type (nothing is added)
             guardrails.create(
@@ -189,6 +190,24 @@ class Bench:
         for guardrail_id in made:
             guardrails.delete(guardrail_id)
         return out
+
+    def _check(self, policy_id: str, n: int) -> Callable[[int], Any]:
+        """The check every write passes (``Env.checks``), on its own, for the write above."""
+        import dataclasses
+
+        from engine.ports import Put
+
+        policy = self.managers.service_policies.require(policy_id)
+        store = self.ctrl.env.store
+
+        def check(k: int) -> None:
+            changed = dataclasses.replace(
+                policy, identity_roles=[*policy.identity_roles, f"#bench-write-{k % 2}"]
+            )
+            with store.write_lock():
+                self.analysis.checker.verdicts([Put(changed)])
+
+        return check
 
     def managers_guardrails(self) -> Any:
         return self.analysis.guardrails

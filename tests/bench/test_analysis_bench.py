@@ -24,5 +24,6 @@ def test_analysis_bench_measures_explain_what_if_and_guarded_writes(
         "| service policy write, no guardrail | in-process |",
         "| service policy write, 5 guardrails, untouched | in-process |",
         "| service policy write, 6 guardrails, one touched | in-process |",
+        "| service policy write, the guardrail check alone, 5 untouched | in-process |",
     ):
         assert row in printed

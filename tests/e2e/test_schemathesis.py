@@ -46,7 +46,14 @@ SPEC_DIR = ROOT.parent / "shared" / "spec"
 #: The fuzzing time of all runs together (schemathesis's ``--max-time``, shared out below).
 BUDGET = float(os.environ.get("TRELLIS_FUZZ_SECONDS", "240"))
 #: Each run's share of the budget.
-SHARES = {"client": 0.2, "client-deletes": 0.05, "management": 0.6, "management-deletes": 0.15}
+SHARES = {
+    "client": 0.18,
+    "client-deletes": 0.05,
+    "management": 0.55,
+    "management-deletes": 0.15,
+    # Trellis's own /analysis/v1 (docs/analysis.md), its spec as the server serves it
+    "analysis": 0.07,
+}
 #: Past its ``--max-time`` a run gets this long to finish its last requests and write its reports.
 GRACE = 120.0
 #: The least a run gets: the DELETE runs have few operations (4 and 22), which 5 s covers many times.
@@ -58,7 +65,9 @@ needs_specs = pytest.mark.skipif(
 )
 
 
-def plan(world: World, accepted: baseline.Baseline, budget: float) -> list[Run]:
+def plan(
+    world: World, accepted: baseline.Baseline, budget: float, analysis_ids: dict[str, str] | None = None
+) -> list[Run]:
     def seconds(name: str) -> int:
         return max(MIN_RUN_SECONDS, round(budget * SHARES[name]))
 
@@ -86,7 +95,16 @@ def plan(world: World, accepted: baseline.Baseline, budget: float) -> list[Run]:
         name = f"{run.name}-deletes"
         return replace(run, name=name, methods=("DELETE",), skip_methods=(), max_time=seconds(name))
 
-    return [client, deletes(client), management, deletes(management)]
+    analysis = Run(
+        name="analysis",
+        api="analysis",
+        token=world.admin_token,
+        ids={"identities": world.management_ids.get("identities", ""), **(analysis_ids or {})},
+        extra={"identities": {"service_id": world.service_id}},
+        exclude=accepted.excluded_from("analysis"),
+        max_time=seconds("analysis"),
+    )
+    return [client, deletes(client), management, deletes(management), analysis]
 
 
 def summary(
@@ -166,9 +184,21 @@ def test_schemathesis_finds_no_5xx_and_only_baselined_deviations(
     with Server(tmp_path / "home", env=NO_BUDGETS) as server:
         server.up()
         world = seed(server)
+        served = server.call("GET", "/analysis/v1/swagger.json")
+        paths["analysis"] = work / "analysis.json"
+        paths["analysis"].write_text(served.text, encoding="utf-8")
+        guardrail = {
+            "name": "fuzz-guardrail",
+            "form": "deny",
+            "mode": "report",
+            "identityRoles": ["#nobody"],
+            "serviceRoles": ["#nothing"],
+        }
+        made = server.call("POST", "/analysis/v1/guardrails", world.admin_token, json=guardrail).json()
+        analysis_ids = {"guardrails": made["data"]["id"]}
         outcomes: list[Outcome] = []
-        for run in plan(world, accepted, BUDGET):
-            base = CLIENT if run.api == "client" else MGMT
+        for run in plan(world, accepted, BUDGET, analysis_ids):
+            base = {"client": CLIENT, "analysis": "/analysis/v1"}.get(run.api, MGMT)
             outcomes.append(
                 execute(run, paths[run.api], server.url + base, server.ca, work, run.max_time + GRACE)
             )
