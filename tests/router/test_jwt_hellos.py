@@ -1,7 +1,7 @@
 """SDK hellos carrying an OIDC access token (router.tokens, router.edge; docs/dataplane.md §4):
 tokens signed with real keys (the controller's :class:`pki.tokens.JwtSigner`), test SDKs over
 real TLS, and for the keys' way in, the router's real control client against a stand-in
-controller that sends ``SIGNING_KEYS``."""
+controller that sends ``SIGNING_KEYS``, and the controller's real control listener sending them."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import base64
 import json
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
@@ -23,10 +24,14 @@ from channel import control
 from channel.control import API_SESSION_REMOVED, CREATE_TERMINATOR, CREATE_TERMINATOR_REPLY, SIGNING_KEYS
 from channel.edge import BIND, STATE_CONNECTED, UPDATE_TOKEN, UPDATE_TOKEN_FAILURE, UPDATE_TOKEN_SUCCESS
 from channel.frames import RESULT, RESULT_SUCCESS, Message
+from controller.settings import Settings
+from engine.managers.controllers import Joining
 from pki.tokens import JwtSigner
 from router.edge import EdgeListener, Phase
 from router.ports import ApiSession, ApiSessions
 from router.tokens import Revocations, SigningKeys, TokenRefused, is_bearer
+from tests.api.control_helpers import enrolled_router, start_plane
+from tests.conftest import Api
 from tests.router.helpers import Pki, Sdk, caller, run_async, until, within
 from tests.router.test_control import Controller, Running, full_state, wire_session
 from tests.router.test_edge import Router
@@ -417,3 +422,54 @@ async def test_keys_come_over_the_control_connection_before_the_state(pki: Pki, 
             finally:
                 binder.channel.close()
                 await listener.stop()
+
+
+# -- the controller's side -------------------------------------------------------------------------
+@pytest.fixture
+def settings(home: Path) -> Settings:
+    """The control listener on a free port of the loopback."""
+    return Settings(home=home, bind="127.0.0.1:1280", ctrl_bind="127.0.0.1:0", db_writer="thread")
+
+
+def test_the_controller_sends_its_keys_before_the_state_and_again_when_a_controller_joins(
+    api: Api, tmp_path: Path, ctrl_b: JwtSigner
+) -> None:
+    api.app.join_network()
+    plane = start_plane(api, tmp_path)
+    try:
+        link = plane.connect(enrolled_router(api))
+        link.hello()
+        first = link.take(SIGNING_KEYS)
+        assert not [m for m in link.recorder.backlog if m.content_type == control.API_SESSION_ADDED]
+        assert first == api.ctrl.managers.oidc.jwks()
+        assert [k["kid"] for k in first["keys"]] == [api.ctrl.env.tokens.kid]
+        link.full_state()
+
+        pem = ctrl_b.certificate.public_bytes(serialization.Encoding.PEM).decode()
+        joining = Joining(
+            id="ctrl-b",
+            name="ctrl-b",
+            ctrl_address="tls:127.0.0.2:6262",
+            cert_pem=pem,
+            fingerprint=ctrl_b.kid,
+        )
+        api.ctrl.managers.controllers.join(joining)
+        joined = link.take(SIGNING_KEYS)
+        assert [k["kid"] for k in joined["keys"]] == [api.ctrl.env.tokens.kid, ctrl_b.kid]
+        keys = SigningKeys()  # what a router makes of them: ctrl-b's tokens verify
+        keys.put(joined["keys"])
+        assert keys.verify(ctrl_b.sign(claims_for("as-1", "id-1"))).api_session_id == "as-1"
+    finally:
+        plane.close()
+
+
+def claims_for(session_id: str, identity_id: str) -> dict[str, Any]:
+    now = int(time.time())
+    return {
+        "sub": identity_id,
+        "aud": ["openziti"],
+        "exp": now + 60,
+        "nbf": now,
+        "z_t": "a",
+        "z_asid": session_id,
+    }
