@@ -4,6 +4,8 @@ An SDK context opens one channel per router. Its first message is a hello naming
 session (header 1002); the listener answers only once the router holds that session (pushed by
 the controller: :class:`~router.ports.ApiSessions`, waited for a few seconds) and the leaf
 certificate the SDK presented is one of the session's, else it closes the connection unanswered.
+A hello may instead carry an OIDC access token (OpenZiti's Go SDK in HA mode), which the router
+verifies itself (:mod:`router.tokens`) and which UpdateToken replaces on the open channel.
 After that the channel carries latency probes (answered at once) and the edge protocol
 (:mod:`channel.edge`), connection by connection; the SDK numbers its connections itself, so
 every connection is known by (channel, conn id).
