@@ -22,7 +22,7 @@ import falcon
 import orjson
 from falcon import media
 
-from api import analysis, authentication, current, errors, fabric, info, oidc
+from api import analysis, authentication, current, errors, explorer, fabric, info, oidc
 from api.client import register_all as register_client
 from api.controller import Controller
 from api.http import DEFERRED_KEY
@@ -246,6 +246,7 @@ def create_app(
     register_client(routes)
     fabric.register(routes)
     analysis.register(routes)
+    explorer.register(routes)
     oidc.register(routes)
     app.routes = routes
     return app
