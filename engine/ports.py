@@ -408,6 +408,43 @@ class NoRateBoard:
         return None
 
 
+@dataclass(frozen=True)
+class AccessChangeRow:
+    """One access-relevant batch's access changes as the access-change log keeps them
+    (``engine.analysis.stream``): its revision, the revision of the access-relevant batch before
+    it (``prev``: the chain that tells a reader nothing is missing), when it was committed, how
+    many pairs it changed and everything else as one opaque, compressed document."""
+
+    revision: int
+    prev: int
+    committed_at: datetime
+    pairs: int
+    doc: bytes
+
+
+class AccessChangeLog(Protocol):
+    """Where the access changes of each batch are kept, durable and shared by every process of
+    the store, for the change stream of docs/analysis.md §13 (thread-safe; outside the change
+    log and the group commit: a row is written after its batch is published)."""
+
+    def append(self, row: AccessChangeRow) -> bool:
+        """Keep ``row`` unless one of its revision is kept already; whether it was added (False
+        too when the store did not answer: the caller keeps the row and tries again)."""
+        ...
+
+    def read(self, after: int, limit: int) -> list[AccessChangeRow]:
+        """Up to ``limit`` rows with a revision above ``after``, oldest first."""
+        ...
+
+    def bounds(self) -> tuple[AccessChangeRow | None, AccessChangeRow | None]:
+        """The oldest and the newest row kept (None, None for none)."""
+        ...
+
+    def trim(self, before: datetime) -> int:
+        """Drop the rows committed before ``before`` but the newest; how many went."""
+        ...
+
+
 class CommitTimes(Protocol):
     """When the change log's batches were committed, as every process of one database tells it.
 
@@ -741,6 +778,11 @@ class Store(StoreView, Protocol):
     def commit_times(self) -> CommitTimes:
         """When the store's batches were committed, as every process of it tells it (nothing to
         share for a store only this process opens)."""
+        ...
+
+    def access_change_log(self) -> AccessChangeLog:
+        """Where the access changes of each batch are kept (one log per store: every call
+        answers the same)."""
         ...
 
     def snapshot(self, at: datetime) -> str:

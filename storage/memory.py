@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from engine.ports import LogProblem, SnapshotUnsupportedError
+from storage.access_changes import MemoryAccessChangeLog
 from storage.group_commit import GroupCommitStore
 
 
@@ -22,3 +23,10 @@ class MemoryStore(GroupCommitStore):
     def change_log_problems(self) -> list[LogProblem]:
         """Memory keeps no change log."""
         return []
+
+    def access_change_log(self) -> MemoryAccessChangeLog:
+        """The access changes of this store's batches, in memory (one log per store)."""
+        found: MemoryAccessChangeLog | None = getattr(self, "_access_changes", None)
+        if found is None:
+            found = self._access_changes = MemoryAccessChangeLog()
+        return found

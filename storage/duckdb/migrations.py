@@ -143,7 +143,18 @@ def _v8(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TABLE {table} (id VARCHAR PRIMARY KEY, doc JSON NOT NULL)")
 
 
-MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7), (8, _v8)]
+def _v9(con: duckdb.DuckDBPyConnection) -> None:
+    """The access changes of each access-relevant batch (``storage.access_changes``, for the
+    change stream of docs/analysis.md §13): its revision, the previous access-relevant revision,
+    the commit time in microseconds since the epoch, the pairs it changed and the record itself
+    (compressed JSON), kept for ``TRELLIS_ACCESS_CHANGES_RETAIN_DAYS``."""
+    con.execute(
+        "CREATE TABLE access_changes (revision BIGINT PRIMARY KEY, prev BIGINT NOT NULL, "
+        "committed_us BIGINT NOT NULL, pairs BIGINT NOT NULL, doc BLOB NOT NULL)"
+    )
+
+
+MIGRATIONS = [(1, _v1), (2, _v2), (3, _v3), (4, _v4), (5, _v5), (6, _v6), (7, _v7), (8, _v8), (9, _v9)]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:

@@ -35,6 +35,7 @@ from engine.entities import ALL_KINDS, Entity
 from engine.logs import Outage
 from engine.ports import Change, LogProblem, Put
 from storage.changelog import key_problems
+from storage.duckdb.access_changes import DuckDBAccessChangeLog
 from storage.codec import decode, encode
 from storage.duckdb.journal import Entry, Journal, Record, discard, read_records, set_aside
 from storage.duckdb.migrations import (
@@ -567,6 +568,10 @@ class DuckDBStore(GroupCommitStore):
         for table, rows in zip(compared, answers, strict=True):
             problems.extend(key_problems(table, known[table], rows))
         return problems
+
+    def access_change_log(self) -> DuckDBAccessChangeLog:
+        """The access changes of this database's batches (``access_changes``, migration 9)."""
+        return DuckDBAccessChangeLog(lambda statements: self._db.run(statements))
 
     def _persist_setting(self, key: str, value: str) -> None:
         self._db.run([("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [key, value])])

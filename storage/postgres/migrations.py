@@ -185,6 +185,14 @@ def _v9(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
         cur.execute(f"CREATE TABLE {table} (id text PRIMARY KEY, doc json NOT NULL)")
 
 
+def _v10(cur: psycopg.Cursor[tuple[object, ...]]) -> None:
+    """The access changes of each access-relevant batch, as the DuckDB store's migration 9."""
+    cur.execute(
+        "CREATE TABLE access_changes (revision bigint PRIMARY KEY, prev bigint NOT NULL, "
+        "committed_us bigint NOT NULL, pairs bigint NOT NULL, doc bytea NOT NULL)"
+    )
+
+
 Migration = Callable[["psycopg.Cursor[tuple[object, ...]]"], None]
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _v1),
@@ -196,6 +204,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (7, _v7),
     (8, _v8),
     (9, _v9),
+    (10, _v10),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -81,6 +81,7 @@ from engine.ports import Change, Delete, LogProblem, Put, SnapshotUnsupportedErr
 from storage.changelog import key_problems
 from storage.codec import UnstorableValueError, decode, encode
 from storage.group_commit import COMMIT_WAIT_SECONDS, GroupCommitStore
+from storage.postgres.access_changes import PostgresAccessChangeLog
 from storage.postgres.activity import PostgresActivity
 from storage.postgres.attempts import PostgresAttempts
 from storage.postgres.commit_times import PostgresCommitTimes
@@ -366,6 +367,7 @@ class PostgresStore(GroupCommitStore):
             | PostgresPostureBoard
             | PostgresRateBoard
             | PostgresCommitTimes
+            | PostgresAccessChangeLog
         ] = []
         try:
             with self._writer_lock:
@@ -1079,6 +1081,15 @@ class PostgresStore(GroupCommitStore):
         times = PostgresCommitTimes(self._connect)
         self._boards.append(times)
         return times
+
+    def access_change_log(self) -> PostgresAccessChangeLog:
+        """The access changes of this database's batches (``access_changes``, migration 10; one
+        connection of its own, made once)."""
+        found: PostgresAccessChangeLog | None = getattr(self, "_access_changes", None)
+        if found is None:
+            found = self._access_changes = PostgresAccessChangeLog(self._connect)
+            self._boards.append(found)
+        return found
 
     def attempts_ledger(self) -> PostgresAttempts:
         """The guesses ledger every process of this database shares (its own connection)."""

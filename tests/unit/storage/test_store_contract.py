@@ -23,7 +23,7 @@ from engine.entities import all as _kinds  # noqa: F401
 from engine.entities.identities import Authenticator, Enrollment, Identity
 from engine.entities.services import Service
 from engine.errors import CommitFailedError
-from engine.ports import Delete, Put
+from engine.ports import AccessChangeRow, Delete, Put
 from storage.codec import encode
 from storage.duckdb import DuckDBStore
 from storage.duckdb.migrations import MIGRATIONS as DUCKDB_MIGRATIONS
@@ -284,3 +284,31 @@ def test_the_change_log_is_trimmed_to_its_newest_entries(backend: Backend) -> No
     assert reopened.change_log(limit=1000)[-1][0] == 41
     assert reopened.count(Identity) == 41
     reopened.close()
+
+
+def test_the_access_change_log_keeps_rows_by_revision_across_a_reopen(backend: Backend) -> None:
+    """The stream's rows (docs/analysis.md §13): one per revision (a second is refused), read in
+    order after a revision, kept across a reopen, trimmed by time but for the newest."""
+    store = backend.open()
+    log = store.access_change_log()
+    rows = [AccessChangeRow(r, r - 3, NOW + timedelta(seconds=r), r * 10, bytes([r, 0, 255])) for r in (3, 6, 9)]
+    assert [log.append(row) for row in rows] == [True, True, True]
+    assert log.append(AccessChangeRow(6, 0, NOW, 0, b"other")) is False
+    assert log.read(3, 10) == rows[1:]
+    assert log.read(0, 1) == rows[:1]
+    store.close()
+    reopened = backend.open()
+    log = reopened.access_change_log()
+    assert log.bounds() == (rows[0], rows[-1])
+    assert log.trim(NOW + timedelta(days=1)) == 2
+    assert log.read(0, 10) == rows[2:]
+    reopened.close()
+
+
+def test_the_memory_store_keeps_one_access_change_log() -> None:
+    from storage.memory import MemoryStore
+
+    store = MemoryStore()
+    row = AccessChangeRow(1, 0, NOW, 0, b"x")
+    assert store.access_change_log().append(row)
+    assert store.access_change_log().read(0, 5) == [row]
