@@ -445,6 +445,17 @@ SETTINGS: tuple[Setting, ...] = (
         STORE, whole(1), detail="See Reliability",
     ),
     Setting(
+        "TRELLIS_ACCESS_CHANGES_RETAIN_DAYS", "access_changes_retain_days", "7", whole_form(1, 3650),
+        "days the access-change stream keeps each batch's access changes (how far back "
+        "`/analysis/v1/access-changes` can be resumed)", parser=whole(1, 3650),
+        detail="See docs/analysis.md §13",
+    ),
+    Setting(
+        "TRELLIS_ACCESS_CHANGES_STREAMS", "access_changes_streams", "4", whole_form(1, 256),
+        "Server-Sent Events requests of `/analysis/v1/access-changes` waiting at once (more: 429); each "
+        "holds a request thread while it waits, at most 15 s", parser=whole(1, 256),
+    ),
+    Setting(
         "TRELLIS_RATE_AUTH_PER_MINUTE", "rate_auth_per_minute", "600", whole_form(0),
         "authentication budget per client address (0: unlimited)", parser=whole(0),
         detail="It covers `/authenticate`, `/authenticate/mfa`, enrollment, and every operation that "
@@ -596,6 +607,9 @@ class Settings:
     #: See storage.duckdb.journal.
     db_journal: bool = DEFAULTS["TRELLIS_DB_JOURNAL"]
     change_log_retain: int = DEFAULTS["TRELLIS_CHANGE_LOG_RETAIN"]
+    #: The access-change stream (engine.analysis.stream): its retention, its waiting requests.
+    access_changes_retain_days: int = DEFAULTS["TRELLIS_ACCESS_CHANGES_RETAIN_DAYS"]
+    access_changes_streams: int = DEFAULTS["TRELLIS_ACCESS_CHANGES_STREAMS"]
     threads: int = DEFAULTS["TRELLIS_THREADS"]
     #: ``TRELLIS_WORKERS`` as given, 0 when it is not (see :attr:`serving_workers`).
     workers: int = DEFAULTS["TRELLIS_WORKERS"]

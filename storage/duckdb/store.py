@@ -35,8 +35,8 @@ from engine.entities import ALL_KINDS, Entity
 from engine.logs import Outage
 from engine.ports import Change, LogProblem, Put
 from storage.changelog import key_problems
-from storage.duckdb.access_changes import DuckDBAccessChangeLog
 from storage.codec import decode, encode
+from storage.duckdb.access_changes import DuckDBAccessChangeLog
 from storage.duckdb.journal import Entry, Journal, Record, discard, read_records, set_aside
 from storage.duckdb.migrations import (
     CHANGE_LOG_TABLE,
