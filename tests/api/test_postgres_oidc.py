@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,12 +18,15 @@ import pytest
 
 from controller.compose import CONTROLLER_ID_FILE
 from controller.settings import Settings
+from engine.entities.controllers import ControllerMember
 from pki.authority import init_pki
 from tests.api.test_oidc import Flow, _resigned, bearer, claims_of, refresh
 from tests.api.test_postgres_store import start
 from tests.conftest import Api
 
 pytestmark = [pytest.mark.durable, pytest.mark.seconds(8)]
+
+DEADLINE_SECONDS = 30.0
 
 
 def _joining_home(directory: Path, pki_template: Path) -> Path:
@@ -53,6 +57,12 @@ def network(
     second = start(b)
     for api in (first, second):
         api.app.join_network()  # as `trellis serve` does in each process
+    # each store follows the other's writes through the change log: wait until both records are
+    # in both (a token of a controller not yet known here is refused, as it should be)
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not all(len(api.ctrl.env.store.all(ControllerMember)) == 2 for api in (first, second)):
+        assert time.monotonic() < deadline, "the controllers' records did not reach both stores"
+        time.sleep(0.05)
     yield first, second
     for api in (first, second):
         api.ctrl.env.store.close()
