@@ -200,8 +200,8 @@ async function onLogin(event) {
   }
   sessionStorage.setItem(TOKEN_KEY, token);
   form.elements.password.value = "";
-  status("Logged in.");
   await start();
+  status("Logged in.");
 }
 
 async function onLogout() {
@@ -218,22 +218,21 @@ async function onLogout() {
 }
 
 async function start() {
-  let who = "";
-  try {
-    const me = await api("GET", `${MGMT}/current-api-session`);
-    who = (me.data.identity && me.data.identity.name) || me.data.identityId || "";
-  } catch (ex) {
-    if (ex.status === 401) return;
-  }
   $("login-view").hidden = true;
   $("app").hidden = false;
   $("logout").hidden = false;
-  $("who").hidden = !who;
-  $("who").textContent = who ? `Logged in as ${who}` : "";
   if (!location.hash.startsWith("#/")) {
     history.replaceState(null, "", "#/services");
   }
+  // who is logged in, fetched beside the first view (a refused token shows the login instead)
+  const who = api("GET", `${MGMT}/current-api-session`).then(
+    (me) => (me.data.identity && me.data.identity.name) || me.data.identityId || "",
+    () => "",
+  );
   await route(false);
+  const name = await who;
+  $("who").hidden = !name;
+  $("who").textContent = name ? `Logged in as ${name}` : "";
 }
 
 // -- routing --------------------------------------------------------------------------------------
@@ -265,6 +264,7 @@ async function route(moveFocus = true) {
     else a.removeAttribute("aria-current");
   }
   const seq = ++renderSeq;
+  status("");
   const main = $("main");
   const target = h("div", { id: "view" });
   main.dataset.state = "loading";
@@ -422,8 +422,9 @@ async function viewService(target, id, alive) {
       h("td", {}, i.disabled ? badge("bad", "disabled") : badge("ok", "enabled")),
       h("td", {}, link(hash("why", { identity: i.id, service: service.id, type }), "why", { "aria-label": `why ${i.name} may ${type} ${service.name}` })),
     );
-  for (const type of ["Dial", "Bind"]) {
-    await pagedSection(target, {
+  // the sections are placed in this order at once, and filled as their answers come
+  const sections = ["Dial", "Bind"].map((type) =>
+    pagedSection(target, {
       title: `Identities that may ${type}`,
       path: `${MGMT}/services/${encodeURIComponent(id)}/identities`,
       params: { policyType: type.toLowerCase(), sort: "name asc" },
@@ -431,10 +432,9 @@ async function viewService(target, id, alive) {
       row: identityRow(type),
       empty: `No identity may ${type} ${service.name}.`,
       alive,
-    });
-    if (!alive()) return;
-  }
-  await pagedSection(target, {
+    }),
+  );
+  sections.push(pagedSection(target, {
     title: "Edge routers it may use",
     path: `${MGMT}/services/${encodeURIComponent(id)}/edge-routers`,
     params: { sort: "name asc" },
@@ -442,12 +442,13 @@ async function viewService(target, id, alive) {
     row: async (r) => h("tr", {}, h("td", { text: r.name }), h("td", {}, okBadge(r.isOnline, "online", "offline"))),
     empty: "No edge router: no service edge router policy selects it.",
     alive,
-  });
-  await policySection(target, `${MGMT}/services/${encodeURIComponent(id)}/service-policies`, "Service policies selecting it", "service-policies", alive);
+  }));
+  sections.push(policySection(target, `${MGMT}/services/${encodeURIComponent(id)}/service-policies`, "Service policies selecting it", "service-policies", alive));
+  await Promise.all(sections);
 }
 
-async function policySection(target, path, title, kind, alive) {
-  await pagedSection(target, {
+function policySection(target, path, title, kind, alive) {
+  return pagedSection(target, {
     title,
     path,
     params: { sort: "name asc" },
@@ -512,8 +513,8 @@ async function viewIdentity(target, id, alive) {
     h("p", {}, "Identity ", h("strong", { text: identity.name }), " ", h("span", { class: "mono", text: attributes(identity.roleAttributes) }), " ", identity.disabled ? badge("bad", "disabled") : badge("ok", "enabled"), " ", h("span", { class: "count mono", text: identity.id })),
     h("p", {}, link(hash("identities"), "Back to the identities"), " · ", link(hash("why", { identity: identity.name }), "Why (not) for this identity")),
   );
-  for (const type of ["Dial", "Bind"]) {
-    await pagedSection(target, {
+  const sections = ["Dial", "Bind"].map((type) =>
+    pagedSection(target, {
       title: `Services it may ${type}`,
       path: `${MGMT}/identities/${encodeURIComponent(id)}/services`,
       params: { policyType: type.toLowerCase(), sort: "name asc" },
@@ -528,10 +529,9 @@ async function viewIdentity(target, id, alive) {
         ),
       empty: `It may ${type} no service.`,
       alive,
-    });
-    if (!alive()) return;
-  }
-  await pagedSection(target, {
+    }),
+  );
+  sections.push(pagedSection(target, {
     title: "Edge routers it may use",
     path: `${MGMT}/identities/${encodeURIComponent(id)}/edge-routers`,
     params: { sort: "name asc" },
@@ -546,11 +546,10 @@ async function viewIdentity(target, id, alive) {
       ),
     empty: "No edge router: no edge router policy selects it.",
     alive,
-  });
-  if (!alive()) return;
-  await policySection(target, `${MGMT}/identities/${encodeURIComponent(id)}/service-policies`, "Service policies selecting it", "service-policies", alive);
-  if (!alive()) return;
-  await policySection(target, `${MGMT}/identities/${encodeURIComponent(id)}/edge-router-policies`, "Edge router policies selecting it", "edge-router-policies", alive);
+  }));
+  sections.push(policySection(target, `${MGMT}/identities/${encodeURIComponent(id)}/service-policies`, "Service policies selecting it", "service-policies", alive));
+  sections.push(policySection(target, `${MGMT}/identities/${encodeURIComponent(id)}/edge-router-policies`, "Edge router policies selecting it", "edge-router-policies", alive));
+  await Promise.all(sections);
 }
 
 // -- "Why (not)" and the path view ----------------------------------------------------------------
@@ -896,6 +895,7 @@ async function viewWhatIfEdit(target, kind, id, alive) {
       onsubmit: async (event) => {
         event.preventDefault();
         const batch = items();
+        result.dataset.state = "loading";
         result.replaceChildren(h("p", { class: "count", text: "Computing the diff…" }));
         applyButton.hidden = true;
         try {
@@ -909,6 +909,7 @@ async function viewWhatIfEdit(target, kind, id, alive) {
         } catch (ex) {
           result.replaceChildren(h("p", { class: "error", role: "alert", text: `The change is refused: ${ex.message}` }));
         }
+        result.dataset.state = "ready";
       },
     },
     h("p", { id: "whatif-roles-hint", class: "hint", text: "Roles separated by commas or blanks: #attribute, @id or @name, #all." }),
@@ -918,6 +919,7 @@ async function viewWhatIfEdit(target, kind, id, alive) {
   applyButton.addEventListener("click", async () => {
     if (!preview) return;
     applyButton.disabled = true;
+    result.dataset.state = "loading";
     try {
       const answer = (await api("POST", `${A}/apply`, { items: preview.items, revision: preview.revision })).data;
       preview = null;
@@ -937,6 +939,7 @@ async function viewWhatIfEdit(target, kind, id, alive) {
       }
     } finally {
       applyButton.disabled = false;
+      result.dataset.state = "ready";
     }
   });
   target.append(
@@ -980,7 +983,6 @@ async function renderDiff(parent, d) {
     const headers = what === "service" ? ["Identity", "Service", "Type"] : ["Identity", "Edge router"];
     const more = h("button", { type: "button", class: "secondary", text: "Show more" });
     section.append(h("h3", { class: `diff-${change}`, text: `${title} (${pairs.length.toLocaleString("en")}${d.truncated ? "+" : ""})` }), h("table", {}, h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col", text: x })))), body), more);
-    parent.append(section);
     let shown = 0;
     const draw = async () => {
       const chunk = pairs.slice(shown, shown + DIFF_PAGE);
@@ -1001,6 +1003,7 @@ async function renderDiff(parent, d) {
     };
     more.addEventListener("click", draw);
     await draw();
+    parent.append(section);
   }
   if (!s.servicesAdded && !s.servicesRemoved && !s.routersAdded && !s.routersRemoved) {
     parent.append(h("p", { text: "No access would change." }));
