@@ -83,7 +83,7 @@ def test_the_page_has_no_inline_script_or_style_and_loads_nothing_from_elsewhere
         "/..%2fexplorer.py",
         "/%2e%2e/explorer.py",
         "/%2e%2e%2f%2e%2e%2fpyproject.toml",
-        "/../explorer.py",
+        "/.%2e/explorer.py",
         "/explorer_static/index.html",
         "/.%2fexplorer.js",
         "/explorer.js%00.html",
