@@ -7,7 +7,11 @@ Falcon app; then, on random pairs and policies of that network:
 - **explain**: why an identity may (not) Dial a service, asked of the analysis manager
   (``in-process``) and through the whole API stack (``wsgi``: the app's middleware,
   authentication, rendering and JSON, through ``falcon.testing``, without sockets);
-- **what-if** of one policy edit: a service policy gaining one identity attribute;
+- **what-if** of one policy edit: a service policy gaining one identity attribute; and of an
+  ``#all`` edit: a Dial service policy's identity roles replaced by ``#all`` (the policy chosen so
+  that the edit adds about a million (identity, service) pairs: its services times the
+  identities that could not Dial them yet), through the API (whose answer lists 10,000 pairs and
+  counts them all) and through the manager (every pair listed);
 - **a write with guardrails**: a service policy's identity roles changed through the manager (a
   real write: staged, committed and published), with no guardrail, then with guardrails in
   ``enforce`` mode that the write does not touch, then with one it touches (a ``deny`` of every
@@ -16,12 +20,14 @@ Falcon app; then, on random pairs and policies of that network:
   guardrails add to an untouched write.
 
 p50 and p99 in milliseconds over ``--runs`` repetitions (default: 200 explanations, 30
-what-ifs, 200 writes each way).
+what-ifs, 200 writes each way). The network is loaded with the cyclic collector off, then frozen
+out of its way, as the serving worker loads it (``controller/serve.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import tempfile
@@ -80,8 +86,15 @@ class Bench:
         settings = Settings.from_env({"TRELLIS_HOME": str(home)})
         store = MemoryStore(background=True)
         started = time.perf_counter()
-        store.load(_entities(tier, seed))
-        self.app = create_app(settings, store=store)
+        collecting = gc.isenabled()
+        gc.disable()  # as the serving worker loads (controller/serve.py)
+        try:
+            store.load(_entities(tier, seed))
+            self.app = create_app(settings, store=store)
+            gc.freeze()
+        finally:
+            if collecting:
+                gc.enable()
         self.load_seconds = time.perf_counter() - started
         self.ctrl = self.app.ctrl
         self.managers = self.ctrl.managers
@@ -143,6 +156,60 @@ class Bench:
             assert result.status_code == 200, result.text
 
         return {"wsgi": _percentiles(_time(wsgi, runs))}
+
+    def all_edit(self) -> tuple[dict[str, Any], int]:
+        """A Dial service policy whose identity roles become ``#all``, adding the number of pairs
+        closest to a million (the item, and that number)."""
+        from engine.policy import IDENTITY, SERVICE, SERVICE_POLICY
+
+        best: tuple[int, str] | None = None
+        with self.managers.access.reading() as (graph, _):
+            everyone = graph.entity_bits(IDENTITY)
+            for policy_id in self.policies:
+                record = graph.policy(SERVICE_POLICY, policy_id)
+                count = graph.policy_member_count(SERVICE_POLICY, policy_id, SERVICE)
+                if record.type != "Dial" or not count or count > 40:
+                    continue
+                added = 0
+                for service_id in graph.policy_members(SERVICE_POLICY, policy_id, SERVICE):
+                    policies = graph.entity_policy_bits(SERVICE_POLICY, SERVICE, service_id, "Dial")
+                    reached = graph.member_union_bits(SERVICE_POLICY, IDENTITY, policies)
+                    added += (everyone & ~reached).bit_count()
+                if best is None or abs(added - 1_000_000) < abs(best[0] - 1_000_000):
+                    best = (added, policy_id)
+        assert best is not None
+        item = {"op": "patch", "kind": "service-policies", "id": best[1], "body": {"identityRoles": ["#all"]}}
+        return item, best[0]
+
+    def what_if_all(self, runs: int) -> tuple[int, dict[str, tuple[float, float]]]:
+        """The ``#all`` edit's what-if: through the API, and through the manager."""
+        from engine.analysis.manager import Operation
+
+        item, pairs = self.all_edit()
+        manager = self.managers.service_policies
+
+        def wsgi(n: int) -> None:
+            result = self.client.simulate_post(
+                "/analysis/v1/what-if", json={"items": [item]}, headers=self.headers
+            )
+            assert result.status_code == 200, result.text
+            assert result.json["data"]["summary"]["servicesAdded"] == pairs, result.json["data"]["summary"]
+
+        def in_process(n: int) -> None:
+            operation = Operation(
+                "service_policies",
+                "patch",
+                item["id"],
+                lambda m: m.update(item["id"], {"identity_roles": ["#all"]}),
+            )
+            answer = self.analysis.what_if([operation])
+            assert len(answer.diff.services_added) == pairs
+
+        assert manager.require(item["id"])
+        return pairs, {
+            "wsgi": _percentiles(_time(wsgi, runs, warmup=1)),
+            "in-process": _percentiles(_time(in_process, runs, warmup=1)),
+        }
 
     # -- writes with guardrails -----------------------------------------------------------------
     def writes(self, runs: int) -> dict[str, tuple[float, float]]:
@@ -222,6 +289,9 @@ def run(tier: str, seed: int = 1, runs: int = 200, what_if_runs: int = 30) -> st
                 rows.append(("explain (Dial)", path, figures))
             for path, figures in bench.what_if(what_if_runs).items():
                 rows.append(("what-if, one policy edit", path, figures))
+            pairs, all_figures = bench.what_if_all(what_if_runs)
+            for path, figures in all_figures.items():
+                rows.append((f"what-if, `#all` edit adding {pairs:,} pairs", path, figures))
             for how, figures in bench.writes(runs).items():
                 rows.append((f"service policy write, {how}", "in-process", figures))
             load = bench.load_seconds

@@ -3,35 +3,82 @@
 Access is two relations: (identity, service, Dial|Bind), granted when some service policy of that
 type selects both, and (identity, edge router), granted when some edge router policy selects both
 (policy advice's counts; posture and online status are not part of it). :func:`access_diff`
-compares a graph ``before`` with a graph ``after`` (a fork of it with changes applied) without
-enumerating every pair: a pair can change only through a policy whose members, type or existence
-changed, and a policy's members change only when the policy itself or one of the entities it
-selects (before or after) was touched. So the candidates are the members of those policies, and
-only their answers are compared.
+compares a graph ``before`` with a graph ``after`` (a fork of it with changes applied), given what
+was touched between them, without enumerating every pair and with bitsets throughout.
 
-The result names every added and removed pair, and summarises them per policy (what the policy's
-own links gained and lost, and how many of the access changes it accounts for) and per identity.
+**Which pairs can change.** A pair (identity, service) is linked through a policy; the links of a
+policy whose definition did not change differ only at entities that were touched. So a changed
+pair either involves a touched identity (a *row*), or a touched service, or a service some touched
+policy selects before or after (a *column*). For each column the identities granted it before and
+after are two bitsets (the union of the member bitsets of the policies selecting it, memoised by
+policy set), compared with one XOR, touched identities masked out; for each row, the services
+granted to it likewise. Only the differences are turned into ids. The same goes for (identity,
+edge router) through edge router policies.
+
+**Slots.** Both graphs number entities by slot, and a fork keeps every slot, so a bitset of one is
+a bitset of the other, except at the slots of entities created or deleted between them (touched,
+by definition): those are compared by id.
+
+**Without a fork.** A batch that changes only policies (the common what-if, and most guarded
+writes) needs no fork of the graph: :func:`compare_changes` reads ``after`` through
+:class:`PolicyOverlay`, the graph with the changed policies' member bitsets recomputed from its own
+attribute index and everything else read through.
+
+The result names every added and removed pair (sorted), and summarises them per policy (what the
+policy's own links gained and lost, and how many of the access changes it accounts for) and per
+identity. A diff larger than the caller's ``limit`` is :class:`DiffTooLargeError` before any pair
+is listed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any, Protocol
 
+from engine.errors import FieldError
 from engine.managers.access import ENTITY_KINDS as ENTITY_NAMES
 from engine.managers.access import POLICY_KINDS as POLICY_NAMES
+from engine.managers.access import _policy_row, apply_changes
 from engine.policy import (
     EDGE_ROUTER,
     EDGE_ROUTER_POLICY,
     IDENTITY,
+    POSTURE_CHECK,
     SERVICE,
     SERVICE_EDGE_ROUTER_POLICY,
     SERVICE_POLICY,
     PolicyGraph,
 )
+from engine.policy.bitset import select, slots
+from engine.policy.model import POLICY_FIELDS, normalize_type
+from engine.policy.selector import Selector, Semantic, normalize_semantic, parse_roles
 from engine.ports import Change, Delete, Put
 
-__all__ = ["AccessDiff", "IdentityChange", "PolicyChange", "Touched", "access_diff", "touched_by"]
+__all__ = [
+    "MAX_DIFF_PAIRS",
+    "OVERLAY_POLICIES",
+    "AccessDiff",
+    "Comparison",
+    "DiffTooLargeError",
+    "GraphReader",
+    "IdentityChange",
+    "PolicyChange",
+    "PolicyOverlay",
+    "Touched",
+    "access_diff",
+    "compare",
+    "compare_changes",
+    "touched_by",
+]
+
+#: The most access pairs (added and removed, both relations) a what-if or an apply lists: a batch
+#: changing more is refused (400) before any pair is listed. 2 million pairs take about 4 s.
+MAX_DIFF_PAIRS = 2_000_000
+#: A batch changing at most this many policies (and no entity) is compared without forking the
+#: graph (:class:`PolicyOverlay`); a larger one forks it.
+OVERLAY_POLICIES = 64
 
 #: What a batch touched: engine kind (entity or policy kind) -> ids.
 Touched = dict[str, set[str]]
@@ -40,6 +87,22 @@ ServicePair = tuple[str, str, str]
 """(identity id, service id, ``Dial`` or ``Bind``)."""
 RouterPair = tuple[str, str]
 """(identity id, edge router id)."""
+
+TYPES = ("Dial", "Bind")
+
+
+class DiffTooLargeError(FieldError):
+    """The batch would change more access pairs than the limit (400, ``cause.field`` ``items``)."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(
+            "items",
+            f"the batch would change {count} access pairs, more than the {limit} a what-if lists: "
+            "split it into smaller batches",
+            count,
+        )
+        self.count = count
+        self.limit = limit
 
 
 @dataclass
@@ -102,163 +165,568 @@ def touched_by(changes: Iterable[Change]) -> Touched:
     return out
 
 
-def _policies_of(graph: PolicyGraph, entity_kind: str, entity_id: str, policy_kind: str) -> list[str]:
-    if not graph.has_entity(entity_kind, entity_id):  # type: ignore[arg-type]
-        return []
-    return graph.policies_for_entity(entity_kind, entity_id, policy_kind)  # type: ignore[arg-type]
+# -- reading a graph as bitsets -------------------------------------------------------------------
 
 
-def _members(graph: PolicyGraph, policy_kind: str, policy_id: str, entity_kind: str) -> list[str]:
-    if not graph.has_policy(policy_kind, policy_id):  # type: ignore[arg-type]
-        return []
-    return graph.policy_members(policy_kind, policy_id, entity_kind)  # type: ignore[arg-type]
+class Reader(Protocol):
+    """The bitset reads a comparison makes of one side (a graph, or a graph with an overlay)."""
+
+    def slot(self, kind: str, entity_id: str) -> int | None: ...
+    def ids(self, kind: str) -> Sequence[str | None]: ...
+    def everything(self, kind: str) -> int: ...
+    def has_policy(self, kind: str, policy_id: str) -> bool: ...
+    def policy_slot(self, kind: str, policy_id: str) -> int | None: ...
+    def policy_type(self, kind: str, policy_id: str) -> str | None: ...
+    def policy_ids(self, kind: str, policies: int) -> list[str]: ...
+    def members(self, kind: str, policy_id: str, entity_kind: str) -> int: ...
+    def links(self, kind: str, entity_kind: str, entity_id: str, policy_type: str | None = None) -> int: ...
+    def union(self, kind: str, entity_kind: str, policies: int) -> int: ...
+    def selecting(self, kind: str, entity_kind: str, entities: int) -> int: ...
+    def selector_bits(self, entity_kind: str, selector: Selector, semantic: Semantic) -> int: ...
 
 
-def _changed_policies(
-    before: PolicyGraph, after: PolicyGraph, touched: Touched, policy_kind: str, sides: Sequence[str]
-) -> set[str]:
-    changed = set(touched.get(policy_kind, ()))
-    for entity_kind in sides:
-        for entity_id in touched.get(entity_kind, ()):
-            for graph in (before, after):
-                changed.update(_policies_of(graph, entity_kind, entity_id, policy_kind))
-    return changed
+class GraphReader:
+    """:class:`Reader` of a :class:`PolicyGraph` (through its public bitset reads), with the
+    unions memoised: many services share the set of policies selecting them."""
 
+    def __init__(self, graph: PolicyGraph) -> None:
+        self.graph = graph
+        self._unions: dict[tuple[str, str, int], int] = {}
 
-def _status(before: PolicyGraph, after: PolicyGraph, kind: str, policy_id: str, touched: Touched) -> str:
-    was = before.has_policy(kind, policy_id)  # type: ignore[arg-type]
-    now = after.has_policy(kind, policy_id)  # type: ignore[arg-type]
-    if not was:
-        return "created"
-    if not now:
-        return "deleted"
-    return "updated" if policy_id in touched.get(kind, ()) else "members"
+    def slot(self, kind: str, entity_id: str) -> int | None:
+        return self.graph.entity_slot(kind, entity_id)  # type: ignore[arg-type]
 
+    def ids(self, kind: str) -> Sequence[str | None]:
+        return self.graph.entity_slot_ids(kind)  # type: ignore[arg-type]
 
-def _links(graph: PolicyGraph, kind: str, policy_id: str, sides: tuple[str, str]) -> set[tuple[str, str]]:
-    left = _members(graph, kind, policy_id, sides[0])
-    right = _members(graph, kind, policy_id, sides[1])
-    return {(a, b) for a in left for b in right}
+    def everything(self, kind: str) -> int:
+        return self.graph.entity_bits(kind)  # type: ignore[arg-type]
 
+    def has_policy(self, kind: str, policy_id: str) -> bool:
+        return self.graph.has_policy(kind, policy_id)  # type: ignore[arg-type]
 
-def access_diff(before: PolicyGraph, after: PolicyGraph, touched: Touched) -> AccessDiff:
-    """Every (identity, service, type) and (identity, router) pair granted in one graph and not
-    the other, given what was ``touched`` between them (:func:`touched_by`)."""
-    diff = AccessDiff()
-    identities: dict[str, IdentityChange] = {}
+    def policy_slot(self, kind: str, policy_id: str) -> int | None:
+        return self.graph.policy_slot(kind, policy_id)  # type: ignore[arg-type]
 
-    def person(identity_id: str) -> IdentityChange:
-        found = identities.get(identity_id)
+    def policy_type(self, kind: str, policy_id: str) -> str | None:
+        if not self.graph.has_policy(kind, policy_id):  # type: ignore[arg-type]
+            return None
+        return self.graph.policy(kind, policy_id).type  # type: ignore[arg-type]
+
+    def policy_ids(self, kind: str, policies: int) -> list[str]:
+        return [str(i) for i in select(policies, self.graph.policy_slot_ids(kind))]  # type: ignore[arg-type]
+
+    def members(self, kind: str, policy_id: str, entity_kind: str) -> int:
+        return self.graph.policy_member_bits(kind, policy_id, entity_kind)  # type: ignore[arg-type]
+
+    def links(self, kind: str, entity_kind: str, entity_id: str, policy_type: str | None = None) -> int:
+        return self.graph.entity_policy_bits(kind, entity_kind, entity_id, policy_type)  # type: ignore[arg-type]
+
+    def union(self, kind: str, entity_kind: str, policies: int) -> int:
+        if not policies:
+            return 0
+        key = (kind, entity_kind, policies)
+        found = self._unions.get(key)
         if found is None:
-            found = identities[identity_id] = IdentityChange(identity_id)
+            found = self._unions[key] = self.graph.member_union_bits(kind, entity_kind, policies)  # type: ignore[arg-type]
         return found
 
-    # -- services ---------------------------------------------------------------------------------
-    service_policies = _changed_policies(before, after, touched, SERVICE_POLICY, (IDENTITY, SERVICE))
-    candidate_identities: set[str] = set()
-    candidate_services: set[str] = set()
-    for policy_id in service_policies:
-        for graph in (before, after):
-            candidate_identities.update(_members(graph, SERVICE_POLICY, policy_id, IDENTITY))
-            candidate_services.update(_members(graph, SERVICE_POLICY, policy_id, SERVICE))
-    for identity_id in sorted(candidate_identities):
-        for policy_type in ("Dial", "Bind"):
-            old = _reach(before, identity_id, policy_type) & candidate_services
-            new = _reach(after, identity_id, policy_type) & candidate_services
+    def type_bits(self, policy_type: str) -> int:
+        return self.graph.type_bits(policy_type)
+
+    def selecting(self, kind: str, entity_kind: str, entities: int) -> int:
+        return self.graph.policy_bits_selecting(kind, entity_kind, entities)  # type: ignore[arg-type]
+
+    def selector_bits(self, entity_kind: str, selector: Selector, semantic: Semantic) -> int:
+        return self.graph.selector_bits(entity_kind, selector, semantic)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class _Definition:
+    """A changed policy as the overlay holds it: its slot, type and member bitsets (None when
+    deleted)."""
+
+    slot: int
+    type: str | None
+    members: dict[str, int] | None
+
+
+class PolicyOverlay(GraphReader):
+    """A graph with some policies created, changed or deleted, read without forking it.
+
+    Entities are the graph's; a changed policy keeps its slot (a created one gets a slot past the
+    graph's), its member bitsets are recomputed from the graph's attribute index exactly as the
+    graph would (:meth:`PolicyGraph.selector_bits`), and every read mixes the unchanged policies'
+    answers (the graph's) with the changed ones'. Valid only while the graph does not change.
+    """
+
+    def __init__(self, graph: PolicyGraph, changes: Sequence[Change]) -> None:
+        super().__init__(graph)
+        self.changed: dict[str, dict[str, _Definition]] = {}
+        #: per policy kind: the slots of changed policies (created, changed or deleted)
+        self.mask: dict[str, int] = {}
+        self._ids: dict[str, list[str | None]] = {}
+        deleted = {
+            (POLICY_NAMES[c.kind.ENTITY][0], c.id)
+            for c in changes
+            if isinstance(c, Delete) and c.kind.ENTITY in POLICY_NAMES
+        }
+        puts: dict[tuple[str, str], Any] = {}
+        for change in changes:
+            if isinstance(change, Put) and change.entity.ENTITY in POLICY_NAMES:
+                puts[POLICY_NAMES[change.entity.ENTITY][0], change.entity.id] = change.entity
+        for key in sorted(deleted | set(puts)):
+            kind, policy_id = key
+            ids = self._ids.get(kind)
+            if ids is None:
+                ids = self._ids[kind] = list(graph.policy_slot_ids(kind))  # type: ignore[arg-type]
+            slot = graph.policy_slot(kind, policy_id)  # type: ignore[arg-type]
+            if key in deleted:  # apply_changes deletes after it puts
+                if slot is None:
+                    continue
+                definition = _Definition(slot, None, None)
+                ids[slot] = None
+            else:
+                if slot is None:
+                    slot = len(ids)
+                    ids.append(policy_id)
+                row = _policy_row(puts[key])
+                semantic = normalize_semantic(row.semantic)
+                roles = {
+                    IDENTITY: row.identity_roles,
+                    SERVICE: row.service_roles,
+                    EDGE_ROUTER: row.edge_router_roles,
+                    POSTURE_CHECK: row.posture_check_roles,
+                }
+                members: dict[str, int] = {
+                    entity_kind: graph.selector_bits(entity_kind, parse_roles(roles[entity_kind]), semantic)
+                    for entity_kind in POLICY_FIELDS[kind]  # type: ignore[index]
+                }
+                policy_type = normalize_type(row.type) if kind == SERVICE_POLICY and row.type else None
+                definition = _Definition(slot, policy_type, members)
+            self.changed.setdefault(kind, {})[policy_id] = definition
+            self.mask[kind] = self.mask.get(kind, 0) | 1 << slot
+
+    @staticmethod
+    def suits(changes: Sequence[Change]) -> bool:
+        """Whether a batch changes only policies (posture checks aside), few enough."""
+        count = 0
+        for change in changes:
+            name = change.entity.ENTITY if isinstance(change, Put) else change.kind.ENTITY
+            if name in POLICY_NAMES:
+                count += 1
+            elif name in ENTITY_NAMES and ENTITY_NAMES[name][0] != POSTURE_CHECK:
+                return False
+        return count <= OVERLAY_POLICIES
+
+    def _definition(self, kind: str, policy_id: str) -> _Definition | None:
+        return self.changed.get(kind, {}).get(policy_id)
+
+    def has_policy(self, kind: str, policy_id: str) -> bool:
+        found = self._definition(kind, policy_id)
+        return super().has_policy(kind, policy_id) if found is None else found.members is not None
+
+    def policy_slot(self, kind: str, policy_id: str) -> int | None:
+        found = self._definition(kind, policy_id)
+        if found is None:
+            return super().policy_slot(kind, policy_id)
+        return found.slot if found.members is not None else None
+
+    def policy_type(self, kind: str, policy_id: str) -> str | None:
+        found = self._definition(kind, policy_id)
+        if found is None:
+            return super().policy_type(kind, policy_id)
+        return found.type if found.members is not None else None
+
+    def policy_ids(self, kind: str, policies: int) -> list[str]:
+        ids = self._ids.get(kind)
+        if ids is None:
+            return super().policy_ids(kind, policies)
+        return [str(i) for i in select(policies, ids)]
+
+    def members(self, kind: str, policy_id: str, entity_kind: str) -> int:
+        found = self._definition(kind, policy_id)
+        if found is None:
+            return super().members(kind, policy_id, entity_kind)
+        return 0 if found.members is None else found.members[entity_kind]
+
+    def _live(self, kind: str) -> Iterable[_Definition]:
+        return (d for d in self.changed.get(kind, {}).values() if d.members is not None)
+
+    def type_bits(self, policy_type: str) -> int:
+        bits = self.graph.type_bits(policy_type) & ~self.mask.get(SERVICE_POLICY, 0)
+        for definition in self._live(SERVICE_POLICY):
+            if definition.type == policy_type:
+                bits |= 1 << definition.slot
+        return bits
+
+    def links(self, kind: str, entity_kind: str, entity_id: str, policy_type: str | None = None) -> int:
+        mask = self.mask.get(kind, 0)
+        bits = super().links(kind, entity_kind, entity_id)
+        if mask:
+            bits &= ~mask
+            entity = self.graph.entity_slot(entity_kind, entity_id)  # type: ignore[arg-type]
+            if entity is not None:
+                for definition in self._live(kind):
+                    assert definition.members is not None
+                    if (definition.members[entity_kind] >> entity) & 1:
+                        bits |= 1 << definition.slot
+        return bits & self.type_bits(policy_type) if policy_type is not None else bits
+
+    def union(self, kind: str, entity_kind: str, policies: int) -> int:
+        mask = self.mask.get(kind, 0)
+        if not policies & mask:
+            return super().union(kind, entity_kind, policies)
+        bits = super().union(kind, entity_kind, policies & ~mask)
+        for definition in self._live(kind):
+            if (policies >> definition.slot) & 1:
+                assert definition.members is not None
+                bits |= definition.members[entity_kind]
+        return bits
+
+    def selecting(self, kind: str, entity_kind: str, entities: int) -> int:
+        bits = super().selecting(kind, entity_kind, entities) & ~self.mask.get(kind, 0)
+        for definition in self._live(kind):
+            assert definition.members is not None
+            if definition.members[entity_kind] & entities:
+                bits |= 1 << definition.slot
+        return bits
+
+
+# -- the comparison -----------------------------------------------------------------------------------
+
+
+class _Align:
+    """One entity kind in two graphs: which slots mean the same entity in both (*clean*), and the
+    comparison of two bitsets over them, by id where the slots differ."""
+
+    def __init__(self, before: Reader, after: Reader, kind: str, touched: Iterable[str]) -> None:
+        self.ids_b = before.ids(kind)
+        self.ids_a = after.ids(kind)
+        dirty_b = dirty_a = 0
+        for entity_id in touched:
+            old, new = before.slot(kind, entity_id), after.slot(kind, entity_id)
             if old == new:
                 continue
-            added, removed = sorted(new - old), sorted(old - new)
-            diff.services_added.extend((identity_id, s, policy_type) for s in added)
-            diff.services_removed.extend((identity_id, s, policy_type) for s in removed)
-            entry = person(identity_id)
-            if policy_type == "Dial":
-                entry.dial_added, entry.dial_removed = added, removed
-            else:
-                entry.bind_added, entry.bind_removed = added, removed
-    diff.services_added.sort()
-    diff.services_removed.sort()
+            if old is not None:
+                dirty_b |= 1 << old
+            if new is not None:
+                dirty_a |= 1 << new
+        self.dirty_b = dirty_b
+        self.dirty_a = dirty_a
+        self.clean = ~(dirty_b | dirty_a)
 
-    # -- routers ----------------------------------------------------------------------------------
-    router_policies = _changed_policies(before, after, touched, EDGE_ROUTER_POLICY, (IDENTITY, EDGE_ROUTER))
-    router_identities: set[str] = set()
-    candidate_routers: set[str] = set()
-    for policy_id in router_policies:
-        for graph in (before, after):
-            router_identities.update(_members(graph, EDGE_ROUTER_POLICY, policy_id, IDENTITY))
-            candidate_routers.update(_members(graph, EDGE_ROUTER_POLICY, policy_id, EDGE_ROUTER))
-    for identity_id in sorted(router_identities):
-        old = _routers(before, identity_id) & candidate_routers
-        new = _routers(after, identity_id) & candidate_routers
-        if old == new:
-            continue
-        added, removed = sorted(new - old), sorted(old - new)
-        diff.routers_added.extend((identity_id, r) for r in added)
-        diff.routers_removed.extend((identity_id, r) for r in removed)
-        entry = person(identity_id)
-        entry.routers_added, entry.routers_removed = added, removed
+    def delta(self, old: int, new: int) -> tuple[int, int]:
+        """(added, as ``after`` slots; removed, as ``before`` slots) from ``old`` to ``new``."""
+        changed = (old ^ new) & self.clean
+        added, removed = new & changed, old & changed
+        was, now = old & self.dirty_b, new & self.dirty_a
+        if was or now:
+            before = {self.ids_b[s]: s for s in slots(was)}
+            after = {self.ids_a[s]: s for s in slots(now)}
+            for entity_id, slot in after.items():
+                if entity_id not in before:
+                    added |= 1 << slot
+            for entity_id, slot in before.items():
+                if entity_id not in after:
+                    removed |= 1 << slot
+        return added, removed
+
+    def common(self, old: int, new: int) -> int:
+        """How many entities are in both ``old`` (before slots) and ``new`` (after slots)."""
+        count = (old & new & self.clean).bit_count()
+        was, now = old & self.dirty_b, new & self.dirty_a
+        if was and now:
+            count += len(set(select(was, self.ids_b)) & set(select(now, self.ids_a)))
+        return count
+
+
+@dataclass
+class _Relation:
+    """The changes of one relation (identity -> service of a type, or identity -> router):
+    per column (the other entity) the identities added (after slots) and removed (before slots),
+    touched identities masked out; per row (a touched identity) the other entities added and
+    removed."""
+
+    columns: dict[str, tuple[int, int]] = field(default_factory=dict)
+    rows: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def count(self) -> int:
+        return sum(a.bit_count() + r.bit_count() for a, r in (*self.columns.values(), *self.rows.values()))
+
+
+class Comparison:
+    """Two graphs (as :class:`Reader` s) and what was touched between them; the access relations'
+    changes computed once (:meth:`relation`), then listed (:meth:`diff`) or reused (guardrails)."""
+
+    def __init__(self, before: Reader, after: Reader, touched: Touched) -> None:
+        self.before = before
+        self.after = after
+        self.touched = touched
+        self.align = {
+            kind: _Align(before, after, kind, touched.get(kind, ()))
+            for kind in (IDENTITY, SERVICE, EDGE_ROUTER)
+        }
+        #: Touched identities: their slots in either graph (excluded from columns).
+        self.row_ids = sorted(touched.get(IDENTITY, ()))
+        self.row_mask = ~self.slot_bits(self.row_ids)
+        self._relations: dict[str | None, _Relation] = {}
+
+    def policy_slots(self, kind: str) -> int:
+        """The slots, in either graph, of the touched policies of ``kind``."""
+        bits = 0
+        for policy_id in self.touched.get(kind, ()):
+            for reader in (self.before, self.after):
+                slot = reader.policy_slot(kind, policy_id)
+                if slot is not None:
+                    bits |= 1 << slot
+        return bits
+
+    def slot_bits(self, identity_ids: Iterable[str]) -> int:
+        bits = 0
+        for identity_id in identity_ids:
+            for reader in (self.before, self.after):
+                slot = reader.slot(IDENTITY, identity_id)
+                if slot is not None:
+                    bits |= 1 << slot
+        return bits
+
+    # -- grants -----------------------------------------------------------------------------------
+    @staticmethod
+    def granted_identities(reader: Reader, other: str, other_id: str, policy_type: str | None) -> int:
+        """The identities granted ``other_id`` (a service of ``policy_type``, or a router) in
+        ``reader``, as its slots (0 when it does not exist)."""
+        kind = SERVICE_POLICY if other == SERVICE else EDGE_ROUTER_POLICY
+        return reader.union(kind, IDENTITY, reader.links(kind, other, other_id, policy_type))
+
+    @staticmethod
+    def granted_to(reader: Reader, identity_id: str, other: str, policy_type: str | None) -> int:
+        """The services (of ``policy_type``) or routers granted to an identity in ``reader``."""
+        kind = SERVICE_POLICY if other == SERVICE else EDGE_ROUTER_POLICY
+        return reader.union(kind, other, reader.links(kind, IDENTITY, identity_id, policy_type))
+
+    # -- the relations ----------------------------------------------------------------------------
+    def columns(self, policy_type: str | None) -> set[str]:
+        """The services (of a type) or routers (``None``) whose identities may have changed
+        outside the touched ones: the touched ones, and the members of the touched policies."""
+        other, kind = (SERVICE, SERVICE_POLICY) if policy_type else (EDGE_ROUTER, EDGE_ROUTER_POLICY)
+        out = set(self.touched.get(other, ()))
+        for policy_id in self.touched.get(kind, ()):
+            for reader in (self.before, self.after):
+                if reader.has_policy(kind, policy_id) and (
+                    policy_type is None or reader.policy_type(kind, policy_id) == policy_type
+                ):
+                    out.update(
+                        str(i) for i in select(reader.members(kind, policy_id, other), reader.ids(other))
+                    )
+        return out
+
+    def relation(self, policy_type: str | None) -> _Relation:
+        """The changes of identity -> service of ``policy_type`` (identity -> router: None)."""
+        known = self._relations.get(policy_type)
+        if known is not None:
+            return known
+        other, kind = (SERVICE, SERVICE_POLICY) if policy_type else (EDGE_ROUTER, EDGE_ROUTER_POLICY)
+        before, after = self.before, self.after
+        out = _Relation()
+        mask = self.row_mask
+        # A policy not touched has the same slot and, but at touched identities (masked out),
+        # the same identities in both graphs: the union of those selecting a column is computed
+        # once, and only the touched ones' members are added on each side.
+        touched = self.policy_slots(kind)
+        for column in self.columns(policy_type):
+            was = before.links(kind, other, column, policy_type)
+            now = after.links(kind, other, column, policy_type)
+            common = was & now & ~touched
+            if was == common and now == common:
+                continue
+            shared = before.union(kind, IDENTITY, common)
+            old = shared | before.union(kind, IDENTITY, was & ~common)
+            new = shared | after.union(kind, IDENTITY, now & ~common)
+            changed = (old ^ new) & mask
+            if changed:
+                out.columns[column] = (new & changed, old & changed)
+        align = self.align[other]
+        for row in self.row_ids:
+            old = self.granted_to(self.before, row, other, policy_type)
+            new = self.granted_to(self.after, row, other, policy_type)
+            if old != new:
+                added, removed = align.delta(old, new)
+                if added or removed:
+                    out.rows[row] = (added, removed)
+        self._relations[policy_type] = out
+        return out
+
+    def count(self) -> int:
+        """How many pairs change, both relations, without listing them."""
+        return sum(self.relation(t).count() for t in (*TYPES, None))
+
+    # -- the listing ----------------------------------------------------------------------------
+    def diff(self, limit: int | None = None) -> AccessDiff:
+        """The :class:`AccessDiff` (:class:`DiffTooLargeError` past ``limit`` pairs)."""
+        if limit is not None:
+            count = self.count()
+            if count > limit:
+                raise DiffTooLargeError(count, limit)
+        ids_b, ids_a = self.before.ids(IDENTITY), self.after.ids(IDENTITY)
+        # per list of IdentityChange, identity id -> the other ids, sorted
+        lists: list[dict[str, list[str]]] = []
+        for policy_type in (*TYPES, None):
+            other = SERVICE if policy_type else EDGE_ROUTER
+            relation = self.relation(policy_type)
+            added_by: dict[str, list[str]] = {}
+            removed_by: dict[str, list[str]] = {}
+            for column in sorted(relation.columns):  # so each identity's list comes out sorted
+                added, removed = relation.columns[column]
+                for bits, ids, by in ((added, ids_a, added_by), (removed, ids_b, removed_by)):
+                    if bits:
+                        for identity_id in select(bits, ids):
+                            found = by.get(identity_id)  # type: ignore[arg-type]
+                            if found is None:
+                                by[identity_id] = [column]  # type: ignore[index]
+                            else:
+                                found.append(column)
+            other_b, other_a = self.before.ids(other), self.after.ids(other)
+            for row, (added, removed) in relation.rows.items():
+                if added:
+                    added_by[row] = sorted(str(i) for i in select(added, other_a))
+                if removed:
+                    removed_by[row] = sorted(str(i) for i in select(removed, other_b))
+            lists.extend((added_by, removed_by))
+        dial_added, dial_removed, bind_added, bind_removed, routers_added, routers_removed = lists
+        diff = AccessDiff()
+        for identity_id in sorted(set().union(*lists)):
+            entry = IdentityChange(
+                identity_id,
+                dial_added.get(identity_id) or [],
+                dial_removed.get(identity_id) or [],
+                bind_added.get(identity_id) or [],
+                bind_removed.get(identity_id) or [],
+                routers_added.get(identity_id) or [],
+                routers_removed.get(identity_id) or [],
+            )
+            diff.identities.append(entry)
+            for target, dial, bind in (
+                (diff.services_added, entry.dial_added, entry.bind_added),
+                (diff.services_removed, entry.dial_removed, entry.bind_removed),
+            ):
+                if dial and bind:
+                    target.extend(
+                        (identity_id, s, t)
+                        for s, t in sorted([*((s, "Dial") for s in dial), *((s, "Bind") for s in bind)])
+                    )
+                elif dial:
+                    target.extend(zip(repeat(identity_id), dial, repeat("Dial")))
+                elif bind:
+                    target.extend(zip(repeat(identity_id), bind, repeat("Bind")))
+            if entry.routers_added:
+                diff.routers_added.extend(zip(repeat(identity_id), entry.routers_added))
+            if entry.routers_removed:
+                diff.routers_removed.extend(zip(repeat(identity_id), entry.routers_removed))
+        diff.policies = self._policies()
+        return diff
 
     # -- per policy -------------------------------------------------------------------------------
-    serp = _changed_policies(before, after, touched, SERVICE_EDGE_ROUTER_POLICY, (SERVICE, EDGE_ROUTER))
-    kinds: tuple[tuple[str, set[str], tuple[str, str]], ...] = (
-        (SERVICE_POLICY, service_policies, (IDENTITY, SERVICE)),
-        (EDGE_ROUTER_POLICY, router_policies, (IDENTITY, EDGE_ROUTER)),
-        (SERVICE_EDGE_ROUTER_POLICY, serp, (SERVICE, EDGE_ROUTER)),
-    )
-    for kind, policy_ids, sides in kinds:
-        for policy_id in sorted(policy_ids):
-            old_links = _links(before, kind, policy_id, sides)
-            new_links = _links(after, kind, policy_id, sides)
-            status = _status(before, after, kind, policy_id, touched)
-            if (
-                status == "members"
-                and old_links == new_links
-                and not _type_changed(before, after, kind, policy_id)
-            ):
+    def changed_policies(self, kind: str) -> set[str]:
+        """The policies of ``kind`` touched, or selecting a touched entity in either graph."""
+        out = set(self.touched.get(kind, ()))
+        for entity_kind in POLICY_FIELDS[kind]:  # type: ignore[index]
+            if entity_kind == POSTURE_CHECK:
                 continue
-            change = PolicyChange(
-                kind, policy_id, status, len(new_links - old_links), len(old_links - new_links)
-            )
-            if kind == SERVICE_POLICY:
-                change.access_added = sum(
-                    1 for i, s, t in diff.services_added if _grants(after, policy_id, i, s, t)
-                )
-                change.access_removed = sum(
-                    1 for i, s, t in diff.services_removed if _grants(before, policy_id, i, s, t)
-                )
-            elif kind == EDGE_ROUTER_POLICY:
-                change.access_added = sum(1 for i, r in diff.routers_added if (i, r) in new_links)
-                change.access_removed = sum(1 for i, r in diff.routers_removed if (i, r) in old_links)
-            diff.policies.append(change)
-    diff.identities = [identities[i] for i in sorted(identities)]
-    return diff
+            for entity_id in self.touched.get(entity_kind, ()):
+                for reader in (self.before, self.after):
+                    out.update(reader.policy_ids(kind, reader.links(kind, entity_kind, entity_id)))
+        return out
+
+    def _status(self, kind: str, policy_id: str) -> str:
+        if not self.before.has_policy(kind, policy_id):
+            return "created"
+        if not self.after.has_policy(kind, policy_id):
+            return "deleted"
+        return "updated" if policy_id in self.touched.get(kind, ()) else "members"
+
+    def _links(self, kind: str, policy_id: str) -> tuple[int, int, dict[str, tuple[int, int]]]:
+        """(links added, links removed, per side (before, after) members) of one policy."""
+        sides: list[str] = [k for k in POLICY_FIELDS[kind] if k != POSTURE_CHECK]  # type: ignore[index]
+        members: dict[str, tuple[int, int]] = {
+            k: (self.before.members(kind, policy_id, k), self.after.members(kind, policy_id, k))
+            for k in sides
+        }
+        old = new = common = 1
+        for k, (was, now) in members.items():
+            old *= was.bit_count()
+            new *= now.bit_count()
+            common *= self.align[k].common(was, now)
+        return new - common, old - common, members
+
+    def _access(
+        self, relation: _Relation, members: tuple[int, int], other: str, reader: Reader, added: bool
+    ) -> int:
+        """How many of ``relation``'s added (removed) pairs a policy with ``members``
+        (identities, others; in ``reader``'s slots) links."""
+        identities, others = members
+        index = 0 if added else 1
+        count = 0
+        for column, pair in relation.columns.items():
+            slot = reader.slot(other, column)
+            if slot is not None and (others >> slot) & 1:
+                count += (pair[index] & identities).bit_count()
+        for row, pair in relation.rows.items():
+            slot = reader.slot(IDENTITY, row)
+            if slot is not None and (identities >> slot) & 1:
+                count += (pair[index] & others).bit_count()
+        return count
+
+    def _policies(self) -> list[PolicyChange]:
+        out: list[PolicyChange] = []
+        for kind in (SERVICE_POLICY, EDGE_ROUTER_POLICY, SERVICE_EDGE_ROUTER_POLICY):
+            for policy_id in sorted(self.changed_policies(kind)):
+                status = self._status(kind, policy_id)
+                links_added, links_removed, members = self._links(kind, policy_id)
+                old_type = self.before.policy_type(kind, policy_id)
+                new_type = self.after.policy_type(kind, policy_id)
+                retyped = kind == SERVICE_POLICY and status == "members" and old_type != new_type
+                if status == "members" and not links_added and not links_removed and not retyped:
+                    continue
+                change = PolicyChange(kind, policy_id, status, links_added, links_removed)
+                if kind in (SERVICE_POLICY, EDGE_ROUTER_POLICY):
+                    other = SERVICE if kind == SERVICE_POLICY else EDGE_ROUTER
+                    if self.after.has_policy(kind, policy_id):
+                        relation = self.relation(new_type if kind == SERVICE_POLICY else None)
+                        after = (members[IDENTITY][1], members[other][1])
+                        change.access_added = self._access(relation, after, other, self.after, True)
+                    if self.before.has_policy(kind, policy_id):
+                        relation = self.relation(old_type if kind == SERVICE_POLICY else None)
+                        before = (members[IDENTITY][0], members[other][0])
+                        change.access_removed = self._access(relation, before, other, self.before, False)
+                out.append(change)
+        return out
 
 
-def _type_changed(before: PolicyGraph, after: PolicyGraph, kind: str, policy_id: str) -> bool:
-    if kind != SERVICE_POLICY or not before.has_policy(SERVICE_POLICY, policy_id):
-        return False
-    if not after.has_policy(SERVICE_POLICY, policy_id):
-        return False
-    return before.policy(SERVICE_POLICY, policy_id).type != after.policy(SERVICE_POLICY, policy_id).type
+# -- entry points ---------------------------------------------------------------------------------
 
 
-def _grants(graph: PolicyGraph, policy_id: str, identity_id: str, service_id: str, policy_type: str) -> bool:
-    if not graph.has_policy(SERVICE_POLICY, policy_id):
-        return False
-    record = graph.policy(SERVICE_POLICY, policy_id)
-    return (
-        record.type == policy_type
-        and graph.policy_selects(SERVICE_POLICY, policy_id, IDENTITY, identity_id)
-        and graph.policy_selects(SERVICE_POLICY, policy_id, SERVICE, service_id)
-    )
+def compare(before: PolicyGraph, after: PolicyGraph, touched: Touched) -> Comparison:
+    """The comparison of two graphs, ``after`` a fork of ``before`` with ``touched`` changed."""
+    return Comparison(GraphReader(before), GraphReader(after), touched)
 
 
-def _reach(graph: PolicyGraph, identity_id: str, policy_type: str) -> set[str]:
-    if not graph.has_entity(IDENTITY, identity_id):
-        return set()
-    return set(graph.services_for_identity(identity_id, policy_type))
+def compare_changes(graph: PolicyGraph, changes: Sequence[Change]) -> Comparison:
+    """The comparison of ``graph`` with ``graph`` after ``changes`` (store changes, as a commit
+    would apply them): through a :class:`PolicyOverlay` when they change only a few policies,
+    else on a fork. ``graph`` is not changed; use the answer while it does not change either."""
+    touched = touched_by(changes)
+    if PolicyOverlay.suits(changes):
+        return Comparison(GraphReader(graph), PolicyOverlay(graph, changes), touched)
+    after = graph.copy()
+    apply_changes(after, changes)
+    return compare(graph, after, touched)
 
 
-def _routers(graph: PolicyGraph, identity_id: str) -> set[str]:
-    if not graph.has_entity(IDENTITY, identity_id):
-        return set()
-    return set(graph.edge_routers_for_identity(identity_id))
+def access_diff(
+    before: PolicyGraph, after: PolicyGraph, touched: Touched, limit: int | None = None
+) -> AccessDiff:
+    """Every (identity, service, type) and (identity, router) pair granted in one graph and not
+    the other, given what was ``touched`` between them (:func:`touched_by`);
+    :class:`DiffTooLargeError` when more than ``limit`` pairs change."""
+    return compare(before, after, touched).diff(limit)

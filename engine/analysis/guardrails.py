@@ -42,7 +42,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.analysis.diff import access_diff, touched_by
+from engine.analysis.diff import (
+    Comparison,
+    GraphReader,
+    PolicyOverlay,
+    Reader,
+    compare,
+    compare_changes,
+    touched_by,
+)
 from engine.entities import Entity
 from engine.entities.guardrails import FORMS, MODES, Guardrail, GuardrailViolation
 from engine.errors import ControllerError, FieldError
@@ -60,11 +68,13 @@ from engine.policy import (
     SERVICE_POLICY,
     PolicyGraph,
 )
+from engine.policy.bitset import select, slots
 from engine.policy.selector import Selector, Semantic, normalize_semantic, parse_roles
 from engine.ports import Change, Delete, Put, Store, UnitOfWork
 from engine.roles import check_role_syntax, check_semantic, sort_roles
 
 __all__ = [
+    "LISTED_PAIRS",
     "REPORTED_PAIRS",
     "GuardrailChecker",
     "GuardrailManager",
@@ -79,6 +89,9 @@ __all__ = [
 
 #: How many offending pairs a 409 or a violation record names (the count is exact).
 REPORTED_PAIRS = 100
+#: How many of a verdict's pairs are listed at most (its count is exact): a write adding more
+#: violations than that (say to a guardrail matching everything) is counted, not listed.
+LISTED_PAIRS = 10_000
 
 Pair = tuple[str, str, str]
 """(identity id, service id, ``Dial`` or ``Bind``)."""
@@ -147,7 +160,14 @@ class Verdict:
     """The violations a write adds to one guardrail (all of them, sorted)."""
 
     rule: Rule
+    #: The violations, sorted; at most :data:`LISTED_PAIRS` of them.
     pairs: tuple[Pair, ...]
+    #: How many violations the write adds (exact; ``len(pairs)`` unless more than listed).
+    count: int = -1
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            object.__setattr__(self, "count", len(self.pairs))
 
 
 class GuardrailViolationError(ControllerError):
@@ -161,7 +181,7 @@ class GuardrailViolationError(ControllerError):
         parts = []
         for verdict in self.verdicts:
             first = ", ".join(f"{i} may {t} {s}" for i, s, t in verdict.pairs[:3])
-            more = len(verdict.pairs) - 3
+            more = verdict.count - 3
             parts.append(
                 f"guardrail {verdict.rule.name} ({verdict.rule.form}): {first}"
                 + (f" and {more} more" if more > 0 else "")
@@ -180,7 +200,7 @@ class GuardrailViolationError(ControllerError):
                     "id": v.rule.id,
                     "name": v.rule.name,
                     "form": v.rule.form,
-                    "count": len(v.pairs),
+                    "count": v.count,
                     "pairs": [
                         {"identityId": i, "serviceId": s, "type": t} for i, s, t in v.pairs[:REPORTED_PAIRS]
                     ],
@@ -257,20 +277,6 @@ def _same_policy(graph: PolicyGraph, kind: str, policy: Entity) -> bool:
 # -- whether a write can touch a guardrail --------------------------------------------------------
 
 
-def _side(graph: PolicyGraph, entity_kind: str) -> Any:
-    return graph._side(SERVICE_POLICY, entity_kind)  # the engine's own bitsets
-
-
-def _selected_bits(graph: PolicyGraph, entity_kind: str, selector: Selector, semantic: Semantic) -> int:
-    side = _side(graph, entity_kind)
-    return int(side.table.all_bits if selector.all else side.compute_members(selector, semantic))
-
-
-def _policy_bits(graph: PolicyGraph, policy_id: str, entity_kind: str) -> int:
-    slot = graph._policy_table(SERVICE_POLICY).slot_of.get(policy_id)
-    return 0 if slot is None else int(_side(graph, entity_kind).member_bits(slot))
-
-
 def touches(graph: PolicyGraph, rule: Rule, changes: Sequence[Change]) -> bool:
     """Whether ``changes`` (applied to ``graph``) can change ``rule``'s violations: False only
     when they certainly cannot (see the module docstring)."""
@@ -279,7 +285,7 @@ def touches(graph: PolicyGraph, rule: Rule, changes: Sequence[Change]) -> bool:
     def rule_bits(entity_kind: str) -> int:
         if entity_kind not in bits:
             selector = rule.identities if entity_kind == IDENTITY else rule.services
-            bits[entity_kind] = _selected_bits(graph, entity_kind, selector, rule.semantic)
+            bits[entity_kind] = graph.selector_bits(entity_kind, selector, rule.semantic)  # type: ignore[arg-type]
         return bits[entity_kind]
 
     for change in changes:
@@ -313,14 +319,14 @@ def touches(graph: PolicyGraph, rule: Rule, changes: Sequence[Change]) -> bool:
         identity_bits = service_bits = 0
         if graph.has_policy(SERVICE_POLICY, entity_id):
             types.add(graph.policy(SERVICE_POLICY, entity_id).type)
-            identity_bits = _policy_bits(graph, entity_id, IDENTITY)
-            service_bits = _policy_bits(graph, entity_id, SERVICE)
+            identity_bits = graph.policy_member_bits(SERVICE_POLICY, entity_id, IDENTITY)
+            service_bits = graph.policy_member_bits(SERVICE_POLICY, entity_id, SERVICE)
         if isinstance(change, Put):
             row = _policy_row(change.entity)
             types.add(row.type)
             semantic = normalize_semantic(row.semantic)
-            identity_bits |= _selected_bits(graph, IDENTITY, parse_roles(row.identity_roles), semantic)
-            service_bits |= _selected_bits(graph, SERVICE, parse_roles(row.service_roles), semantic)
+            identity_bits |= graph.selector_bits(IDENTITY, parse_roles(row.identity_roles), semantic)
+            service_bits |= graph.selector_bits(SERVICE, parse_roles(row.service_roles), semantic)
         if rule.type not in types or not service_bits & rule_bits(SERVICE):
             continue
         if rule.form == "only":
@@ -331,72 +337,200 @@ def touches(graph: PolicyGraph, rule: Rule, changes: Sequence[Change]) -> bool:
     return False
 
 
-# -- the exact comparison ---------------------------------------------------------------------------
+# -- the exact comparison, as bitsets ---------------------------------------------------------------
 
 
-def _members(graph: PolicyGraph, entity_kind: str, rule: Rule) -> set[str]:
-    selector = rule.identities if entity_kind == IDENTITY else rule.services
-    table = _side(graph, entity_kind).table
-    bits = _selected_bits(graph, entity_kind, selector, rule.semantic)
-    return {table.ids[slot] for slot in _slots(bits)}
+class _Judge:
+    """One rule's violations in the two graphs of a :class:`~engine.analysis.diff.Comparison`:
+    per service (a *column*) the violating identities, per identity (a *row*) the violating
+    services, as bitsets of each graph's slots."""
+
+    def __init__(self, comparison: Comparison, rule: Rule, online: Online) -> None:
+        self.comparison = comparison
+        self.rule = rule
+        self.online = online
+        self._bits: dict[tuple[int, str], int] = {}
+        self._online: dict[int, int] = {}
+
+    def rule_bits(self, reader: Reader, kind: str) -> int:
+        key = (id(reader), kind)
+        found = self._bits.get(key)
+        if found is None:
+            selector = self.rule.identities if kind == IDENTITY else self.rule.services
+            found = self._bits[key] = reader.selector_bits(kind, selector, self.rule.semantic)
+        return found
+
+    def online_routers(self, reader: Reader) -> int:
+        found = self._online.get(id(reader))
+        if found is None:
+            found = 0
+            for slot, router_id in enumerate(reader.ids(EDGE_ROUTER)):
+                if router_id is not None and self.online(router_id):
+                    found |= 1 << slot
+            self._online[id(reader)] = found
+        return found
+
+    def column(self, reader: Reader, service_id: str) -> int:
+        """The identities violating the rule with ``service_id`` in ``reader``."""
+        slot = reader.slot(SERVICE, service_id)
+        if slot is None or not (self.rule_bits(reader, SERVICE) >> slot) & 1:
+            return 0
+        rule, members = self.rule, self.rule_bits(reader, IDENTITY)
+        grant = Comparison.granted_identities(reader, SERVICE, service_id, rule.type)
+        if rule.form == "deny":
+            return members & grant
+        if rule.form == "only":
+            return grant & ~members
+        if rule.form == "keep":
+            return members & ~grant
+        routers = reader.union(
+            SERVICE_EDGE_ROUTER_POLICY,
+            EDGE_ROUTER,
+            reader.links(SERVICE_EDGE_ROUTER_POLICY, SERVICE, service_id),
+        )
+        live = routers & self.online_routers(reader)
+        served = (
+            reader.union(
+                EDGE_ROUTER_POLICY, IDENTITY, reader.selecting(EDGE_ROUTER_POLICY, EDGE_ROUTER, live)
+            )
+            if live
+            else 0
+        )
+        return members & grant & ~served
+
+    def row(self, reader: Reader, identity_id: str) -> int:
+        """The services violating the rule with ``identity_id`` in ``reader``."""
+        slot = reader.slot(IDENTITY, identity_id)
+        if slot is None:
+            return 0
+        rule, services = self.rule, self.rule_bits(reader, SERVICE)
+        member = bool((self.rule_bits(reader, IDENTITY) >> slot) & 1)
+        if member == (rule.form == "only"):
+            return 0
+        grant = Comparison.granted_to(reader, identity_id, SERVICE, rule.type)
+        if rule.form in ("deny", "only"):
+            return services & grant
+        if rule.form == "keep":
+            return services & ~grant
+        routers = reader.union(
+            EDGE_ROUTER_POLICY, EDGE_ROUTER, reader.links(EDGE_ROUTER_POLICY, IDENTITY, identity_id)
+        )
+        live = routers & self.online_routers(reader)
+        served = (
+            reader.union(
+                SERVICE_EDGE_ROUTER_POLICY,
+                SERVICE,
+                reader.selecting(SERVICE_EDGE_ROUTER_POLICY, EDGE_ROUTER, live),
+            )
+            if live
+            else 0
+        )
+        return services & grant & ~served
+
+    def lines(self) -> tuple[set[str], set[str]]:
+        """(columns, rows): the services and identities whose violations can differ."""
+        comparison, rule = self.comparison, self.rule
+        before, after = comparison.before, comparison.after
+        touched = comparison.touched
+        columns = set(comparison.relation(rule.type).columns) | set(touched.get(SERVICE, ()))
+        rows = set(touched.get(IDENTITY, ()))
+        if rule.form != "routers":
+            return columns, rows
+        # whose routers changed: services through service edge router policies ...
+        candidates = set(touched.get(SERVICE, ()))
+        for policy_id in comparison.changed_policies(SERVICE_EDGE_ROUTER_POLICY):
+            for reader in (before, after):
+                bits = reader.members(SERVICE_EDGE_ROUTER_POLICY, policy_id, SERVICE)
+                candidates.update(str(i) for i in select(bits, reader.ids(SERVICE)))
+        align = comparison.align[EDGE_ROUTER]
+        for service_id in candidates - columns:
+            old, new = (
+                r.union(
+                    SERVICE_EDGE_ROUTER_POLICY,
+                    EDGE_ROUTER,
+                    r.links(SERVICE_EDGE_ROUTER_POLICY, SERVICE, service_id),
+                )
+                for r in (before, after)
+            )
+            if any(align.delta(old, new)):
+                columns.add(service_id)
+        # ... and identities through edge router policies (as rows, or every service of the rule
+        # as a column when that is fewer)
+        reached = comparison.relation(None)
+        extra: set[str] = set()
+        for added, removed in reached.columns.values():
+            extra.update(str(i) for i in select(added, after.ids(IDENTITY)))
+            extra.update(str(i) for i in select(removed, before.ids(IDENTITY)))
+        extra -= rows
+        services = [self.rule_bits(r, SERVICE) for r in (before, after)]
+        if len(extra) > sum(bits.bit_count() for bits in services):
+            for reader, bits in zip((before, after), services, strict=True):
+                columns.update(str(i) for i in select(bits, reader.ids(SERVICE)))
+        else:
+            rows |= extra
+        return columns, rows
+
+    def verdict(self) -> Verdict | None:
+        comparison, rule = self.comparison, self.rule
+        before, after = comparison.before, comparison.after
+        columns, rows = self.lines()
+        mask = ~comparison.slot_bits(rows)
+        identities, services = after.ids(IDENTITY), after.ids(SERVICE)
+        align = comparison.align[SERVICE]
+        count = 0
+        pairs: list[Pair] = []
+        for service_id in sorted(columns):
+            new = self.column(after, service_id)
+            if not new:
+                continue
+            added = new & ~self.column(before, service_id) & mask
+            if added:
+                count += added.bit_count()
+                if len(pairs) < LISTED_PAIRS:
+                    pairs.extend((str(i), service_id, rule.type) for i in select(added, identities))
+        for identity_id in sorted(rows):
+            new = self.row(after, identity_id)
+            if not new:
+                continue
+            added = align.delta(self.row(before, identity_id), new)[0]
+            if added:
+                count += added.bit_count()
+                if len(pairs) < LISTED_PAIRS:
+                    pairs.extend((identity_id, str(s), rule.type) for s in select(added, services))
+        if not count:
+            return None
+        return Verdict(rule, tuple(sorted(pairs)[:LISTED_PAIRS]), count)
 
 
-def _slots(bits: int) -> Iterable[int]:
-    while bits:
-        low = bits & -bits
-        yield low.bit_length() - 1
-        bits ^= low
+def _merged(first: Sequence[Change], second: Sequence[Change]) -> list[Change]:
+    """One change per key: ``first`` applied, then ``second`` (as :func:`apply_changes` applies
+    a batch: a delete in a batch wins over its puts)."""
+    state: dict[tuple[str, str], Change] = {}
+    for batch in (first, second):
+        final: dict[tuple[str, str], Change] = {}
+        for change in batch:
+            key = _key(change)
+            if isinstance(change, Delete) or not isinstance(final.get(key), Delete):
+                final[key] = change
+        state.update(final)
+    return list(state.values())
 
 
-def _services_of(graph: PolicyGraph, identity_id: str, policy_type: str) -> list[str]:
-    if not graph.has_entity(IDENTITY, identity_id):
-        return []
-    return graph.services_for_identity(identity_id, policy_type)
-
-
-def _identities_of(graph: PolicyGraph, service_id: str, policy_type: str) -> list[str]:
-    if not graph.has_entity(SERVICE, service_id):
-        return []
-    return graph.identities_for_service(service_id, policy_type)
-
-
-def _candidates(
-    before: PolicyGraph, after: PolicyGraph, rule: Rule, changes: Sequence[Change]
-) -> set[tuple[str, str]]:
-    """Every (identity, service) whose violation of ``rule`` can differ between the graphs."""
+def _comparison(graph: PolicyGraph, pending: Sequence[Change], changes: Sequence[Change]) -> Comparison:
+    """The graph with ``pending`` applied against it with ``changes`` applied too; ``graph`` is
+    not changed."""
+    if not pending:
+        return compare_changes(graph, changes)
     touched = touched_by(changes)
-    diff = access_diff(before, after, touched)
-    out: set[tuple[str, str]] = set()
-    for identity_id, service_id, policy_type in (*diff.services_added, *diff.services_removed):
-        if policy_type == rule.type:
-            out.add((identity_id, service_id))
-    identities = set(touched.get(IDENTITY, ()))
-    services = set(touched.get(SERVICE, ()))
-    if rule.form == "routers":
-        identities.update(i for i, _ in (*diff.routers_added, *diff.routers_removed))
-        for graph in (before, after):
-            for router_id in touched.get(EDGE_ROUTER, ()):
-                if graph.has_entity(EDGE_ROUTER, router_id):
-                    services.update(graph.services_for_edge_router(router_id))
-                    identities.update(graph.identities_for_edge_router(router_id))
-            for policy_id in touched.get(SERVICE_EDGE_ROUTER_POLICY, ()):
-                if graph.has_policy(SERVICE_EDGE_ROUTER_POLICY, policy_id):
-                    services.update(graph.policy_members(SERVICE_EDGE_ROUTER_POLICY, policy_id, SERVICE))
-            for policy_id in touched.get(EDGE_ROUTER_POLICY, ()):
-                if graph.has_policy(EDGE_ROUTER_POLICY, policy_id):
-                    identities.update(graph.policy_members(EDGE_ROUTER_POLICY, policy_id, IDENTITY))
-    for graph in (before, after):
-        for identity_id in identities:
-            if rule.form == "keep":
-                out.update((identity_id, s) for s in _members(graph, SERVICE, rule))
-            else:
-                out.update((identity_id, s) for s in _services_of(graph, identity_id, rule.type))
-        for service_id in services:
-            if rule.form == "keep":
-                out.update((i, service_id) for i in _members(graph, IDENTITY, rule))
-            else:
-                out.update((i, service_id) for i in _identities_of(graph, service_id, rule.type))
-    return out
+    if PolicyOverlay.suits([*pending, *changes]):
+        return Comparison(
+            PolicyOverlay(graph, pending), PolicyOverlay(graph, _merged(pending, changes)), touched
+        )
+    before = graph.copy()
+    apply_changes(before, pending)
+    after = before.copy()
+    apply_changes(after, changes)
+    return compare(before, after, touched)
 
 
 def new_violations(
@@ -405,9 +539,11 @@ def new_violations(
     changes: Sequence[Change],
     rules: Sequence[Rule],
     online: Online,
+    comparison: Comparison | None = None,
 ) -> list[Verdict]:
     """The violations ``changes`` add to each of ``rules`` (those it adds any to), where the
-    state before them is ``graph`` with ``pending`` applied. ``graph`` is not changed."""
+    state before them is ``graph`` with ``pending`` applied. ``graph`` is not changed.
+    ``comparison``: that of ``graph`` and ``changes`` (no pending), when the caller has it."""
     pending = _relevant(pending)
     changes = _effective(graph, _relevant(changes), {_key(c) for c in pending})
     if not changes:
@@ -416,45 +552,27 @@ def new_violations(
     touched = [rule for rule in rules if touches(graph, rule, scope)]
     if not touched:
         return []
-    before = graph
-    if pending:
-        before = graph.copy()
-        apply_changes(before, pending)
-    after = before.copy()
-    apply_changes(after, changes)
+    if comparison is None or pending:
+        comparison = _comparison(graph, pending, changes)
     out = []
     for rule in touched:
-        pairs = sorted(
-            (i, s, rule.type)
-            for i, s in _candidates(before, after, rule, changes)
-            if rule.violated(after, i, s, online) and not rule.violated(before, i, s, online)
-        )
-        if pairs:
-            out.append(Verdict(rule, tuple(pairs)))
+        verdict = _Judge(comparison, rule, online).verdict()
+        if verdict is not None:
+            out.append(verdict)
     return out
 
 
 def violations(graph: PolicyGraph, rule: Rule, online: Online) -> list[Pair]:
     """Every violation of ``rule`` in ``graph`` (a guardrail's current state), sorted."""
-    identities = _members(graph, IDENTITY, rule)
-    services = _members(graph, SERVICE, rule)
+    reader = GraphReader(graph)
+    judge = _Judge(Comparison(reader, reader, {}), rule, online)
+    identities, services = graph.entity_slot_ids(IDENTITY), graph.entity_slot_ids(SERVICE)
     out: list[Pair] = []
-    if rule.form == "only":
-        for service_id in services:
-            out.extend(
-                (i, service_id, rule.type)
-                for i in _identities_of(graph, service_id, rule.type)
-                if i not in identities
-            )
-    elif rule.form == "keep":
-        for identity_id in identities:
-            have = set(_services_of(graph, identity_id, rule.type))
-            out.extend((identity_id, s, rule.type) for s in services if s not in have)
-    else:
-        for identity_id in identities:
-            for service_id in _services_of(graph, identity_id, rule.type):
-                if service_id in services and rule.violated(graph, identity_id, service_id, online):
-                    out.append((identity_id, service_id, rule.type))
+    for slot in slots(judge.rule_bits(reader, SERVICE)):
+        service_id = str(services[slot])
+        out.extend(
+            (str(i), service_id, rule.type) for i in select(judge.column(reader, service_id), identities)
+        )
     return sorted(out)
 
 
@@ -528,7 +646,7 @@ class GuardrailChecker:
                     guardrail_id=v.rule.id,
                     guardrail_name=v.rule.name,
                     revision=self.store.last_seq,
-                    count=len(v.pairs),
+                    count=v.count,
                     pairs=[
                         {"identityId": i, "serviceId": s, "type": t} for i, s, t in v.pairs[:REPORTED_PAIRS]
                     ],

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engine.analysis.diff import AccessDiff, access_diff, touched_by
+from engine.analysis.diff import MAX_DIFF_PAIRS, AccessDiff, DiffTooLargeError, compare, compare_changes
 from engine.analysis.explain import (
     PostureVerdict,
     RouterExplanation,
@@ -56,7 +56,6 @@ from engine.entities.services import Service
 from engine.errors import ControllerError, FieldError, NotFoundError
 from engine.managers.access import ENTITY_KINDS as ENTITY_NAMES
 from engine.managers.access import POLICY_KINDS as POLICY_NAMES
-from engine.managers.access import apply_changes
 from engine.managers.posture import EVALUATORS, PostureData
 from engine.managers.registry import Managers
 from engine.policy import EDGE_ROUTER, IDENTITY, SERVICE, PolicyGraph
@@ -321,20 +320,34 @@ class AnalysisManager:
                     )
         return overlay.final(), created
 
-    @staticmethod
-    def _diff(graph: PolicyGraph, changes: Sequence[Change]) -> AccessDiff:
-        after = graph.copy()
-        apply_changes(after, changes)
-        return access_diff(graph, after, touched_by(changes))
-
     def what_if(self, operations: Sequence[Operation]) -> WhatIf:
         """The access diff the writes would make, at the current revision, and the violations
-        they would add to guardrails; nothing is written."""
-        revision, view, graph = self._consistent()
+        they would add to guardrails; nothing is written. More than :data:`MAX_DIFF_PAIRS`
+        changed pairs: :class:`DiffTooLargeError` (400)."""
+        with self.store.write_lock():
+            revision, view = self.store.last_seq, self.store.view()
         changes, created = self._run(operations, view, revision)
         rules = [Rule.of(g) for g in view.all(Guardrail)]
-        verdicts = new_violations(graph, [], changes, rules, self.managers.fleet.is_online) if rules else []
-        return WhatIf(revision, self._diff(graph, changes), tuple(created), len(changes), tuple(verdicts))
+        online = self.managers.fleet.is_online
+        # The live graph, held still, is the graph at the revision unless a batch landed since
+        # (then a fork taken back to it); the writes are compared on it without forking it when
+        # they change only policies (engine/analysis/diff.py).
+        with self.access.reading() as (live, _):
+            try:
+                graph = self.history.rewind(live, revision) if self.history.changed_since(revision) else live
+            except RevisionTooOldError:
+                graph = None
+            if graph is not None:
+                comparison = compare_changes(graph, changes)
+                diff = comparison.diff(MAX_DIFF_PAIRS)
+                verdicts = new_violations(graph, [], changes, rules, online, comparison) if rules else []
+        if graph is None:  # the history moved past the revision meanwhile: as of a fresh fork
+            revision, view, graph = self._consistent()
+            changes, created = self._run(operations, view, revision)
+            comparison = compare_changes(graph, changes)
+            diff = comparison.diff(MAX_DIFF_PAIRS)
+            verdicts = new_violations(graph, [], changes, rules, online, comparison) if rules else []
+        return WhatIf(revision, diff, tuple(created), len(changes), tuple(verdicts))
 
     def apply(self, operations: Sequence[Operation], revision: int) -> Applied:
         """Commit the writes as one batch if nothing access-relevant changed since ``revision``
@@ -350,7 +363,8 @@ class AnalysisManager:
                 self._check_unchanged(revision, current)
                 if not _staged_access_changes(self.store):
                     changes, created = self._run(operations, self.store, current)
-                    diff = self._diff(self.access.snapshot(), changes)
+                    with self.access.reading() as (graph, _):
+                        diff = compare_changes(graph, changes).diff(MAX_DIFF_PAIRS)
                     # the guardrails see the batch whole, as any write (409 when enforced)
                     extra = self.checker(changes) if changes else []
                     if changes:
@@ -370,9 +384,14 @@ class AnalysisManager:
         try:
             if not self.history.changed_since(revision):
                 return
-            graph = self.access.snapshot()
-            past = self.history.rewind(graph, revision)
-            diff = access_diff(past, graph, self.history.touched_since(revision))
+            with self.access.reading() as (graph, _):
+                past = self.history.rewind(graph, revision)
+                try:
+                    diff: AccessDiff | None = compare(past, graph, self.history.touched_since(revision)).diff(
+                        MAX_DIFF_PAIRS
+                    )
+                except DiffTooLargeError:
+                    diff = None  # too large to list: the 409 says so without it
         except RevisionTooOldError as ex:
             raise StaleRevisionError(
                 revision,

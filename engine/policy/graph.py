@@ -554,6 +554,77 @@ class PolicyGraph:
         policy = self._policy_table(policy_kind).slot_of.get(policy_id)
         return 0 if policy is None else side.member_bits(policy).bit_count()
 
+    # -- bitset reads (for analyses that compare graphs without listing ids) --------------------
+    # Entity bitsets are over a kind's slots (``entity_slot``, ``entity_slot_ids``), policy bitsets
+    # over a policy kind's slots (``policy_slot``, ``policy_slot_ids``). A fork (``copy``) keeps
+    # every slot; slots of entities or policies created or deleted since may differ. Read only:
+    # nothing here changes the graph or its caches.
+
+    def entity_slot(self, kind: EntityKind, entity_id: str) -> int | None:
+        """The entity's slot (None when it does not exist)."""
+        return self._table(kind).slot_of.get(entity_id)
+
+    def entity_slot_ids(self, kind: EntityKind) -> Sequence[str | None]:
+        """Slot -> id (None for a free slot) as of now; later changes do not alter it."""
+        return self._table(kind).id_snapshot()
+
+    def entity_bits(self, kind: EntityKind) -> int:
+        """Every live entity slot of a kind."""
+        return self._table(kind).all_bits
+
+    def policy_slot(self, kind: PolicyKind, policy_id: str) -> int | None:
+        """The policy's slot (None when it does not exist)."""
+        return self._policy_table(kind).slot_of.get(policy_id)
+
+    def policy_slot_ids(self, kind: PolicyKind) -> Sequence[str | None]:
+        """Policy slot -> id (None for a free slot), as of now."""
+        return self._policy_table(kind).id_snapshot()
+
+    def policy_member_bits(self, policy_kind: PolicyKind, policy_id: str, entity_kind: EntityKind) -> int:
+        """The entity slots the policy's side selects, ``#all`` resolved (0 for an unknown policy)."""
+        side = self._side(policy_kind, entity_kind)
+        policy = self._policy_table(policy_kind).slot_of.get(policy_id)
+        return 0 if policy is None else side.member_bits(policy)
+
+    def entity_policy_bits(
+        self, policy_kind: PolicyKind, entity_kind: EntityKind, entity_id: str, type: str | None = None
+    ) -> int:
+        """The policy slots whose ``entity_kind`` side selects the entity (0 when it does not
+        exist); for service policies, only those of ``type`` when given."""
+        side = self._side(policy_kind, entity_kind)
+        slot = side.table.slot_of.get(entity_id)
+        if slot is None:
+            return 0
+        bits = side.effective_links(slot)
+        return bits & self._type_mask(type) if type is not None else bits
+
+    def policy_bits_selecting(self, policy_kind: PolicyKind, entity_kind: EntityKind, entities: int) -> int:
+        """The policy slots whose ``entity_kind`` side selects at least one of ``entities``."""
+        if not entities:
+            return 0
+        side = self._side(policy_kind, entity_kind)
+        links = side.links
+        found = side.all_policies
+        for entity in slots(entities):
+            found |= links[entity]
+        return found
+
+    def member_union_bits(self, policy_kind: PolicyKind, entity_kind: EntityKind, policies: int) -> int:
+        """The union of the ``entity_kind`` members of the policy slots ``policies``."""
+        return self._side(policy_kind, entity_kind).union_of_members(policies) if policies else 0
+
+    def type_bits(self, type: str) -> int:
+        """The service policy slots of a type (``Dial`` or ``Bind``)."""
+        return self._type_mask(type)
+
+    def selector_bits(self, entity_kind: EntityKind, selector: Selector, semantic: Semantic) -> int:
+        """The entity slots a (parsed) role list selects under ``semantic``, ``#all`` resolved."""
+        table = self._table(entity_kind)
+        if selector.all:
+            return table.all_bits
+        side = next(side for side in self._entity_sides[entity_kind])
+        return side.compute_members(selector, semantic)
+
     def _pair_policies(self, identity_id: str, service_id: str) -> int:
         return self._identity_cache.get(identity_id)[1] & self._service_cache.get(service_id)[1]
 
