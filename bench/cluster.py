@@ -236,11 +236,14 @@ def measure_bare(wrk: http.Wrk, work: Path, seconds: float, connections: int) ->
 
 
 def _lag_child(
-    url: str, index: int, threads: int, rate: float, seconds: float, start_at: float, results: Any
+    url: str, index: int, threads: int, rate: float, seconds: float, start: Any, results: Any
 ) -> None:
-    """(A spawned process) a PostgresStore on ``url``; ``threads`` writers (each paced at ``rate``
-    writes a second, or flat out with 0) from ``start_at`` for ``seconds``; report the writes'
-    acknowledgement times and latencies and when the other process's writes were published here."""
+    """(A spawned process) a PostgresStore on ``url``; once it follows the database, says so on
+    ``results`` and waits for ``start`` (a shared ``(go event, start time)``: the moment both
+    processes are ready, whatever their start-up took on a loaded machine); then ``threads``
+    writers (each paced at ``rate`` writes a second, or flat out with 0) for ``seconds``; report
+    the writes' acknowledgement times and latencies and when the other process's writes were
+    published here."""
     from engine.entities import all as _kinds  # noqa: F401 (registers every kind)
     from engine.entities.identities import Identity
     from engine.ports import Change, Put
@@ -258,6 +261,12 @@ def _lag_child(
                     seen.setdefault(change.entity.id, at)
 
     store.subscribe(listener)
+    go, start_value = start
+    results.put(("ready", index))
+    if not go.wait(CHILD_SECONDS):
+        store.close()
+        return
+    start_at = float(start_value.value)
     acknowledged: dict[str, float] = {}
     latencies: list[float] = []
     errors = [0]
@@ -302,17 +311,22 @@ def measure_lag(url: str, mode: str, seconds: float) -> dict[str, Any]:
     follows) or ``busy`` (both write flat out from :data:`BUSY_THREADS` threads)."""
     context = get_context("spawn")
     results: multiprocessing.Queue[Any] = context.Queue()
-    start_at = time.monotonic() + 5.0  # both stores open and following before the first write
+    go, start_value = context.Event(), context.Value("d", 0.0)
     plans = (
         [(1, IDLE_RATE, seconds), (0, 0.0, seconds)] if mode == "idle" else [(BUSY_THREADS, 0.0, seconds)] * 2
     )
     children = [
-        context.Process(target=_lag_child, args=(url, i, threads, rate, length, start_at, results))
+        context.Process(target=_lag_child, args=(url, i, threads, rate, length, (go, start_value), results))
         for i, (threads, rate, length) in enumerate(plans)
     ]
     for child in children:
         child.start()
     try:
+        # both stores open and following before the first write (CLOCK_MONOTONIC is the host's)
+        for _ in children:
+            results.get(timeout=CHILD_SECONDS)
+        start_value.value = time.monotonic() + 0.2
+        go.set()
         reports = [results.get(timeout=seconds + CHILD_SECONDS) for _ in children]
     finally:
         for child in children:
