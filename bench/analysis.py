@@ -195,13 +195,11 @@ class Bench:
             assert result.status_code == 200, result.text
             assert result.json["data"]["summary"]["servicesAdded"] == pairs, result.json["data"]["summary"]
 
+        def run(m: Any) -> None:
+            m.update(item["id"], {"identity_roles": ["#all"]})
+
         def in_process(n: int) -> None:
-            operation = Operation(
-                "service_policies",
-                "patch",
-                item["id"],
-                lambda m: m.update(item["id"], {"identity_roles": ["#all"]}),
-            )
+            operation = Operation("service_policies", "patch", item["id"], run)
             answer = self.analysis.what_if([operation])
             assert len(answer.diff.services_added) == pairs
 
