@@ -18,6 +18,8 @@ set-up time and connections held, with ``trellis serve`` and its router running 
 change-log lag between processes and writes with 1, 8 and 32 writers (see :mod:`bench.cluster`);
 ``python -m bench peer`` the same seeded topology on OpenZiti v1.6.0 and on Trellis, measured side
 by side and reported as ratios (see :mod:`bench.peer`);
+``python -m bench analysis-stream --tier L`` how soon a write's access changes are on the stream
+(see :mod:`bench.analysis_stream`).
 ``python -m bench analysis --tier L`` the access analysis API: explain, what-if and what guardrails
 add to a write (see :mod:`bench.analysis`).
 
@@ -33,7 +35,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import analysis, cluster, dataplane, engine, http, logins, peer, serving, startup, updates, writes
+from bench import (
+    analysis,
+    analysis_stream,
+    cluster,
+    dataplane,
+    engine,
+    http,
+    logins,
+    peer,
+    serving,
+    startup,
+    updates,
+    writes,
+)
 from bench.topology import TIERS
 
 
@@ -77,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
             "analysis", help="the access analysis API: explain, what-if, guardrails on writes"
         )
     )
+    analysis_stream.add_arguments(
+        commands.add_parser(
+            "analysis-stream", help="the access-change stream: a write's record visible after"
+        )
+    )
     peer.add_arguments(
         commands.add_parser("peer", help="the same topology on OpenZiti v1.6.0 and on Trellis, side by side")
     )
@@ -103,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         print(cluster.main(args), flush=True)
     elif args.command == "analysis":
         print(analysis.main(args), flush=True)
+    elif args.command == "analysis-stream":
+        print(analysis_stream.main(args), flush=True)
     elif args.command == "peer":
         print(peer.main(args), flush=True)
     return 0

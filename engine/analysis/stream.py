@@ -319,6 +319,8 @@ class AccessChangeStream:
         self.applied = 0
         #: The newest row this process wrote or saw written.
         self.recorded = 0
+        #: The last batch the worker finished with (recorded, or found to change no pair).
+        self.processed = 0
         self._prev = 0
         self._start = 0
         self._thread: threading.Thread | None = None
@@ -332,7 +334,7 @@ class AccessChangeStream:
             self._start = revision
             self.access.observe(self)
         self._after = self._before.copy()
-        self.applied = revision
+        self.applied = self.processed = revision
         _, high = self.log.bounds()
         if high is None:
             # An empty stream starts here: a record saying so keeps this revision resumable.
@@ -449,6 +451,7 @@ class AccessChangeStream:
                     self._overflow = True
             if item is not None:
                 with self._cond:
+                    self.processed = max(self.processed, item.revision)
                     if self._queue and self._queue[0] is item:
                         self._queue.popleft()
                         self._queued -= len(item.changes)
