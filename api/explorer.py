@@ -1,4 +1,4 @@
-"""The explorer page (docs/analysis.md §13): static HTML, CSS and JavaScript the controller serves
+"""The explorer page (docs/analysis.md §14): static HTML, CSS and JavaScript the controller serves
 at ``/analysis/explorer``, beside ``/analysis/v1`` (never under ``/edge``, so no OpenZiti path can
 collide with it).
 

@@ -1,4 +1,4 @@
-// The Trellis explorer (docs/analysis.md §13): plain JavaScript, no framework, no build step.
+// The Trellis explorer (docs/analysis.md §14): plain JavaScript, no framework, no build step.
 //
 // Everything shown is fetched with the administrator's zt-session token, kept in this tab's
 // sessionStorage (never a cookie), from the management API (lists, searched with ZitiQL, paged)
@@ -264,7 +264,7 @@ async function route(moveFocus = true) {
     else a.removeAttribute("aria-current");
   }
   const seq = ++renderSeq;
-  status("");
+  status("Loading…");
   const main = $("main");
   const target = h("div", { id: "view" });
   main.dataset.state = "loading";
@@ -281,6 +281,7 @@ async function route(moveFocus = true) {
     target.append(h("p", { class: "error", role: "alert", text: `Could not load: ${ex.message}` }));
   }
   if (seq !== renderSeq) return;
+  status("");
   main.dataset.state = "ready";
   main.removeAttribute("aria-busy");
   if (!firstViewMarked) {
@@ -427,7 +428,9 @@ async function viewService(target, id, alive) {
     pagedSection(target, {
       title: `Identities that may ${type}`,
       path: `${MGMT}/services/${encodeURIComponent(id)}/identities`,
-      params: { policyType: type.toLowerCase(), sort: "name asc" },
+      // no sort: ordering every identity that may reach the service (17,000 at tier L) by name
+      // costs the server more than the page it answers
+      params: { policyType: type.toLowerCase() },
       headers: ["Identity", "Attributes", "State", ""],
       row: identityRow(type),
       empty: `No identity may ${type} ${service.name}.`,
@@ -517,7 +520,7 @@ async function viewIdentity(target, id, alive) {
     pagedSection(target, {
       title: `Services it may ${type}`,
       path: `${MGMT}/identities/${encodeURIComponent(id)}/services`,
-      params: { policyType: type.toLowerCase(), sort: "name asc" },
+      params: { policyType: type.toLowerCase() },
       headers: ["Service", "Attributes", ""],
       row: async (s) =>
         h(
@@ -771,8 +774,11 @@ async function viewFindings(target, _id, params, alive) {
   if (statusValue !== "any") clauses.push(`status = ${ql(statusValue)}`);
   if (severity) clauses.push(`severity = ${ql(severity)}`);
   if (extra) clauses.push(`(${extra})`);
+  const waiting = h("p", { class: "count", text: "Reading the findings (the first read after a write evaluates them: seconds on a large network)…" });
+  target.append(waiting);
   const page = await list(`${A}/findings`, { filter: clauses.join(" and "), sort: "severity asc", offset, limit: PAGE });
   if (!alive()) return;
+  waiting.remove();
   const results = h("section", { "aria-label": "Findings found", "aria-live": "polite" });
   results.append(h("p", { class: "count", text: `${plural(page.total, "finding")}.` }));
   const severityBadge = (s) => badge(s === "HIGH" ? "bad" : s === "MEDIUM" ? "warn" : "muted", s);

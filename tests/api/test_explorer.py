@@ -1,4 +1,4 @@
-"""The explorer page's static serving (docs/analysis.md §13): content types, the
+"""The explorer page's static serving (docs/analysis.md §14): content types, the
 Content-Security-Policy, caching, 404s, no path traversal, and no data without a login."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from typing import Any, Self
 #: Binaries tried in order when ``TRELLIS_CHROMIUM`` is not set.
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 #: Seconds a command, a navigation or a wait may take.
-DEADLINE = 30.0
+DEADLINE = 90.0
 
 #: Keys for :meth:`Page.press`: DOM ``key`` and ``code``, Windows key code, the text typed.
 KEYS = {

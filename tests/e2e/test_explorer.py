@@ -1,4 +1,4 @@
-"""The explorer page (docs/analysis.md §13) in a real headless browser, Debian's Chromium driven over
+"""The explorer page (docs/analysis.md §14) in a real headless browser, Debian's Chromium driven over
 the DevTools protocol (tests/e2e/browser.py), against a real ``trellis serve`` with a small
 network seeded through the management API.
 
