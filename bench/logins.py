@@ -1,6 +1,8 @@
-"""Logins a second: password and certificate logins at 8 concurrent clients against ``trellis serve``.
+"""Logins a second: password and certificate logins at 8 concurrent clients against ``trellis serve``,
+legacy and through OIDC, and what an authenticated request costs with a ``zt-session`` token or a
+bearer access token.
 
-``python -m bench logins [--clients 8] [--seconds 10] [--methods password,cert] [--out PATH | --publish]``:
+``python -m bench logins [--clients 8] [--seconds 10] [--methods password,cert,...] [--out PATH | --publish]``:
 
 1. ``trellis init`` in a temporary home, then ``trellis serve`` itself on 127.0.0.1 with the
    per-client budgets off (``TRELLIS_RATE_AUTH_PER_MINUTE=0``), as :mod:`bench.http` starts it:
@@ -13,6 +15,12 @@
    password, or ``?method=cert`` with an empty JSON body. Each login is a whole one: the
    credential checked and a new API session made durable before the answer. Each thread opens
    its connection and logs in once before the clock starts, so handshakes are not counted.
+   ``oidc-password`` and ``oidc-cert`` run OpenZiti's OIDC flow for each login, as the Go SDK
+   does: ``GET /oidc/authorize`` (PKCE, S256), the login page, ``POST /oidc/login/password`` (or
+   ``/cert``), the callback, then ``POST /oidc/oauth/token`` for the tokens (five requests: a
+   login counts when the tokens came). ``zt-session`` and ``bearer`` repeat ``GET
+   /edge/client/v1/current-api-session`` with a legacy session token or an OIDC access token: the
+   cost of checking each kind of credential on every request.
 4. Report: logins a second (answered 200), p50 and p99 latency, errors by status (``conn`` for a
    failed connection), the CPU of the server's processes and of the client threads (% of one
    core, from ``/proc``), and what one verification of a password hash costs in this process
@@ -34,11 +42,14 @@ Run::
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime as dt
+import hashlib
 import http.client
 import json
 import os
 import platform
+import secrets
 import ssl
 import statistics
 import sys
@@ -49,6 +60,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from bench.http import serving, trellis_command
 from bench.output import add_output_arguments, results_path
@@ -59,7 +71,16 @@ from bench.writes import Client, SetupError, children_cpu, percentile
 RESULTS = "logins.json"
 MGMT = "/edge/management/v1"
 CLIENT = "/edge/client/v1"
-METHODS = ("password", "cert")
+#: Legacy logins, OIDC logins (the whole authorization-code flow with PKCE, as OpenZiti's Go SDK
+#: runs it), and one authenticated request with either kind of credential.
+METHODS = ("password", "cert", "oidc-password", "oidc-cert", "zt-session", "bearer")
+#: What ``--methods`` runs by default: every one.
+DEFAULT_METHODS = METHODS
+#: The request the ``zt-session`` and ``bearer`` rows repeat (a cheap authenticated read).
+AUTHENTICATED_PATH = "/edge/client/v1/current-api-session"
+#: The OIDC client and redirect URI the flows use (OpenZiti's public client).
+OIDC_CLIENT = "openziti"
+OIDC_REDIRECT = "http://127.0.0.1:45678/auth/callback"
 PASSWORD_USER = "bench-password"
 PASSWORD_SECRET = "bench-password-secret"
 CERT_USER = "bench-cert"
@@ -158,10 +179,85 @@ def _login_once(conn: http.client.HTTPSConnection, path: str, body: bytes) -> in
     return resp.status
 
 
+def _local(location: str) -> str:
+    """The path and query of a ``Location`` (absolute or not)."""
+    parts = urlsplit(location)
+    return parts.path + ("?" + parts.query if parts.query else "")
+
+
+def _exchange(
+    conn: http.client.HTTPSConnection,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, http.client.HTTPResponse]:
+    conn.request(method, path, body=body, headers=headers or {})
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status, resp
+
+
+def oidc_login(conn: http.client.HTTPSConnection, method: str, credentials: bytes) -> tuple[int, str]:
+    """One OIDC login by the authorization-code flow with PKCE, as OpenZiti's Go SDK runs it:
+    ``(200, access token)``, or the status of the step that failed and ""."""
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    query = urlencode(
+        {
+            "client_id": OIDC_CLIENT,
+            "response_type": "code",
+            "scope": "openid offline_access",
+            "redirect_uri": OIDC_REDIRECT,
+            "state": "bench",
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "method": method,
+        }
+    )
+    status, resp = _exchange(conn, "GET", f"/oidc/authorize?{query}")
+    if status != 302:
+        return status, ""
+    status, resp = _exchange(conn, "GET", _local(resp.headers.get("location", "")))
+    request_id = resp.headers.get("auth-request-id", "")
+    if status != 200 or not request_id:
+        return status, ""
+    body = {"id": request_id, **(json.loads(credentials) if method == "password" else {})}
+    status, resp = _exchange(
+        conn,
+        "POST",
+        f"/oidc/login/{method}",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    if status != 302:
+        return status, ""
+    status, resp = _exchange(conn, "GET", _local(resp.headers.get("location", "")))
+    code = parse_qs(urlsplit(resp.headers.get("location", "")).query).get("code", [""])[0]
+    if status != 302 or not code:
+        return status, ""
+    form = urlencode(
+        {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": OIDC_REDIRECT,
+            "client_id": OIDC_CLIENT,
+            "code_verifier": verifier,
+        }
+    ).encode()
+    conn.request(
+        "POST", "/oidc/oauth/token", body=form, headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
+    answer = conn.getresponse()
+    data = answer.read()
+    if answer.status != 200:
+        return answer.status, ""
+    return 200, str(json.loads(data).get("access_token", ""))
+
+
 def _client_loop(
     connect: Callable[[], http.client.HTTPSConnection],
-    path: str,
-    body: bytes,
+    once: Callable[[http.client.HTTPSConnection], int],
     ready: threading.Barrier,
     deadline: list[float],
     tally: Tally,
@@ -170,8 +266,8 @@ def _client_loop(
     first = connect()
     conn: http.client.HTTPSConnection | None = first
     try:
-        _login_once(first, path, body)
-    except (OSError, http.client.HTTPException):
+        once(first)
+    except (OSError, http.client.HTTPException, ValueError):
         first.close()
         conn = None
     ready.wait()
@@ -180,8 +276,8 @@ def _client_loop(
             conn = connect()
         started = time.perf_counter()
         try:
-            status = _login_once(conn, path, body)
-        except (OSError, http.client.HTTPException):
+            status = once(conn)
+        except (OSError, http.client.HTTPException, ValueError):
             tally.statuses["conn"] += 1
             conn.close()
             conn = None
@@ -208,13 +304,63 @@ class Row:
     client_cpu_percent: float
 
 
+def _request_once(header: str, value: str) -> Callable[[http.client.HTTPSConnection], int]:
+    def once(conn: http.client.HTTPSConnection) -> int:
+        return _exchange(conn, "GET", AUTHENTICATED_PATH, headers={header: value})[0]
+
+    return once
+
+
+def credential(port: int, ca: str, method: str, creds: Credentials) -> str:
+    """What the ``zt-session`` or ``bearer`` rows present: a legacy session token, or an OIDC
+    access token, of the password identity."""
+    conn = http.client.HTTPSConnection(HOST, port, timeout=REQUEST_TIMEOUT, context=_context(ca))
+    try:
+        if method == "bearer":
+            status, token = oidc_login(conn, "password", creds.password_body)
+        else:
+            conn.request(
+                "POST",
+                f"{CLIENT}/authenticate?method=password",
+                body=creds.password_body,
+                headers={"Content-Type": "application/json"},
+            )
+            resp = conn.getresponse()
+            data = resp.read()
+            status, token = (
+                resp.status,
+                (str(json.loads(data)["data"]["token"]) if resp.status == 200 else ""),
+            )
+    finally:
+        conn.close()
+    if status != 200 or not token:
+        raise SetupError(f"no {method} credential: {status}")
+    return token
+
+
 def measure(port: int, ca: str, method: str, creds: Credentials, clients: int, seconds: float) -> Row:
-    """``clients`` threads logging in with ``method`` for ``seconds``."""
-    if method == "password":
-        context, body = _context(ca), creds.password_body
+    """``clients`` threads logging in with ``method`` (or making authenticated requests) for ``seconds``."""
+    with_cert = method in ("cert", "oidc-cert")
+    context = _context(ca, (creds.cert_file, creds.key_file)) if with_cert else _context(ca)
+    once: Callable[[http.client.HTTPSConnection], int]
+    if method in ("password", "cert"):
+        path = f"{CLIENT}/authenticate?method={method}"
+        body = creds.password_body if method == "password" else b"{}"
+
+        def once(conn: http.client.HTTPSConnection) -> int:
+            return _login_once(conn, path, body)
+    elif method in ("oidc-password", "oidc-cert"):
+        flow = method.removeprefix("oidc-")
+
+        def once(conn: http.client.HTTPSConnection) -> int:
+            return oidc_login(conn, flow, creds.password_body)[0]
     else:
-        context, body = _context(ca, (creds.cert_file, creds.key_file)), b"{}"
-    path = f"{CLIENT}/authenticate?method={method}"
+        token = credential(port, ca, method, creds)
+        once = (
+            _request_once("zt-session", token)
+            if method == "zt-session"
+            else _request_once("Authorization", f"Bearer {token}")
+        )
 
     def connect() -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection(HOST, port, timeout=REQUEST_TIMEOUT, context=context)
@@ -223,7 +369,7 @@ def measure(port: int, ca: str, method: str, creds: Credentials, clients: int, s
     deadline = [float("inf")]
     ready = threading.Barrier(clients + 1, timeout=REQUEST_TIMEOUT * 2)
     threads = [
-        threading.Thread(target=_client_loop, args=(connect, path, body, ready, deadline, t), daemon=True)
+        threading.Thread(target=_client_loop, args=(connect, once, ready, deadline, t), daemon=True)
         for t in tallies
     ]
     for thread in threads:
@@ -351,7 +497,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     parser.add_argument("--seconds", type=float, default=10.0, help="each method's run (default 10)")
     parser.add_argument(
-        "--methods", default=",".join(METHODS), help="comma-separated: password, cert (default both)"
+        "--methods",
+        default=",".join(DEFAULT_METHODS),
+        help=f"comma-separated, of {', '.join(METHODS)} (default all)",
     )
     add_output_arguments(parser, RESULTS)
 

@@ -35,6 +35,8 @@ import dataclasses
 import hashlib
 import logging
 import re
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -101,6 +103,12 @@ OIDC_TOTP_QUERY = AuthQuery(
 
 #: An external JWT login's authenticator id: this and its signer's id (``authentication.ext_jwt``).
 EXT_JWT_AUTHENTICATOR_PREFIX = "extJwtId:"
+
+#: How long a token whose signature verified is taken as verified without checking it again
+#: (seconds): a controller removed from the network stops vouching for its tokens within this.
+VERIFIED_CACHE_SECONDS = 60.0
+#: Tokens remembered as verified at most (then the memory is cleared).
+VERIFIED_CACHE_SIZE = 4096
 
 _PKCE_CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")
 _PKCE_VERIFIER = re.compile(r"[A-Za-z0-9._~-]{43,128}")
@@ -242,6 +250,8 @@ class OidcManager:
         self.mfa = mfa
         self.issuer = issuer
         self._keys = keys
+        self._verified: dict[str, tuple[dict[str, Any], bool, float]] = {}
+        self._verified_lock = threading.Lock()
         # an access token lives at most half the API session's idle timeout, so a client that
         # refreshes when its token expires always finds its session alive
         self.access_lifetime = min(ACCESS_TOKEN_LIFETIME, sessions.timeout / 2)
@@ -327,9 +337,30 @@ class OidcManager:
         the network (found by the token's ``kid``, its certificate's fingerprint, among the
         controllers' records), and whether it was this one's; None when neither key verifies it
         (``alg: none``, tampered, an unknown ``kid``). As OpenZiti's controllers, each accepts the
-        tokens of every other: a client that fails over keeps its tokens."""
+        tokens of every other: a client that fails over keeps its tokens.
+
+        A token verified lately is not verified again (:data:`VERIFIED_CACHE_SECONDS`): its
+        signature cannot change, and a bearer request would otherwise spend most of its time
+        there (PyJWT decodes a token in some 0.4 ms). Claims (expiry, the session's life) are
+        checked by the callers on every use."""
         if not token or self._keys is None:
             return None
+        now = time.monotonic()
+        with self._verified_lock:
+            cached = self._verified.get(token)
+        if cached is not None and now - cached[2] < VERIFIED_CACHE_SECONDS:
+            return dict(cached[0]), cached[1]
+        signed = self._verify_signature(token)
+        if signed is not None:
+            with self._verified_lock:
+                if len(self._verified) >= VERIFIED_CACHE_SIZE:
+                    self._verified.clear()  # bounded; the next requests verify again
+                self._verified[token] = (signed[0], signed[1], now)
+            return dict(signed[0]), signed[1]
+        return None
+
+    def _verify_signature(self, token: str) -> tuple[dict[str, Any], bool] | None:
+        assert self._keys is not None
         try:
             return self._keys.verify(token), True
         except FieldError:
