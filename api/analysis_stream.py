@@ -1,4 +1,4 @@
-"""``GET /analysis/v1/access-changes``: the access-change stream (docs/analysis.md §13).
+"""``GET /analysis/v1/access-changes``: the access-change stream (docs/analysis.md §15).
 
 Two forms of one read, from a cursor (``since``, or the ``Last-Event-ID`` header: ``REV`` or
 ``REV.OFFSET``, as the answers give it):

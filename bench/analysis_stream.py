@@ -1,5 +1,5 @@
 """``python -m bench analysis-stream --tier S|L``: how long after a write is answered its access
-changes can be read from the access-change stream (docs/analysis.md §13; target ≤ 100 ms).
+changes can be read from the access-change stream (docs/analysis.md §15; target ≤ 100 ms).
 
 A controller is built in process over a tier's network (as ``bench.analysis``); each run PATCHes
 a service policy through the management API (Falcon's whole stack, no sockets), alternately

@@ -448,7 +448,7 @@ SETTINGS: tuple[Setting, ...] = (
         "TRELLIS_ACCESS_CHANGES_RETAIN_DAYS", "access_changes_retain_days", "7", whole_form(1, 3650),
         "days the access-change stream keeps each batch's access changes (how far back "
         "`/analysis/v1/access-changes` can be resumed)", parser=whole(1, 3650),
-        detail="See docs/analysis.md §13",
+        detail="See docs/analysis.md §15",
     ),
     Setting(
         "TRELLIS_ACCESS_CHANGES_STREAMS", "access_changes_streams", "4", whole_form(1, 256),

@@ -1,5 +1,5 @@
 """``trellis watch-access [--since REV]``: print the access-change stream of a running controller
-(docs/analysis.md §13), one line per added (``+``) or removed (``-``) pair, with the revision and
+(docs/analysis.md §15), one line per added (``+``) or removed (``-``) pair, with the revision and
 who made the write; it reads Server-Sent Events answers one after another, each resumed with
 ``Last-Event-ID`` from the last event read, so nothing is missed or printed twice. ``--json``
 prints each event's data as one JSON line; ``--once`` stops once caught up.

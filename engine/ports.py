@@ -424,7 +424,7 @@ class AccessChangeRow:
 
 class AccessChangeLog(Protocol):
     """Where the access changes of each batch are kept, durable and shared by every process of
-    the store, for the change stream of docs/analysis.md §13 (thread-safe; outside the change
+    the store, for the change stream of docs/analysis.md §15 (thread-safe; outside the change
     log and the group commit: a row is written after its batch is published)."""
 
     def append(self, row: AccessChangeRow) -> bool:

@@ -1,4 +1,4 @@
-"""The access-change stream (docs/analysis.md §13): for every access-relevant batch, the
+"""The access-change stream (docs/analysis.md §15): for every access-relevant batch, the
 (identity, service, Dial|Bind) and (identity, edge router) pairs it added and removed, the writes
 that made it (the kinds and ids they changed) and who made them, kept durable and read in
 revision order from any revision still held.

@@ -145,7 +145,7 @@ def _v8(con: duckdb.DuckDBPyConnection) -> None:
 
 def _v9(con: duckdb.DuckDBPyConnection) -> None:
     """The access changes of each access-relevant batch (``storage.access_changes``, for the
-    change stream of docs/analysis.md §13): its revision, the previous access-relevant revision,
+    change stream of docs/analysis.md §15): its revision, the previous access-relevant revision,
     the commit time in microseconds since the epoch, the pairs it changed and the record itself
     (compressed JSON), kept for ``TRELLIS_ACCESS_CHANGES_RETAIN_DAYS``."""
     con.execute(

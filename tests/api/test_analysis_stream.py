@@ -1,4 +1,4 @@
-"""``GET /analysis/v1/access-changes`` (docs/analysis.md §13): each access-relevant write's added
+"""``GET /analysis/v1/access-changes`` (docs/analysis.md §15): each access-relevant write's added
 and removed pairs with its revision and actor, read from any revision kept, as JSON pages and as
 Server-Sent Events; 410 past the retention, 429 past the waiting streams, 400 and 401."""
 

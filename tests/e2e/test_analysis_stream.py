@@ -1,4 +1,4 @@
-"""The access-change stream against a real ``trellis serve`` (docs/analysis.md §13): an SSE client
+"""The access-change stream against a real ``trellis serve`` (docs/analysis.md §15): an SSE client
 reads an event, disconnects, writes happen meanwhile, it reconnects with ``Last-Event-ID`` and
 gets every later change exactly once; ``trellis watch-access`` prints the same. One server for the
 module."""

@@ -1,4 +1,4 @@
-"""The access-change stream against the brute-force oracle (docs/analysis.md §13): on random
+"""The access-change stream against the brute-force oracle (docs/analysis.md §15): on random
 networks and random sequences of committed batches (AllOf/AnyOf, ``#all``, ``@id``, posture
 checks, deletes), the stream read from the start, record after record, is exactly the oracle's
 before/after pair differences of each batch that changed a pair, in commit order."""

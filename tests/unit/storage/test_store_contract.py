@@ -287,7 +287,7 @@ def test_the_change_log_is_trimmed_to_its_newest_entries(backend: Backend) -> No
 
 
 def test_the_access_change_log_keeps_rows_by_revision_across_a_reopen(backend: Backend) -> None:
-    """The stream's rows (docs/analysis.md §13): one per revision (a second is refused), read in
+    """The stream's rows (docs/analysis.md §15): one per revision (a second is refused), read in
     order after a revision, kept across a reopen, trimmed by time but for the newest."""
     store = backend.open()
     log = store.access_change_log()
