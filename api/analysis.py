@@ -29,6 +29,7 @@ import orjson
 from pydantic import ValidationError
 
 from api.analysis_findings import mount_findings
+from api.analysis_sql import mount_sql
 from api.analysis_stream import mount_stream
 from api.errors import envelope, field_error_from_validation
 from api.http import LOOP_READS, ok, read_model
@@ -377,6 +378,7 @@ def register(routes: Routes) -> None:
     mount("/what-if", WhatIf(analysis, batches))
     mount("/apply", Apply(analysis, batches))
     mount_findings(routes, analysis, mount)  # findings, archive rules, advice, access tests
+    mount_sql(routes, analysis, mount)  # SQL over access: /query, /export (docs/analysis.md §13)
     mount_stream(routes, analysis, mount)  # the access-change stream
     guardrails = Family(
         entity="guardrails",

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from controller import access_cli, analysis_cli, home, stream_cli
+from controller import access_cli, analysis_cli, home, query_cli, stream_cli
 from controller.settings import SettingError, Settings, describe, listing
 from storage.files import restrict_umask, tighten
 
@@ -418,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     access_cli.add_commands(sub)
     analysis_cli.add_commands(sub)
     stream_cli.add_commands(sub)
+    query_cli.add_commands(sub)
     return parser
 
 
@@ -427,6 +428,8 @@ def run(args: argparse.Namespace) -> int:
     if (answer := stream_cli.run(args)) is not None:  # watch-access
         return answer
     if (answer := access_cli.run(args)) is not None:  # advise, test-access: no settings read
+        return answer
+    if (answer := query_cli.run(args)) is not None:  # query: no settings read
         return answer
     if args.command == "serve":
         serve_without_password()
