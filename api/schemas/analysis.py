@@ -294,7 +294,7 @@ def render_verdicts(verdicts: Sequence[Verdict]) -> list[dict[str, Any]]:
             "name": v.rule.name,
             "form": v.rule.form,
             "mode": v.rule.mode,
-            "count": len(v.pairs),
+            "count": v.count,
             "pairs": [{"identityId": i, "serviceId": s, "type": t} for i, s, t in v.pairs[:REPORTED_PAIRS]],
         }
         for v in verdicts
