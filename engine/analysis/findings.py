@@ -529,6 +529,10 @@ class FindingsManager:
         self._timer: threading.Timer | None = None
         self._delay = self.DELAY_SECONDS
         self._read_at: float | None = None  # monotonic time of the last read of findings
+        # the views last built, and what they were built from (records changed, the store's
+        # revision): a read with nothing changed since answers them again
+        self._version = 0
+        self._views: tuple[tuple[int, int], list[FindingView]] | None = None
         self.usage: dict[str, datetime] = {}
         self._usage_persisted = 0.0
         self._usage_dirty = False
@@ -579,11 +583,13 @@ class FindingsManager:
                     self._used(entity)
                 elif isinstance(entity, FindingRecord):
                     self.records[entity.id] = entity
+                    self._version += 1
                 elif entity.ENTITY in RELEVANT:
                     relevant = True
             elif isinstance(change, Delete):
                 if change.kind is FindingRecord:
                     self.records.pop(change.id, None)
+                    self._version += 1
                 elif change.kind.ENTITY in RELEVANT:
                     relevant = True
         if relevant:
@@ -681,6 +687,7 @@ class FindingsManager:
             self.records[finding_id_] = record
             changes.append(Put(record))
         self.current = found
+        self._version += 1
         if changes:
             try:
                 self.store.commit(changes, wait=False)
@@ -694,11 +701,15 @@ class FindingsManager:
         self._read_at = time.monotonic()
         self.refresh()
         with self._lock:
+            key = (self._version, self.store.last_seq)  # rules and names change only by writes
+            if self._views is not None and self._views[0] == key:
+                return list(self._views[1])
             rules = self.store.all(FindingArchiveRule)
             names = self.analysis._namer(self.store.view())
             out = [self._view(record, rules, names) for record in self.records.values()]
-        out.sort(key=lambda v: (v.kind, v.subject_name, v.id))
-        return out
+            out.sort(key=lambda v: (v.kind, v.subject_name, v.id))
+            self._views = (key, out)
+        return list(out)
 
     def view(self, finding_id_: str) -> FindingView:
         self._read_at = time.monotonic()
@@ -753,5 +764,6 @@ class FindingsManager:
                     raise NotFoundError()
                 record = replace(record, status_override=status, updated_at=self.env.clock.now())
                 self.records[finding_id_] = record
+                self._version += 1
             self.store.commit([Put(record)])
         return self.view(finding_id_)
