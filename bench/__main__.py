@@ -20,6 +20,8 @@ change-log lag between processes and writes with 1, 8 and 32 writers (see :mod:`
 by side and reported as ratios (see :mod:`bench.peer`);
 ``python -m bench analysis-stream --tier L`` how soon a write's access changes are on the stream
 (see :mod:`bench.analysis_stream`).
+``python -m bench analysis-sql --tier L`` SQL over access: "who can Dial X" and Parquet exports
+(see :mod:`bench.analysis_sql`).
 ``python -m bench analysis --tier L`` the access analysis API: explain, what-if and what guardrails
 add to a write (see :mod:`bench.analysis`).
 
@@ -37,6 +39,7 @@ import sys
 
 from bench import (
     analysis,
+    analysis_sql,
     analysis_stream,
     cluster,
     dataplane,
@@ -92,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             "analysis", help="the access analysis API: explain, what-if, guardrails on writes"
         )
     )
+    analysis_sql.add_arguments(
+        commands.add_parser("analysis-sql", help="SQL over access: who can Dial X, Parquet exports")
+    )
     analysis_stream.add_arguments(
         commands.add_parser(
             "analysis-stream", help="the access-change stream: a write's record visible after"
@@ -123,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         print(cluster.main(args), flush=True)
     elif args.command == "analysis":
         print(analysis.main(args), flush=True)
+    elif args.command == "analysis-sql":
+        print(analysis_sql.main(args), flush=True)
     elif args.command == "analysis-stream":
         print(analysis_stream.main(args), flush=True)
     elif args.command == "peer":

@@ -1,0 +1,103 @@
+"""``python -m bench analysis-sql --tier S|L``: SQL over access (docs/analysis.md §13).
+
+A controller is built in process over a tier's network (as ``bench.analysis``), and measured
+through the whole API stack (Falcon, authentication, rendering; no sockets):
+
+- the first query at a revision (the snapshot and the revision's database built);
+- "who can Dial service X": ``SELECT identity_id, identity_name FROM access_pairs WHERE
+  service_id = X AND type = 'Dial'`` (first 1,000 rows, the default budget), p50/p99 over
+  random services (target p50 ≤ 50 ms);
+- ``POST /export`` of ``access_pairs`` for one service (target ≤ 1 s), and of the whole view
+  (target ≤ 60 s), the Parquet bytes read as a client would and counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from bench.analysis import Bench, _percentiles
+from bench.topology import TIERS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tier", choices=sorted(TIERS), default="S")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=50, help="queries measured")
+    parser.add_argument("--no-whole", action="store_true", help="skip the export of the whole view")
+
+
+def run(tier: str, seed: int = 1, runs: int = 50, whole: bool = True) -> str:
+    with tempfile.TemporaryDirectory(prefix="trellis-bench-sql-") as tmp:
+        bench = Bench(tier, seed, Path(tmp) / "home")
+        try:
+            base = "/analysis/v1"
+
+            def post(path: str, body: dict[str, object]) -> tuple[float, bytes]:
+                started = time.perf_counter()
+                result = bench.client.simulate_post(base + path, json=body, headers=bench.headers)
+                assert result.status_code == 200, result.text[:500]
+                return time.perf_counter() - started, result.content
+
+            first, _ = post("/query", {"sql": "SELECT count(*) FROM services"})
+            samples = []
+            for n in range(runs + 3):
+                service = bench.rng.choice(bench.services)
+                sql = (
+                    "SELECT identity_id, identity_name FROM access_pairs"
+                    f" WHERE service_id = '{service}' AND type = 'Dial'"
+                )
+                seconds, _ = post("/query", {"sql": sql})
+                if n >= 3:
+                    samples.append(seconds * 1e3)
+            p50, p99 = _percentiles(samples)
+            service = bench.rng.choice(bench.services)
+            one, one_bytes = post(
+                "/export", {"sql": f"SELECT * FROM access_pairs WHERE service_id = '{service}'"}
+            )
+            lines = [
+                f"analysis-sql tier {tier}: {len(bench.identities)} identities, {len(bench.services)} services",
+                f"  first query at a revision (snapshot + database): {first:.2f} s",
+                f"  who can Dial X (1,000 rows at most): p50 {p50:.1f} ms, p99 {p99:.1f} ms ({runs} services)",
+                f"  export access_pairs of one service: {one:.2f} s ({len(one_bytes):,} bytes)",
+            ]
+            if whole:
+                seconds, size, rows = _stream_to_file(bench, Path(tmp) / "pairs.parquet")
+                lines.append(f"  export access_pairs whole: {seconds:.1f} s ({rows:,} rows, {size:,} bytes)")
+            return "\n".join(lines)
+        finally:
+            bench.close()
+
+
+def _stream_to_file(bench: Bench, target: Path) -> tuple[float, int, int]:
+    """``POST /export {"view": "access_pairs"}`` through the WSGI app, its chunks written to a
+    file as a client would (not held in memory): (seconds, bytes, rows)."""
+    import falcon.testing
+    import pyarrow.parquet as pq
+
+    environ = falcon.testing.create_environ(
+        path="/analysis/v1/export",
+        method="POST",
+        headers={**bench.headers, "content-type": "application/json"},
+        body=json.dumps({"view": "access_pairs"}),
+    )
+    status: list[str] = []
+    started = time.perf_counter()
+    answer = bench.app(environ, lambda s, h, *_: status.append(s))
+    size = 0
+    with target.open("wb") as sink:
+        for chunk in answer:
+            sink.write(chunk)
+            size += len(chunk)
+    getattr(answer, "close", lambda: None)()
+    seconds = time.perf_counter() - started
+    assert status, "no answer"
+    assert status[0].startswith("200"), status
+    return seconds, size, pq.ParquetFile(target).metadata.num_rows
+
+
+def main(args: argparse.Namespace) -> str:
+    return run(args.tier, args.seed, args.runs, not args.no_whole)
