@@ -291,7 +291,9 @@ def test_the_access_change_log_keeps_rows_by_revision_across_a_reopen(backend: B
     order after a revision, kept across a reopen, trimmed by time but for the newest."""
     store = backend.open()
     log = store.access_change_log()
-    rows = [AccessChangeRow(r, r - 3, NOW + timedelta(seconds=r), r * 10, bytes([r, 0, 255])) for r in (3, 6, 9)]
+    rows = [
+        AccessChangeRow(r, r - 3, NOW + timedelta(seconds=r), r * 10, bytes([r, 0, 255])) for r in (3, 6, 9)
+    ]
     assert [log.append(row) for row in rows] == [True, True, True]
     assert log.append(AccessChangeRow(6, 0, NOW, 0, b"other")) is False
     assert log.read(3, 10) == rows[1:]
