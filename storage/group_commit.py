@@ -419,10 +419,16 @@ class GroupCommitStore:
                 fresh.setdefault(entity.ENTITY, {})[entity.id] = entity
         self._state = state.with_kinds(fresh, held, self._seq)
 
+    @property
+    def closing(self) -> bool:
+        """Whether :meth:`close` was called (threads of others that write here stop then)."""
+        return self._closing
+
     def close(self) -> None:
         """Commit what is queued and stop the committer."""
         thread = self._committer
         if thread is None:
+            self._closing = True
             return
         with self._queued:
             self._closing = True

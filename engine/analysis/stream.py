@@ -73,6 +73,9 @@ QUEUE_CHANGES = 2_000_000
 FOLLOWER_GRACE_SECONDS = 2.0
 #: How often old rows are dropped.
 TRIM_EVERY_SECONDS = 60.0
+#: A worker with nothing to do for this long ends (seconds); the next batch starts one again. A
+#: controller without writes holds no thread, and one whose store closed none at all.
+IDLE_EXIT_SECONDS = 10.0
 #: How many access-relevant changes a record lists per batch (all are counted).
 MAX_LISTED_CHANGES = 1000
 #: How many notes of who staged what are kept waiting for their batch at most.
@@ -419,20 +422,43 @@ class AccessChangeStream:
                 self._queue.clear()
                 self._queued = 0
                 self._overflow = True
+                self._ensure_worker()
                 self._cond.notify_all()
                 return
             self._queue.append(_Pending(revision, list(changes), self.clock.now(), writes, count, followed))
             self._queued += len(changes)
+            self._ensure_worker()
             self._cond.notify_all()
 
     # -- the worker ------------------------------------------------------------------------------
+    def _store_closing(self) -> bool:
+        return bool(getattr(self.store, "closing", False))
+
+    def _ensure_worker(self) -> None:
+        """(Under ``_cond``) a worker running, started again if it ended idle."""
+        if self._stopping or (self._thread is not None and self._thread.is_alive()):
+            return
+        self._thread = threading.Thread(target=self._run, name="trellis-access-changes", daemon=True)
+        self._thread.start()
+
     def _run(self) -> None:
         while True:
             with self._cond:
+                idle_since = time.monotonic()
                 while not self._queue and not self._overflow and not self._stopping:
-                    self._cond.wait(self._idle_wait())
+                    self._cond.wait(min(self._idle_wait(), IDLE_EXIT_SECONDS))
                     if self._maintenance_due():
                         break
+                    if (
+                        not self._queue
+                        and not self._overflow
+                        and not self._held
+                        and (time.monotonic() - idle_since >= IDLE_EXIT_SECONDS or self._store_closing())
+                    ):
+                        # nothing to do for a while (or the store is closing): the next batch
+                        # starts a worker again (_ensure_worker), and with it the maintenance
+                        self._thread = None
+                        return
                 if self._stopping and not self._queue:
                     return
                 item = self._queue[0] if self._queue else None
@@ -444,6 +470,10 @@ class AccessChangeStream:
                     self._resync()
                 self._maintain()
             except Exception:  # the stream must outlive a bug: it records a gap and goes on
+                if self._store_closing():  # the controller stops: nothing more can be recorded
+                    with self._cond:
+                        self._thread = None
+                    return
                 log.exception("access changes: a batch could not be recorded")
                 with self._cond:
                     self._queue.clear()
