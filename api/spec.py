@@ -48,8 +48,25 @@ def _body_models(resource: Any) -> dict[str, Any]:
     return models
 
 
+def _swagger_bounds(schema: Any) -> Any:
+    """``schema`` with JSON Schema's numeric ``exclusiveMinimum``/``exclusiveMaximum`` (what
+    pydantic writes for ``gt``/``lt``) in Swagger 2.0's form: ``minimum``/``maximum`` and a
+    boolean, as Swagger 2.0 tools (schemathesis among them) require."""
+    if isinstance(schema, list):
+        return [_swagger_bounds(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _swagger_bounds(value) for key, value in schema.items()}
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        value = out.get(exclusive)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[bound] = value
+            out[exclusive] = True
+    return out
+
+
 def _schema_ref(model: Any, definitions: dict[str, Any]) -> dict[str, Any]:
-    schema = model.model_json_schema(by_alias=True, ref_template="#/definitions/{model}")
+    schema = _swagger_bounds(model.model_json_schema(by_alias=True, ref_template="#/definitions/{model}"))
     for name, sub in schema.pop("$defs", {}).items():
         definitions[name] = sub
     definitions[model.__name__] = schema
