@@ -74,6 +74,8 @@ CLIENT = "/edge/client/v1"
 #: Legacy logins, OIDC logins (the whole authorization-code flow with PKCE, as OpenZiti's Go SDK
 #: runs it), and one authenticated request with either kind of credential.
 METHODS = ("password", "cert", "oidc-password", "oidc-cert", "zt-session", "bearer")
+#: The legacy logins (what ``bench peer`` compares with OpenZiti's).
+LEGACY_METHODS = ("password", "cert")
 #: What ``--methods`` runs by default: every one.
 DEFAULT_METHODS = METHODS
 #: The request the ``zt-session`` and ``bearer`` rows repeat (a cheap authenticated read).

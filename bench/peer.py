@@ -1238,7 +1238,7 @@ def measure_wrk(
 def measure_logins(nets: dict[str, Net], rounds: int, seconds: float, clients: int) -> list[Row]:
     runs: dict[tuple[str, str], list[logins.Row]] = {}
     for round_ in range(rounds):
-        for index, method in enumerate(logins.METHODS):
+        for index, method in enumerate(logins.LEGACY_METHODS):
             for side in order(round_ + index):
                 net = nets[side]
                 settle_both(nets)
@@ -1252,7 +1252,7 @@ def measure_logins(nets: dict[str, Net], rounds: int, seconds: float, clients: i
                 )
                 runs.setdefault((method, side), []).append(row)
     rows = []
-    for method, name in zip(logins.METHODS, (ROW_NAMES[7], ROW_NAMES[8]), strict=True):
+    for method, name in zip(logins.LEGACY_METHODS, (ROW_NAMES[7], ROW_NAMES[8]), strict=True):
         figures = {}
         for side in SIDES:
             done = runs[(method, side)]
