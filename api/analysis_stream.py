@@ -36,7 +36,6 @@ import orjson
 from api.errors import envelope
 from api.http import ok
 from api.middleware import ADMIN
-from api.routing import ANALYSIS_BASE
 from engine.analysis import AnalysisManager
 from engine.analysis.stream import AccessChangeStream, Actor, Cursor, RevisionExpiredError, current_actor
 from engine.errors import FieldError
@@ -166,6 +165,18 @@ class AccessChanges:
         "410": {"description": "the revision is older than the access changes kept"},
         "429": {"description": "too many Server-Sent Events answers are waiting"},
     }
+    #: This operation's media types and query parameters in the served Swagger document.
+    operation_spec = {
+        "get": {
+            "produces": ["application/json", EVENT_STREAM],
+            "parameters": [
+                {"name": "since", "in": "query", "type": "string"},
+                {"name": "limit", "in": "query", "type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+                {"name": "wait", "in": "query", "type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS},
+                {"name": "Last-Event-ID", "in": "header", "type": "string"},
+            ],
+        }
+    }
 
     def __init__(self, stream: AccessChangeStream, streams: int) -> None:
         self.stream = stream
@@ -211,8 +222,7 @@ class AccessChanges:
 
 class ActorContext:
     """Middleware: the request's caller as :data:`current_actor` while its responder runs (what a
-    write it makes records as its actor); and this operation's media types and query parameters
-    in the served Swagger document."""
+    write it makes records as its actor)."""
 
     def process_resource(
         self, req: falcon.Request, resp: falcon.Response, resource: Any, params: Any
@@ -234,22 +244,6 @@ class ActorContext:
         if token is not None:
             req.context.actor_token = None
             current_actor.reset(token)
-        if req.path == ANALYSIS_BASE + "/swagger.json" and isinstance(resp.media, dict):
-            operation = resp.media.get("paths", {}).get(PATH, {}).get("get")
-            if isinstance(operation, dict):
-                operation["produces"] = ["application/json", EVENT_STREAM]
-                operation["parameters"] = [
-                    {"name": "since", "in": "query", "type": "string"},
-                    {"name": "limit", "in": "query", "type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
-                    {
-                        "name": "wait",
-                        "in": "query",
-                        "type": "number",
-                        "minimum": 0,
-                        "maximum": MAX_WAIT_SECONDS,
-                    },
-                    {"name": "Last-Event-ID", "in": "header", "type": "string"},
-                ]
 
 
 def mount_stream(routes: Any, analysis: AnalysisManager, mount: Callable[[str, Any], None]) -> None:

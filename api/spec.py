@@ -110,6 +110,10 @@ def _operation(
         op["security"] = [{"ztSession": []}]
     else:
         op["security"] = []
+    # what a resource declares of its own for this operation: more parameters, media types
+    extra = dict(getattr(resource, "operation_spec", {}).get(key, {}))
+    params.extend(extra.pop("parameters", []))
+    op.update(extra)
     return op
 
 
