@@ -21,20 +21,10 @@ from typing import Any, TextIO
 
 from engine.entities import Entity
 from engine.entities.identities import Identity
-from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy, ServicePolicy
-from engine.entities.posture import PostureCheck
-from engine.entities.routers import EdgeRouter
-from engine.entities.services import Service
+from engine.managers.access import ENTITY_KINDS, POLICY_KINDS
 
-KINDS: tuple[type[Entity], ...] = (
-    Identity,
-    Service,
-    EdgeRouter,
-    PostureCheck,
-    ServicePolicy,
-    EdgeRouterPolicy,
-    ServiceEdgeRouterPolicy,
-)
+#: The kinds access is made of (what a snapshot is read for).
+KINDS: tuple[type[Entity], ...] = tuple(cls for _, cls in (*ENTITY_KINDS.values(), *POLICY_KINDS.values()))
 CSV_FIELDS = (
     "status",
     "identityName",
@@ -66,6 +56,7 @@ class Snapshot:
         import duckdb
 
         from storage.codec import decode
+        from storage.duckdb.migrations import table_name
 
         if not path.is_file():
             raise CliError(f"{path}: no such snapshot file")
@@ -76,8 +67,7 @@ class Snapshot:
         self.entities: dict[type[Entity], dict[str, Entity]] = {}
         try:
             for kind in KINDS:
-                table = kind.ENTITY.replace("-", "_")
-                rows = con.execute(f"SELECT id, doc FROM {table}").fetchall()
+                rows = con.execute(f"SELECT id, doc FROM {table_name(kind.ENTITY)}").fetchall()
                 self.entities[kind] = {str(i): decode(kind, str(i), str(d)) for i, d in rows}
         except duckdb.Error as ex:
             raise CliError(f"{path}: not a Trellis database ({ex})") from None

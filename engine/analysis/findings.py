@@ -53,14 +53,11 @@ from typing import TYPE_CHECKING, Any
 
 from engine.analysis.advise import Bits
 from engine.entities.findings import ACTIVE, ARCHIVED, RESOLVED, FindingArchiveRule, FindingRecord
-from engine.entities.identities import Identity
-from engine.entities.policies import EdgeRouterPolicy, ServiceEdgeRouterPolicy, ServicePolicy
-from engine.entities.posture import PostureCheck
-from engine.entities.routers import EdgeRouter
-from engine.entities.services import Service
+from engine.entities.policies import ServicePolicy
 from engine.entities.sessions import Session
 from engine.errors import ControllerError, FieldError, NotFoundError
 from engine.managers._base import EntityManager
+from engine.managers.access import ENTITY_KINDS, POLICY_KINDS
 from engine.policy import (
     EDGE_ROUTER,
     EDGE_ROUTER_POLICY,
@@ -121,18 +118,7 @@ UNUSED_DAYS = 30
 USAGE_SETTING = "analysis.grant-usage"
 USAGE_PERSIST_SECONDS = 60.0
 #: Kinds whose changes can change findings.
-RELEVANT = frozenset(
-    cls.ENTITY
-    for cls in (
-        Identity,
-        Service,
-        EdgeRouter,
-        PostureCheck,
-        ServicePolicy,
-        EdgeRouterPolicy,
-        ServiceEdgeRouterPolicy,
-    )
-)
+RELEVANT = frozenset({*ENTITY_KINDS, *POLICY_KINDS})
 
 Names = Callable[[str, str], str]
 
