@@ -53,6 +53,9 @@ class PostgresPostureBoard:
         self._queued: dict[str, PostureState] = {}
         self._forgotten: set[str] = set()
         self._queue_lock = threading.Lock()
+        # One flush at a time: a publish that finds its state already taken by the thread's flush
+        # returns only once that flush's statement is done, so "written before this returns" holds.
+        self._flush_lock = threading.Lock()
         self._absorb: Callable[[dict[str, PostureState]], None] | None = None
         self._seen = -1  # the last number read (-1: none yet, start from the current one)
         self._wake = threading.Event()
@@ -90,6 +93,10 @@ class PostgresPostureBoard:
     # -- the thread ----------------------------------------------------------------------------
     def flush(self) -> None:
         """Write what was published and not written yet (kept for the next time on a failure)."""
+        with self._flush_lock:
+            self._flush()
+
+    def _flush(self) -> None:
         with self._queue_lock:
             queued, self._queued = self._queued, {}
             forgotten, self._forgotten = self._forgotten, set()
