@@ -39,6 +39,8 @@ from api.routing import ANALYSIS_BASE, Route, Routes
 from api.schemas.analysis import (
     BATCH_KINDS,
     GUARDRAIL_SYMBOLS,
+    PAIR_LIMIT,
+    PATHS,
     VIOLATION_SYMBOLS,
     ApplyRequest,
     BatchItem,
@@ -46,7 +48,6 @@ from api.schemas.analysis import (
     GuardrailPatch,
     GuardrailUpdate,
     WhatIfRequest,
-    render_diff,
     render_guardrail,
     render_router_explanation,
     render_service_explanation,
@@ -56,7 +57,7 @@ from api.schemas.analysis import (
 from api.schemas.identities import IdentityCreate, enrollment_request
 from api.schemas.posture_checks import MODELS, type_details
 from api.wire import WireModel
-from engine.analysis import AnalysisManager, Operation, StaleRevisionError, analysis_for
+from engine.analysis import AccessDiff, AnalysisManager, Operation, StaleRevisionError, analysis_for
 from engine.analysis.manager import CLASSES, at_item
 from engine.errors import ControllerError, FieldError, NotFoundError
 from engine.managers.posture_checks import DETAILS_PATCH, check_type_id
@@ -253,6 +254,58 @@ def _posture_check(op: str, entity_id: str, doc: dict[str, Any], data: bytes) ->
     return run
 
 
+def render_diff(diff: AccessDiff, name: Callable[[str, str], str]) -> dict[str, Any]:
+    """An access diff in wire form: each list cut at :data:`PAIR_LIMIT` (the engine lists no
+    more: ``AccessManager.what_if``'s ``listed``), the counts exact (``AccessDiff.total``)."""
+    pairs = ("services_added", "services_removed", "routers_added", "routers_removed")
+
+    def services(found: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
+        return [{"identityId": i, "serviceId": s, "type": t} for i, s, t in found[:PAIR_LIMIT]]
+
+    def routers(found: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        return [{"identityId": i, "edgeRouterId": r} for i, r in found[:PAIR_LIMIT]]
+
+    return {
+        "summary": {
+            "servicesAdded": diff.total("services_added"),
+            "servicesRemoved": diff.total("services_removed"),
+            "routersAdded": diff.total("routers_added"),
+            "routersRemoved": diff.total("routers_removed"),
+            "identities": diff.total("identities"),
+            "policies": len(diff.policies),
+        },
+        "truncated": any(diff.total(p) > PAIR_LIMIT for p in pairs),
+        "services": {"added": services(diff.services_added), "removed": services(diff.services_removed)},
+        "routers": {"added": routers(diff.routers_added), "removed": routers(diff.routers_removed)},
+        "policies": [
+            {
+                "kind": PATHS[p.kind],
+                "id": p.id,
+                "name": name(p.kind, p.id),
+                "change": p.change,
+                "linksAdded": p.links_added,
+                "linksRemoved": p.links_removed,
+                "accessAdded": p.access_added,
+                "accessRemoved": p.access_removed,
+            }
+            for p in diff.policies[:PAIR_LIMIT]
+        ],
+        "identities": [
+            {
+                "id": c.id,
+                "name": name("identity", c.id),
+                "dialAdded": c.dial_added[:PAIR_LIMIT],
+                "dialRemoved": c.dial_removed[:PAIR_LIMIT],
+                "bindAdded": c.bind_added[:PAIR_LIMIT],
+                "bindRemoved": c.bind_removed[:PAIR_LIMIT],
+                "routersAdded": c.routers_added[:PAIR_LIMIT],
+                "routersRemoved": c.routers_removed[:PAIR_LIMIT],
+            }
+            for c in diff.identities[:PAIR_LIMIT]
+        ],
+    }
+
+
 def _created(created: Any) -> list[dict[str, Any]]:
     return [{"index": c.index, "kind": _path(c.kind), "id": c.id, "name": c.name} for c in created]
 
@@ -276,7 +329,7 @@ class WhatIf:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Evaluate a batch of writes: the exact access diff, at the current revision."""
         request = read_model(req, WhatIfRequest)
-        answer = self.analysis.what_if(self.batches.operations(request.items))
+        answer = self.analysis.what_if(self.batches.operations(request.items), PAIR_LIMIT)
         ok(
             resp,
             {
@@ -306,7 +359,7 @@ class Apply:
         request = read_model(req, ApplyRequest)
         operations = self.batches.operations(request.items)
         try:
-            answer = self.analysis.apply(operations, request.revision)
+            answer = self.analysis.apply(operations, request.revision, PAIR_LIMIT)
         except StaleRevisionError as ex:
             cause: dict[str, Any] = {
                 "reason": ex.reason,

@@ -20,7 +20,8 @@ Falcon app; then, on random pairs and policies of that network:
   guardrails add to an untouched write.
 
 p50 and p99 in milliseconds over ``--runs`` repetitions (default: 200 explanations, 30
-what-ifs, 200 writes each way). The network is loaded with the cyclic collector off, then frozen
+one-edit what-ifs (``--what-if-runs``), 5 ``#all`` what-ifs each way (``--all-runs``), 200 writes
+each way). The network is loaded with the cyclic collector off, then frozen
 out of its way, as the serving worker loads it (``controller/serve.py``).
 """
 
@@ -52,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tier", choices=sorted(TIERS), default="S")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runs", type=int, default=200, help="explanations and writes measured")
-    parser.add_argument("--what-if-runs", type=int, default=30, help="what-ifs measured")
+    parser.add_argument("--what-if-runs", type=int, default=30, help="one-edit what-ifs measured")
+    parser.add_argument("--all-runs", type=int, default=5, help="`#all` what-ifs measured (each way)")
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float]:
@@ -278,7 +280,7 @@ class Bench:
         return self.analysis.guardrails
 
 
-def run(tier: str, seed: int = 1, runs: int = 200, what_if_runs: int = 30) -> str:
+def run(tier: str, seed: int = 1, runs: int = 200, what_if_runs: int = 30, all_runs: int = 5) -> str:
     with tempfile.TemporaryDirectory(prefix="trellis-bench-analysis-") as tmp:
         bench = Bench(tier, seed, Path(tmp) / "home")
         try:
@@ -287,7 +289,7 @@ def run(tier: str, seed: int = 1, runs: int = 200, what_if_runs: int = 30) -> st
                 rows.append(("explain (Dial)", path, figures))
             for path, figures in bench.what_if(what_if_runs).items():
                 rows.append(("what-if, one policy edit", path, figures))
-            pairs, all_figures = bench.what_if_all(what_if_runs)
+            pairs, all_figures = bench.what_if_all(all_runs)
             for path, figures in all_figures.items():
                 rows.append((f"what-if, `#all` edit adding {pairs:,} pairs", path, figures))
             for how, figures in bench.writes(runs).items():
@@ -306,4 +308,4 @@ def run(tier: str, seed: int = 1, runs: int = 200, what_if_runs: int = 30) -> st
 
 
 def main(args: argparse.Namespace) -> str:
-    return run(args.tier, args.seed, args.runs, args.what_if_runs)
+    return run(args.tier, args.seed, args.runs, args.what_if_runs, args.all_runs)

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Protocol
 
+import numpy as np
+
 from engine.errors import FieldError
 from engine.managers.access import ENTITY_KINDS as ENTITY_NAMES
 from engine.managers.access import POLICY_KINDS as POLICY_NAMES
@@ -76,10 +78,16 @@ __all__ = [
 #: The most access pairs (added and removed, both relations) a what-if or an apply lists: a batch
 #: changing more is refused (400) before any pair is listed. 2 million pairs take about 4 s.
 MAX_DIFF_PAIRS = 2_000_000
+#: No cut: more pairs than any list holds.
+MAX_LISTED = 1 << 62
 #: A batch changing at most this many policies (and no entity) is compared without forking the
 #: graph (:class:`PolicyOverlay`); a larger one forks it.
 OVERLAY_POLICIES = 64
 
+#: An identity's links are tested one by one against a set of policies (instead of a union of
+#: the policies' member bitsets, each as wide as every identity) when the identities are fewer
+#: than the policies over this.
+NARROW = 4
 #: What a batch touched: engine kind (entity or policy kind) -> ids.
 Touched = dict[str, set[str]]
 
@@ -144,12 +152,20 @@ class AccessDiff:
     routers_removed: list[RouterPair] = field(default_factory=list)
     policies: list[PolicyChange] = field(default_factory=list)
     identities: list[IdentityChange] = field(default_factory=list)
+    #: When the lists were cut (:meth:`Comparison.diff` with ``listed``): the exact length of each
+    #: whole list, by attribute name (``services_added`` ... ``identities``); empty when whole.
+    totals: dict[str, int] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
         return not (
             self.services_added or self.services_removed or self.routers_added or self.routers_removed
         )
+
+    def total(self, name: str) -> int:
+        """The exact length of list ``name`` (``services_added``, ... ``identities``), cut or not."""
+        found = self.totals.get(name)
+        return len(getattr(self, name)) if found is None else found
 
 
 def touched_by(changes: Iterable[Change]) -> Touched:
@@ -455,6 +471,109 @@ class _Relation:
         return sum(a.bit_count() + r.bit_count() for a, r in (*self.columns.values(), *self.rows.values()))
 
 
+def _slot_array(bits: int) -> Any:
+    """The set bits of ``bits``, ascending, as a numpy array (C loops: the bytes that are not zero
+    are found, then only those are unpacked)."""
+    data = np.frombuffer(bits.to_bytes((bits.bit_length() + 7) >> 3, "little"), dtype=np.uint8)
+    nonzero = np.flatnonzero(data)
+    flags = np.unpackbits(data[nonzero].reshape(-1, 1), axis=1, bitorder="little")
+    rows, offsets = np.nonzero(flags)
+    return nonzero[rows].astype(np.int64) * 8 + offsets
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class _Listing:
+    """One list of a diff (e.g. Dial added) before ids are listed: per column its identities as
+    slot arrays (``slots`` and, aligned, the index of the column in ``columns``), and per row (a
+    touched identity) the other entities' ids, sorted."""
+
+    columns: list[str]
+    slots: Any
+    column_of: Any
+    ids: Sequence[str | None]
+    rows: dict[str, list[str]]
+    size: int = 0
+    _unique: Any = None
+    _unique_ids: list[str] = field(default_factory=list)
+    _ranks: Any = None
+
+    @classmethod
+    def of(
+        cls,
+        relation: _Relation,
+        columns: list[str],
+        index: int,
+        ids: Sequence[str | None],
+        other_ids: Sequence[str | None],
+    ) -> _Listing:
+        parts: list[Any] = []
+        owners: list[Any] = []
+        for n, column in enumerate(columns):
+            bits = relation.columns[column][index]
+            if bits:
+                found = _slot_array(bits)
+                parts.append(found)
+                owners.append(np.full(len(found), n, dtype=np.int64))
+        rows = {
+            row: sorted(str(i) for i in select(pair[index], other_ids))
+            for row, pair in relation.rows.items()
+            if pair[index]
+        }
+        slots_ = np.concatenate(parts) if parts else _NONE
+        column_of = np.concatenate(owners) if owners else _NONE
+        size = len(slots_) + sum(len(r) for r in rows.values())
+        return cls(columns, slots_, column_of, ids, rows, size)
+
+    def identities(self) -> list[str]:
+        """The identities with an entry in this list (ids)."""
+        self._unique = np.unique(self.slots)
+        ids = self.ids
+        self._unique_ids = [str(ids[s]) for s in self._unique.tolist()]
+        return [*self._unique_ids, *self.rows]
+
+    def ranks(self, rank: dict[str, int]) -> Any:
+        """Per entry of the columns, its identity's rank (``rank``: id -> position among every
+        identity changed)."""
+        if self._ranks is None:
+            of_unique = np.fromiter(
+                (rank[i] for i in self._unique_ids), dtype=np.int64, count=len(self._unique_ids)
+            )
+            self._ranks = of_unique[np.searchsorted(self._unique, self.slots)]
+        return self._ranks
+
+    def counts(self, rank: dict[str, int], total: int) -> Any:
+        """Per identity rank, how many entries it has in this list."""
+        out = np.bincount(self.ranks(rank), minlength=total)
+        for row, entries in self.rows.items():
+            out[rank[row]] += len(entries)
+        return out
+
+    def lists(self, rank: dict[str, int], shown: int) -> dict[int, list[str]]:
+        """Per identity rank below ``shown``, its entries in this list, sorted."""
+        out: dict[int, list[str]] = {}
+        if len(self.slots):
+            ranks = self.ranks(rank)
+            keep = ranks < shown
+            ranks, owners = ranks[keep], self.column_of[keep]
+            order = np.lexsort((owners, ranks))
+            ranks, owners = ranks[order], owners[order]
+            names = np.asarray(self.columns, dtype=object)[owners].tolist()
+            if len(ranks):
+                starts = np.flatnonzero(np.diff(ranks)) + 1
+                bounds = [0, *starts.tolist(), len(ranks)]
+                firsts = ranks[[0, *starts.tolist()]].tolist()
+                for n, who in enumerate(firsts):
+                    out[who] = names[bounds[n] : bounds[n + 1]]
+        for row, entries in self.rows.items():
+            who = rank[row]
+            if who < shown:
+                out[who] = entries
+        return out
+
+
 class Comparison:
     """Two graphs (as :class:`Reader` s) and what was touched between them; the access relations'
     changes computed once (:meth:`relation`), then listed (:meth:`diff`) or reused (guardrails)."""
@@ -540,12 +659,16 @@ class Comparison:
             common = was & now & ~touched
             if was == common and now == common:
                 continue
-            shared = before.union(kind, IDENTITY, common)
-            old = shared | before.union(kind, IDENTITY, was & ~common)
-            new = shared | after.union(kind, IDENTITY, now & ~common)
-            changed = (old ^ new) & mask
+            # old = shared | gone, new = shared | came: what changed is gone ^ came outside
+            # shared, so shared (the union of many wide bitsets) is read only where they differ
+            gone = before.union(kind, IDENTITY, was & ~common)
+            came = after.union(kind, IDENTITY, now & ~common)
+            moved = (gone ^ came) & mask
+            if not moved:
+                continue
+            changed = moved & ~self.shared(kind, common, moved)
             if changed:
-                out.columns[column] = (new & changed, old & changed)
+                out.columns[column] = (came & changed, gone & changed)
         align = self.align[other]
         for row in self.row_ids:
             old = self.granted_to(self.before, row, other, policy_type)
@@ -557,59 +680,95 @@ class Comparison:
         self._relations[policy_type] = out
         return out
 
+    def shared(self, kind: str, policies: int, among: int) -> int:
+        """The identities of ``among`` (slots) that untouched ``policies`` select in ``before``:
+        per identity, its few links against the policies when they are few, else the union of
+        the policies' (wide) member bitsets."""
+        if not policies:
+            return 0
+        if among.bit_count() * NARROW > policies.bit_count():
+            return self.before.union(kind, IDENTITY, policies) & among
+        ids = self.before.ids(IDENTITY)
+        links = self.before.links
+        found = 0
+        for slot in slots(among):
+            if links(kind, IDENTITY, str(ids[slot])) & policies:
+                found |= 1 << slot
+        return found
+
     def count(self) -> int:
         """How many pairs change, both relations, without listing them."""
         return sum(self.relation(t).count() for t in (*TYPES, None))
 
     # -- the listing ----------------------------------------------------------------------------
-    def diff(self, limit: int | None = None) -> AccessDiff:
-        """The :class:`AccessDiff` (:class:`DiffTooLargeError` past ``limit`` pairs)."""
+    def diff(self, limit: int | None = None, listed: int | None = None) -> AccessDiff:
+        """The :class:`AccessDiff` (:class:`DiffTooLargeError` past ``limit`` pairs).
+
+        With ``listed``, each pair list holds only its first ``listed`` pairs and ``identities``
+        its first ``listed`` identities (each with every list whole), in the same order as the
+        whole answer; ``totals`` gives the exact lengths. Only the identities listed are turned
+        into ids then: the rest is counted as bitsets (docs/analysis.md §3).
+        """
         if limit is not None:
             count = self.count()
             if count > limit:
                 raise DiffTooLargeError(count, limit)
+        if listed is not None and listed < 1:
+            raise ValueError("listed must be at least 1")
         ids_b, ids_a = self.before.ids(IDENTITY), self.after.ids(IDENTITY)
-        # per list of IdentityChange, identity id -> the other ids, sorted
-        lists: list[dict[str, list[str]]] = []
+        # dial added, dial removed, bind added, bind removed, routers added, routers removed
+        listings: list[_Listing] = []
         for policy_type in (*TYPES, None):
             other = SERVICE if policy_type else EDGE_ROUTER
             relation = self.relation(policy_type)
-            added_by: dict[str, list[str]] = {}
-            removed_by: dict[str, list[str]] = {}
-            for column in sorted(relation.columns):  # so each identity's list comes out sorted
-                added, removed = relation.columns[column]
-                for bits, ids, by in ((added, ids_a, added_by), (removed, ids_b, removed_by)):
-                    if bits:
-                        for identity_id in select(bits, ids):
-                            found = by.get(identity_id)  # type: ignore[arg-type]
-                            if found is None:
-                                by[identity_id] = [column]  # type: ignore[index]
-                            else:
-                                found.append(column)
-            other_b, other_a = self.before.ids(other), self.after.ids(other)
-            for row, (added, removed) in relation.rows.items():
-                if added:
-                    added_by[row] = sorted(str(i) for i in select(added, other_a))
-                if removed:
-                    removed_by[row] = sorted(str(i) for i in select(removed, other_b))
-            lists.extend((added_by, removed_by))
-        dial_added, dial_removed, bind_added, bind_removed, routers_added, routers_removed = lists
-        diff = AccessDiff()
-        for identity_id in sorted(set().union(*lists)):
-            entry = IdentityChange(
-                identity_id,
-                dial_added.get(identity_id) or [],
-                dial_removed.get(identity_id) or [],
-                bind_added.get(identity_id) or [],
-                bind_removed.get(identity_id) or [],
-                routers_added.get(identity_id) or [],
-                routers_removed.get(identity_id) or [],
-            )
-            diff.identities.append(entry)
-            for target, dial, bind in (
-                (diff.services_added, entry.dial_added, entry.bind_added),
-                (diff.services_removed, entry.dial_removed, entry.bind_removed),
+            columns = sorted(relation.columns)
+            for index, ids, other_ids in (
+                (0, ids_a, self.after.ids(other)),
+                (1, ids_b, self.before.ids(other)),
             ):
+                listings.append(_Listing.of(relation, columns, index, ids, other_ids))
+        # every identity with a change, sorted: columns hold untouched identities (same slot and
+        # id in both graphs), rows the touched ones (masked out of every column)
+        everyone = sorted(set().union(*(listing.identities() for listing in listings)))
+        rank = {identity_id: n for n, identity_id in enumerate(everyone)}
+        total = len(everyone)
+        shown = total if listed is None else min(listed, total)
+        # per list, the identities (ranks) whose entries are listed: the identities shown, and
+        # those holding the first ``listed`` pairs of the pair list it goes into
+        reach = [shown] * len(listings)
+        for group in ((0, 2), (1, 3), (4,), (5,)):
+            if listed is None:
+                needed = total
+            else:
+                counts = sum(listings[i].counts(rank, total) for i in group)
+                needed = min(total, int(np.searchsorted(np.cumsum(counts), listed)) + 1)
+            for i in group:
+                reach[i] = max(shown, needed)
+        by = [listing.lists(rank, limit) for listing, limit in zip(listings, reach, strict=True)]
+        dial_added, dial_removed, bind_added, bind_removed, routers_added, routers_removed = by
+        diff = AccessDiff()
+        cut = MAX_LISTED if listed is None else listed
+        for n in range(shown):
+            diff.identities.append(
+                IdentityChange(
+                    everyone[n],
+                    dial_added.get(n) or [],
+                    dial_removed.get(n) or [],
+                    bind_added.get(n) or [],
+                    bind_removed.get(n) or [],
+                    routers_added.get(n) or [],
+                    routers_removed.get(n) or [],
+                )
+            )
+        for target, dial_by, bind_by in (
+            (diff.services_added, dial_added, bind_added),
+            (diff.services_removed, dial_removed, bind_removed),
+        ):
+            for n in sorted(dial_by.keys() | bind_by.keys()):
+                if len(target) >= cut:
+                    break
+                identity_id = everyone[n]
+                dial, bind = dial_by.get(n), bind_by.get(n)
                 if dial and bind:
                     target.extend(
                         (identity_id, s, t)
@@ -619,10 +778,24 @@ class Comparison:
                     target.extend(zip(repeat(identity_id), dial, repeat("Dial")))
                 elif bind:
                     target.extend(zip(repeat(identity_id), bind, repeat("Bind")))
-            if entry.routers_added:
-                diff.routers_added.extend(zip(repeat(identity_id), entry.routers_added))
-            if entry.routers_removed:
-                diff.routers_removed.extend(zip(repeat(identity_id), entry.routers_removed))
+            del target[cut:]
+        for reached, routers_by in (
+            (diff.routers_added, routers_added),
+            (diff.routers_removed, routers_removed),
+        ):
+            for n in sorted(routers_by):
+                if len(reached) >= cut:
+                    break
+                reached.extend(zip(repeat(everyone[n]), routers_by[n]))
+            del reached[cut:]
+        if listed is not None:
+            diff.totals = {
+                "services_added": listings[0].size + listings[2].size,
+                "services_removed": listings[1].size + listings[3].size,
+                "routers_added": listings[4].size,
+                "routers_removed": listings[5].size,
+                "identities": len(everyone),
+            }
         diff.policies = self._policies()
         return diff
 

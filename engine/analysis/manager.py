@@ -320,10 +320,11 @@ class AnalysisManager:
                     )
         return overlay.final(), created
 
-    def what_if(self, operations: Sequence[Operation]) -> WhatIf:
+    def what_if(self, operations: Sequence[Operation], listed: int | None = None) -> WhatIf:
         """The access diff the writes would make, at the current revision, and the violations
         they would add to guardrails; nothing is written. More than :data:`MAX_DIFF_PAIRS`
-        changed pairs: :class:`DiffTooLargeError` (400)."""
+        changed pairs: :class:`DiffTooLargeError` (400). With ``listed``, the diff's lists hold
+        their first ``listed`` entries and its ``totals`` the exact counts (``Comparison.diff``)."""
         with self.store.write_lock():
             revision, view = self.store.last_seq, self.store.view()
         changes, created = self._run(operations, view, revision)
@@ -339,19 +340,20 @@ class AnalysisManager:
                 graph = None
             if graph is not None:
                 comparison = compare_changes(graph, changes)
-                diff = comparison.diff(MAX_DIFF_PAIRS)
+                diff = comparison.diff(MAX_DIFF_PAIRS, listed)
                 verdicts = new_violations(graph, [], changes, rules, online, comparison) if rules else []
         if graph is None:  # the history moved past the revision meanwhile: as of a fresh fork
             revision, view, graph = self._consistent()
             changes, created = self._run(operations, view, revision)
             comparison = compare_changes(graph, changes)
-            diff = comparison.diff(MAX_DIFF_PAIRS)
+            diff = comparison.diff(MAX_DIFF_PAIRS, listed)
             verdicts = new_violations(graph, [], changes, rules, online, comparison) if rules else []
         return WhatIf(revision, diff, tuple(created), len(changes), tuple(verdicts))
 
-    def apply(self, operations: Sequence[Operation], revision: int) -> Applied:
+    def apply(self, operations: Sequence[Operation], revision: int, listed: int | None = None) -> Applied:
         """Commit the writes as one batch if nothing access-relevant changed since ``revision``
-        (:class:`StaleRevisionError` otherwise); see the module docstring."""
+        (:class:`StaleRevisionError` otherwise); see the module docstring. ``listed``: as for
+        :meth:`what_if`, for this answer's diff and a 409's."""
         if len(operations) > MAX_BATCH_ITEMS:
             raise FieldError("items", f"at most {MAX_BATCH_ITEMS} items", len(operations))
         deadline = time.monotonic() + STAGED_WAIT_SECONDS
@@ -360,11 +362,11 @@ class AnalysisManager:
                 current = self.store.last_seq
                 if revision > current:
                     raise FieldError("revision", f"is ahead of the controller's revision {current}", revision)
-                self._check_unchanged(revision, current)
+                self._check_unchanged(revision, current, listed)
                 if not _staged_access_changes(self.store):
                     changes, created = self._run(operations, self.store, current)
                     with self.access.reading() as (graph, _):
-                        diff = compare_changes(graph, changes).diff(MAX_DIFF_PAIRS)
+                        diff = compare_changes(graph, changes).diff(MAX_DIFF_PAIRS, listed)
                     # the guardrails see the batch whole, as any write (409 when enforced)
                     extra = self.checker(changes) if changes else []
                     if changes:
@@ -378,7 +380,7 @@ class AnalysisManager:
             time.sleep(0.005)
         return Applied(revision, self.store.last_seq, diff, tuple(created), len(changes))
 
-    def _check_unchanged(self, revision: int, current: int) -> None:
+    def _check_unchanged(self, revision: int, current: int, listed: int | None = None) -> None:
         """Under the write lock: :class:`StaleRevisionError` with the diff since ``revision`` when
         an access-relevant batch was applied after it."""
         try:
@@ -388,7 +390,7 @@ class AnalysisManager:
                 past = self.history.rewind(graph, revision)
                 try:
                     diff: AccessDiff | None = compare(past, graph, self.history.touched_since(revision)).diff(
-                        MAX_DIFF_PAIRS
+                        MAX_DIFF_PAIRS, listed
                     )
                 except DiffTooLargeError:
                     diff = None  # too large to list: the 409 says so without it

@@ -105,6 +105,42 @@ def test_what_if_answers_the_exact_diff_and_writes_nothing(api: Api, net: dict[s
     assert api.get(f"/identities/{net['bob']}").json["data"]["roleAttributes"] == ["contractor"]
 
 
+def test_lists_past_the_limit_are_cut_and_the_counts_stay_exact(
+    api: Api, net: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import api.analysis as resources
+
+    items = [
+        {"op": "patch", "kind": "identities", "id": net["bob"], "body": {"roleAttributes": ["staff"]}},
+        {
+            "op": "create",
+            "kind": "service-policies",
+            "body": {
+                "name": "all-bind",
+                "type": "Bind",
+                "semantic": "AnyOf",
+                "identityRoles": ["#all"],
+                "serviceRoles": ["#all"],
+            },
+        },
+    ]
+    whole = what_if(api, items).json["data"]
+    monkeypatch.setattr(resources, "PAIR_LIMIT", 2)
+    cut = what_if(api, items).json["data"]
+
+    assert whole["summary"]["servicesAdded"] == len(whole["services"]["added"]) > 2
+    assert whole["summary"]["identities"] == len(whole["identities"]) > 2
+    assert cut["summary"] == whole["summary"]
+    assert whole["truncated"] is False
+    assert cut["truncated"] is True
+    assert cut["services"]["added"] == whole["services"]["added"][:2]
+    assert cut["routers"] == whole["routers"]
+    assert cut["identities"] == whole["identities"][:2]
+
+    assert len(whole["policies"]) == 3
+    assert len(cut["policies"]) == 2
+
+
 def test_deleting_an_identity_removes_its_pairs_and_strips_nothing_else(
     api: Api, net: dict[str, str]
 ) -> None:

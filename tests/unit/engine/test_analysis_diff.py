@@ -5,7 +5,8 @@
 On random networks and random batches (the strategies of ``test_analysis_oracle``), the overlay's
 diff, every list and every per-policy and per-identity figure, equals the fork's, and the fork's
 pairs equal the brute-force oracle's; the graph is left as it was. A diff of more pairs than the
-caller's limit is refused before anything is listed.
+caller's limit is refused before anything is listed; a listing cut at any length is the start of
+each whole list, with its exact length.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from engine.analysis.diff import (
     DiffTooLargeError,
     PolicyOverlay,
     access_diff,
+    compare,
     compare_changes,
     touched_by,
 )
 from engine.managers.access import apply_changes
-from engine.policy import IDENTITY, SERVICE, SERVICE_POLICY, PolicyGraph
+from engine.policy import EDGE_ROUTER, EDGE_ROUTER_POLICY, IDENTITY, SERVICE, SERVICE_POLICY, PolicyGraph
 from tests.unit.engine.test_analysis_guardrails_oracle import apply, changes, last_per_key
 from tests.unit.engine.test_analysis_oracle import SETTINGS, batches, grants, grants_of, networks
 from tests.unit.engine.test_policy_oracle import Oracle, rebuild
@@ -75,3 +77,31 @@ def test_a_diff_past_the_limit_is_refused_before_it_is_listed() -> None:
     assert refused.value.field == "items"
     assert refused.value.count == 300
     assert "300 access pairs" in (refused.value.reason or "")
+
+
+def test_a_cut_listing_is_the_start_of_each_whole_list() -> None:
+    """Each list is cut on its own: an identity with no entry in one list does not use up that
+    list's room (here the only router pair belongs to the last identity)."""
+    before = _network(4, 3)
+    before.upsert_entity(EDGE_ROUTER, "r0", ["edge"])
+    before.upsert_entity(IDENTITY, "i3", ["staff", "far"])
+    after = before.copy()
+    after.upsert_policy(
+        SERVICE_POLICY, "p", semantic="AnyOf", type="Dial", identity_roles=["#staff"], service_roles=["#app"]
+    )
+    after.upsert_policy(
+        SERVICE_POLICY, "q", semantic="AnyOf", type="Bind", identity_roles=["@i1"], service_roles=["@s1"]
+    )
+    after.upsert_policy(
+        EDGE_ROUTER_POLICY, "e", semantic="AnyOf", identity_roles=["#far"], edge_router_roles=["#all"]
+    )
+    touched = {SERVICE_POLICY: {"p", "q"}, EDGE_ROUTER_POLICY: {"e"}}
+    whole = access_diff(before, after, touched)
+    assert whole.routers_added == [("i3", "r0")]
+
+    for listed in range(1, 14):
+        cut = compare(before, after, touched).diff(listed=listed)
+        for name in ("services_added", "services_removed", "routers_added", "routers_removed", "identities"):
+            assert getattr(cut, name) == getattr(whole, name)[:listed], (listed, name)
+            assert cut.total(name) == len(getattr(whole, name)), (listed, name)
+        assert cut.policies == whole.policies

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.analysis import PostureVerdict, access_diff, explain_router, explain_service
+from engine.analysis.diff import compare
 from engine.analysis.history import AccessHistory
 from engine.policy import (
     EDGE_ROUTER,
@@ -208,6 +209,10 @@ def apply(
     return touched
 
 
+#: The lists of an AccessDiff that a cut listing shortens.
+LISTS = ("services_added", "services_removed", "routers_added", "routers_removed", "identities")
+
+
 @SETTINGS
 @given(oracle=networks(), data=st.data())
 def test_what_if_diffs_agree_with_the_oracle(oracle: Oracle, data: st.DataObject) -> None:
@@ -229,6 +234,14 @@ def test_what_if_diffs_agree_with_the_oracle(oracle: Oracle, data: st.DataObject
     by_identity = {c.id: c for c in diff.identities}
     for i, s, t in diff.services_added:
         assert s in (by_identity[i].dial_added if t == "Dial" else by_identity[i].bind_added)
+    # cut at any length, each list is the whole one's start and the totals are its lengths
+    listed = data.draw(st.integers(min_value=1, max_value=4), label="listed")
+    cut = compare(before_graph, after_graph, touched).diff(listed=listed)
+    for name in LISTS:
+        whole = getattr(diff, name)
+        assert getattr(cut, name) == whole[:listed], name
+        assert cut.total(name) == len(whole), name
+    assert cut.policies == diff.policies
     # the copy taken first is untouched: forking is what makes a what-if write nothing
     assert grants_of(before_graph, oracle) == before
 
