@@ -6,12 +6,14 @@ Two forms of one read, from a cursor (``since``, or the ``Last-Event-ID`` header
 - JSON (the default): a page of records, at most ``limit`` pairs (1,000; up to 10,000), in
   OpenZiti's envelope, ``meta.next`` the cursor to ask from next;
 - Server-Sent Events (``Accept: text/event-stream``): one ``access-change`` event per record part,
-  its ``id:`` the cursor after it. The serving worker sends an answer once it is whole
-  (``controller.worker``), so an SSE answer is bounded: it holds what is there, or waits up to
-  ``wait`` seconds (15 by default) for the first record, ending with a ``: heartbeat`` comment if
-  none came; ``retry:`` has the client ask again at once with ``Last-Event-ID``. At most
-  ``TRELLIS_ACCESS_CHANGES_STREAMS`` such answers wait at once (429 beyond), so waiting clients
-  can never hold every request thread.
+  its ``id:`` the cursor after it, sent as the records are kept. The answer stays open for
+  ``duration`` seconds (300 by default, at most 3,600), with a ``: heartbeat`` comment after each
+  ``wait`` seconds (15 by default) without a record; then it ends and ``retry:`` has the client
+  ask again at once with ``Last-Event-ID`` (an ``EventSource`` does so by itself). With
+  ``duration=0``, or where the server cannot stream (an HTTP/1.0 client; Falcon's test client),
+  the answer is bounded: what is there, or the first record within ``wait`` seconds, or a
+  heartbeat. At most ``TRELLIS_ACCESS_CHANGES_STREAMS`` such answers are open at once (429
+  beyond), so waiting clients can never hold every request thread.
 
 A cursor older than what the stream keeps is 410 ``ACCESS_CHANGES_EXPIRED``; one ahead of the
 controller or malformed is 400.
@@ -47,6 +49,11 @@ EVENT_PAIRS = 1000
 ANSWER_PAIRS = 10_000
 #: The longest an SSE answer waits for a first record (the heartbeat interval).
 MAX_WAIT_SECONDS = 15.0
+#: How long a streamed SSE answer stays open, by default and at most.
+STREAM_SECONDS = 300.0
+MAX_STREAM_SECONDS = 3600.0
+#: The longest one wait for a record (how soon a stopping worker ends an open answer).
+_WAIT_SLICE_SECONDS = 1.0
 MAX_LIMIT = 10_000
 EXPIRED_CODE = "ACCESS_CHANGES_EXPIRED"
 BUSY_CODE = "SERVER_TOO_MANY_REQUESTS"
@@ -137,24 +144,49 @@ def _frame(part: dict[str, Any]) -> bytes:
     return b"id: %s\nevent: access-change\ndata: %s\n\n" % (part["cursor"].encode(), orjson.dumps(part))
 
 
-def _events(stream: AccessChangeStream, cursor: Cursor, wait: float) -> Iterator[bytes]:
+def _events(
+    stream: AccessChangeStream,
+    cursor: Cursor,
+    wait: float,
+    duration: float = 0.0,
+    stopping: threading.Event | None = None,
+) -> Iterator[bytes]:
+    """An SSE answer's frames: bounded (``duration`` 0: what is there, else the first records
+    within ``wait``, else a heartbeat) or open for ``duration`` seconds with a heartbeat after
+    each ``wait`` (at least a second) without a record, until ``stopping`` is set."""
     yield b"retry: 1000\n\n"
-    deadline = time.monotonic() + wait
+    now = time.monotonic()
+    end = now + duration
+    beat = wait if duration <= 0 else max(wait, _WAIT_SLICE_SECONDS)
+    quiet_since = now
     sent = 0
     while True:
-        parts, cursor = stream.read(cursor, min(EVENT_PAIRS, ANSWER_PAIRS - sent))
+        room = EVENT_PAIRS if duration > 0 else min(EVENT_PAIRS, ANSWER_PAIRS - sent)
+        parts, cursor = stream.read(cursor, room)
         for part in parts:
             yield _frame(part)
             sent += max(1, sum(len(v) for side in ("services", "routers") for v in part[side].values()))
-        if parts and sent < ANSWER_PAIRS:
-            continue  # more may be there already: it goes in this answer
-        if sent:
+        now = time.monotonic()
+        if parts:
+            quiet_since = now
+            if duration > 0 or sent < ANSWER_PAIRS:
+                continue  # more may be there already
             return
-        left = deadline - time.monotonic()
-        if left <= 0:
+        if duration <= 0 and sent:
+            return
+        if stopping is not None and stopping.is_set():
+            return
+        if now >= quiet_since + beat:
             yield b": heartbeat\n\n"
+            quiet_since = now
+            if duration <= 0:
+                return
+        if duration > 0 and now >= end:
             return
-        stream.wait(cursor, left)
+        left = quiet_since + beat - now
+        if duration > 0:
+            left = min(left, end - now, _WAIT_SLICE_SECONDS)
+        stream.wait(cursor, max(0.0, left))
 
 
 class AccessChanges:
@@ -173,6 +205,13 @@ class AccessChanges:
                 {"name": "since", "in": "query", "type": "string"},
                 {"name": "limit", "in": "query", "type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
                 {"name": "wait", "in": "query", "type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS},
+                {
+                    "name": "duration",
+                    "in": "query",
+                    "type": "number",
+                    "minimum": 0,
+                    "maximum": MAX_STREAM_SECONDS,
+                },
                 {"name": "Last-Event-ID", "in": "header", "type": "string"},
             ],
         }
@@ -197,6 +236,9 @@ class AccessChanges:
             return
         if _wants_events(req):
             wait = _number(req, "wait", MAX_WAIT_SECONDS, 0, MAX_WAIT_SECONDS)
+            stopping = req.env.get("trellis.stopping")
+            streams = isinstance(stopping, threading.Event) and req.env.get("SERVER_PROTOCOL") == "HTTP/1.1"
+            duration = _number(req, "duration", STREAM_SECONDS, 0, MAX_STREAM_SECONDS) if streams else 0.0
             if not self.slots.take():
                 resp.status = falcon.HTTP_429
                 resp.set_header("Retry-After", "1")
@@ -209,7 +251,8 @@ class AccessChanges:
                 return
             resp.content_type = EVENT_STREAM
             resp.set_header("Cache-Control", "no-cache")
-            resp.stream = _Events(_events(self.stream, cursor, wait), self.slots.give)
+            frames = _events(self.stream, cursor, wait, duration, stopping if streams else None)
+            resp.stream = _Events(frames, self.slots.give)
             return
         limit = int(_number(req, "limit", 1000, 1, MAX_LIMIT))
         parts, after = self.stream.read(cursor, limit)

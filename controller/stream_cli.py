@@ -71,8 +71,8 @@ def watch(args: argparse.Namespace, out: TextIO) -> int:
         cursor = str(client.call("GET", "/analysis/v1/revision")["data"]["revision"])
     while True:
         headers = {"accept": "text/event-stream", "zt-session": client.token, "last-event-id": cursor}
-        wait = 0 if args.once else 15
-        query = urllib.parse.urlencode({"wait": str(wait)})
+        # --once: one bounded answer; else answers that stay open, each event printed as it comes
+        query = urllib.parse.urlencode({"wait": "0", "duration": "0"} if args.once else {"wait": "15"})
         request = urllib.request.Request(f"{client.url}{PATH}?{query}", headers=headers)
         got = 0
         try:

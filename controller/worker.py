@@ -27,8 +27,17 @@ is closed; a timeout just closes it. The environ carries no ``gunicorn.socket``;
 certificate chain is ``environ["trellis.peer_cert_chain"]`` (DER, leaf first, as the client sent
 it: unverified). The worker honours gunicorn's ``max_requests``, ``graceful_timeout``,
 ``worker_connections``, the heartbeat, the ``pre_request``/``post_request`` hooks, SIGTERM
-(graceful), SIGINT/SIGQUIT (quick) and the access log. Responses are buffered whole (the API's
-bodies are small JSON documents).
+(graceful), SIGINT/SIGQUIT (quick) and the access log.
+
+A response whose body is a list (Falcon's ``text``, ``data`` and ``media``: the API's small JSON
+documents) is sent whole, with its ``Content-Length``. One whose body is any other iterable
+(Falcon's ``resp.stream``: Server-Sent Events, a Parquet export) is streamed to an HTTP/1.1
+client: the head at once, then each piece as the app gives it, ``Transfer-Encoding: chunked``
+unless the app gave a ``Content-Length``. The pool thread is held only while the app makes the
+next piece; the loop writes it (the write time limit for each). A client that goes away, or a
+piece that does not come, ends the body and the app's iterable is closed; a stream still open
+when the worker stops is ended cleanly (``environ["trellis.stopping"]``, a ``threading.Event``,
+tells the app to finish). An HTTP/1.0 client, and a request run on the loop, get the body whole.
 
 The app may serve more on the same loop: its ``serve_alongside(loop, pool)``, if it has one, is
 awaited once accepting starts (the control listener edge routers connect to, ``controller.control``), and
@@ -55,7 +64,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -488,6 +497,11 @@ def _error_result(status: int, phrase: str, error: type[e.ControllerError], mess
     return _AppResult(data, False, f"{status} {phrase}", [("Content-Type", "application/json")], body_length)
 
 
+def _next_piece(pieces: Iterator[bytes]) -> bytes | None:
+    """The next piece of a streamed body (a pool thread), None at its end."""
+    return next(pieces, None)
+
+
 def _wake(waiter: asyncio.Future[bool] | None, value: bool) -> None:
     if waiter is not None and not waiter.done():
         waiter.set_result(value)
@@ -528,6 +542,11 @@ class _AppResult:
     status: str = ""
     headers: list[tuple[str, str]] = field(default_factory=list)
     body_length: int = 0
+    #: The rest of a streamed body (the app's iterable), sent after ``data``.
+    stream: Iterable[bytes] | None = None
+    #: The streamed body is sent in chunks (else raw, ``expected`` bytes of it).
+    chunked: bool = False
+    expected: int = -1
 
 
 # -- the worker ----------------------------------------------------------------------------------
@@ -579,6 +598,8 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         self._settler: _Settler | None = None
         #: Stops what the app's ``serve_alongside(loop, executor)`` started, if it has one.
         self._stop_alongside: Callable[[], Awaitable[None]] | None = None
+        #: Set when the worker stops: streamed bodies end (``environ["trellis.stopping"]``).
+        self._stopping = threading.Event()
 
     # -- process set-up (after the fork) --
 
@@ -616,6 +637,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             self._quick = True
             self.cfg.worker_int(self)
         self.alive = False
+        self._stopping.set()
         if self._wakeup is not None:
             self._wakeup.set()
 
@@ -857,6 +879,8 @@ class TrellisWorker(Worker):  # type: ignore[misc]
                 future.add_done_callback(self._inflight.discard)
                 result = await asyncio.wrap_future(future)
             written = await conn.write(result.data, loop.time() + limits.write_timeout)
+            if result.stream is not None:
+                written = await self._send_stream(conn, req, environ, result, written)
             conn.busy = False
             if not written:
                 return True
@@ -955,6 +979,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             "wsgi.run_once": False,
             "wsgi.input_terminated": True,
             "trellis.peer_cert_chain": peer.cert_chain,
+            "trellis.stopping": self._stopping,
         }
         if req.chunked or req.content_length:
             environ["CONTENT_LENGTH"] = str(len(body))  # a chunked body arrives de-chunked
@@ -980,9 +1005,56 @@ class TrellisWorker(Worker):  # type: ignore[misc]
     def _respond(self, req: Request, environ: dict[str, Any]) -> _AppResult:
         """Run the app, serialise its response and log it (a pool thread)."""
         started = datetime.now()
-        result = self._run_app(req, environ)
-        self._log_request(req, environ, result, started)
+        result = self._run_app(req, environ, stream=req.version >= (1, 1))
+        if result.stream is None:
+            self._log_request(req, environ, result, started)
+        else:
+            environ["trellis.started"] = started  # logged once the body is sent
         return result
+
+    async def _send_stream(
+        self, conn: Connection, req: Request, environ: dict[str, Any], result: _AppResult, written: bool
+    ) -> bool:
+        """Send the rest of a streamed body (see the module docstring); False if the connection
+        must be dropped (the client went away, the app failed, or the length it gave was wrong)."""
+        assert self.loop is not None
+        assert self.pool is not None
+        assert result.stream is not None
+        loop = self.loop
+        pieces = iter(result.stream)
+        sent = 0
+        try:
+            while written:
+                piece = await loop.run_in_executor(self.pool, _next_piece, pieces)
+                if piece is None:
+                    break
+                if not piece:
+                    continue
+                sent += len(piece)
+                data = b"%x\r\n%s\r\n" % (len(piece), piece) if result.chunked else piece
+                written = await conn.write(data, loop.time() + self.limits.write_timeout)
+            if written and result.chunked:
+                written = await conn.write(b"0\r\n\r\n", loop.time() + self.limits.write_timeout)
+            if written and not result.chunked and sent != result.expected:
+                self.log.warning(
+                    "content-length %d != streamed body length %d: dropped", result.expected, sent
+                )
+                written = False
+        except Exception:
+            self.log.exception("Error streaming the answer to %s %s", req.method, redact_uri(req.uri))
+            written = False
+        finally:
+            close = getattr(result.stream, "close", None)
+            if close is not None:
+                with suppress(Exception):
+                    close()
+            result.stream = None
+            result.body_length = sent
+            started = environ.get("trellis.started")
+            self._log_request(
+                req, environ, result, started if isinstance(started, datetime) else datetime.now()
+            )
+        return written
 
     async def _respond_on_loop(self, req: Request, environ: dict[str, Any]) -> _AppResult:
         """Run the app here, on the event loop; answer once the writes it deferred are durable
@@ -999,7 +1071,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         self._log_request(req, environ, result, started)
         return result
 
-    def _run_app(self, req: Request, environ: dict[str, Any]) -> _AppResult:
+    def _run_app(self, req: Request, environ: dict[str, Any], *, stream: bool = False) -> _AppResult:
         keep_alive = req.keep_alive and self.alive and self.limits.keepalive_timeout > 0
         with self._nr_lock:
             self.nr += 1
@@ -1015,8 +1087,14 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         except Exception:
             self.log.exception("Exception in pre_request hook")
         try:
-            status, headers, chunks = self._call_app(environ)
-            result = self._serialise(req, status, headers, chunks, keep_alive)
+            status, headers, chunks, rest = self._call_app(environ, stream=stream)
+            try:
+                result = self._serialise(req, status, headers, chunks, keep_alive, rest)
+            except Exception:
+                close = getattr(rest, "close", None)
+                if close is not None:
+                    close()
+                raise
         except Exception:
             self.log.exception("Error handling request %s %s", req.method, redact_uri(req.uri))
             unhandled = e.ControllerError
@@ -1033,7 +1111,11 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         except Exception:
             self.log.exception("Exception in post_request hook")
 
-    def _call_app(self, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], list[bytes]]:
+    def _call_app(
+        self, environ: dict[str, Any], *, stream: bool = False
+    ) -> tuple[str, list[tuple[str, str]], list[bytes], Iterable[bytes] | None]:
+        """Call the app: its status, headers and body; with ``stream``, a body that is not a list
+        is left to send as it comes (the last item, None otherwise)."""
         started: list[tuple[str, list[tuple[str, str]]]] = []
         chunks: list[bytes] = []
 
@@ -1047,6 +1129,9 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             return chunks.append
 
         result: Iterable[bytes] = self.wsgi(environ, start_response)
+        if stream and started and not isinstance(result, (list, tuple)):
+            status, headers = started[0]
+            return status, headers, chunks, result
         try:
             for chunk in result:
                 if chunk:
@@ -1058,16 +1143,29 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         if not started:
             raise RuntimeError("the app returned without calling start_response")
         status, headers = started[0]
-        return status, headers, chunks
+        return status, headers, chunks, None
 
     def _serialise(
-        self, req: Request, status: str, headers: list[tuple[str, str]], chunks: list[bytes], keep_alive: bool
+        self,
+        req: Request,
+        status: str,
+        headers: list[tuple[str, str]],
+        chunks: list[bytes],
+        keep_alive: bool,
+        rest: Iterable[bytes] | None = None,
     ) -> _AppResult:
         code = int(status.split(" ", 1)[0])
         if not 100 <= code <= 999:
             raise ValueError(f"invalid status {status!r}")
-        body = b"".join(chunks)
         no_body = req.method == "HEAD" or code < 200 or code in (204, 304)
+        if rest is not None and no_body:
+            close = getattr(rest, "close", None)
+            if close is not None:
+                close()
+            rest = None
+        if rest is not None:
+            return self._stream_head(req, status, headers, chunks, keep_alive, rest)
+        body = b"".join(chunks)
         lines = [f"HTTP/{req.version[0]}.{req.version[1]} {status}\r\n"]
         has_length = has_date = False
         sent_headers: list[tuple[str, str]] = []
@@ -1105,6 +1203,54 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         if no_body:
             body = b""
         return _AppResult(data + body, keep_alive, status, sent_headers, len(body))
+
+    def _stream_head(
+        self,
+        req: Request,
+        status: str,
+        headers: list[tuple[str, str]],
+        chunks: list[bytes],
+        keep_alive: bool,
+        rest: Iterable[bytes],
+    ) -> _AppResult:
+        """The head of a streamed body (and what the app wrote before it returned): raw after a
+        ``Content-Length`` the app gave, else chunked."""
+        lines = [f"HTTP/{req.version[0]}.{req.version[1]} {status}\r\n"]
+        sent_headers: list[tuple[str, str]] = []
+        expected = -1
+        has_date = False
+        for name, value in headers:
+            if "\r" in name or "\n" in name or "\r" in value or "\n" in value or ":" in name:
+                raise ValueError(f"invalid response header {name!r}")
+            key = name.lower()
+            if key in _HOP_BY_HOP:
+                if key == "connection" and "close" in value.lower():
+                    keep_alive = False
+                continue
+            if key == "content-length":
+                if not _DIGITS.fullmatch(value.strip()):
+                    raise ValueError(f"invalid content-length {value!r}")
+                expected = int(value)
+            elif key == "date":
+                has_date = True
+            sent_headers.append((name, value))
+            lines.append(f"{name}: {value}\r\n")
+        chunked = expected < 0
+        if chunked:
+            lines.append("Transfer-Encoding: chunked\r\n")
+        if not has_date:
+            lines.append(f"Date: {http_date()}\r\n")
+        if not keep_alive:
+            lines.append("Connection: close\r\n")
+        lines.append("\r\n")
+        data = "".join(lines).encode("latin-1")
+        first = b"".join(chunks)
+        if first:
+            data += b"%x\r\n%s\r\n" % (len(first), first) if chunked else first
+        result = _AppResult(data, keep_alive, status, sent_headers, len(first), rest, chunked, expected)
+        if not chunked:
+            result.expected = expected - len(first)
+        return result
 
 
 #: Files kept for everything but client connections (listeners, DuckDB, logs, pipes).

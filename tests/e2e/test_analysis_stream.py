@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.server import MGMT, ROOT, TRELLIS, Server, running
 
-pytestmark = [pytest.mark.e2e, pytest.mark.seconds(25)]
+pytestmark = [pytest.mark.e2e, pytest.mark.seconds(30)]
 
 A = "/analysis/v1"
 
@@ -27,12 +27,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def sse(server: Server, token: str, last_id: str, *, first_only: bool = False) -> list[dict[str, Any]]:
-    """One SSE answer's events (``id`` and the JSON ``data``); ``first_only``: the connection is
-    closed once the first event is read, as a client that goes away."""
+    """One bounded SSE answer's events (``id`` and the JSON ``data``); ``first_only``: the
+    connection is closed once the first event is read, as a client that goes away."""
     headers = {"Accept": "text/event-stream", "Last-Event-ID": last_id}
-    answer = server.call(
-        "GET", A + "/access-changes", token, headers, params={"wait": "10"}, stream=True, timeout=30
-    )
+    params = {"wait": "10", "duration": "0"}
+    answer = server.call("GET", A + "/access-changes", token, headers, params=params, stream=True, timeout=30)
     assert answer.status_code == 200, answer.text
     out: list[dict[str, Any]] = []
     fields: dict[str, str] = {}
@@ -118,3 +117,85 @@ def test_a_client_resumes_with_last_event_id_with_no_gap_and_no_duplicate(server
     lines = shown.stdout.splitlines()
     assert lines[0].startswith(f"+ Dial {alice} -> service {web} (revision {ids[0]}, by Default Admin)")
     assert len(lines) == 6
+
+
+def test_one_open_answer_carries_each_change_as_it_is_made(server: Server) -> None:
+    """A streamed answer stays open: a heartbeat while nothing changes, then each write's event on
+    the same connection while it goes on, before the answer ends."""
+    token = server.login()
+    start = str(
+        server.expect(server.call("GET", A + "/revision", token), 200, "revision")["data"]["revision"]
+    )
+    headers = {"Accept": "text/event-stream", "Last-Event-ID": start}
+    answer = server.call(
+        "GET", A + "/access-changes", token, headers, params={"wait": "1"}, stream=True, timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["transfer-encoding"] == "chunked"
+    lines = answer.iter_lines(decode_unicode=True)
+
+    def next_event() -> tuple[int, dict[str, Any]]:
+        """The next event's data, and how many heartbeats came before it."""
+        beats, fields = 0, {}
+        for line in lines:
+            if line == ": heartbeat":
+                beats += 1
+            elif line and not line.startswith(":"):
+                name, _, value = line.partition(": ")
+                fields[name] = value
+            elif not line and "data" in fields:
+                return beats, json.loads(fields["data"])
+        raise AssertionError("the answer ended")
+
+    def create(path: str, body: dict[str, Any]) -> str:
+        return str(server.expect(server.call("POST", MGMT + path, token, json=body), 201, path)["data"]["id"])
+
+    try:
+        bob = create(
+            "/identities", {"name": "bob", "type": "User", "isAdmin": False, "roleAttributes": ["o"]}
+        )
+        mail = create("/services", {"name": "mail", "encryptionRequired": True, "roleAttributes": ["m"]})
+        time.sleep(1.5)  # nothing changes access for over a second: a heartbeat comes
+        create("/service-policies", {"name": "mail-dial", "type": "Dial", "semantic": "AnyOf",
+                                     "identityRoles": ["#o"], "serviceRoles": ["#m"]})  # fmt: skip
+        beats, first = next_event()
+        assert beats >= 1
+        assert first["services"]["added"] == [{"identityId": bob, "serviceId": mail, "type": "Dial"}]
+        server.expect(
+            server.call("PATCH", f"{MGMT}/identities/{bob}", token, json={"roleAttributes": []}), 200, "patch"
+        )
+        _, second = next_event()  # the same answer, still open
+        assert second["services"]["removed"] == [{"identityId": bob, "serviceId": mail, "type": "Dial"}]
+        assert second["revision"] > first["revision"]
+    finally:
+        answer.close()
+
+
+def test_an_export_is_streamed_in_chunks_and_sent_whole_to_an_http_1_0_client(server: Server) -> None:
+    """The serving worker streams a body the app gives as it comes (chunked), and gives an
+    HTTP/1.0 client, which cannot take chunks, the same body whole with its length."""
+    token = server.login()
+    body = {"view": "access_pairs"}
+    streamed = server.call("POST", A + "/export", token, json=body)
+    assert streamed.status_code == 200, streamed.text
+    assert streamed.headers["transfer-encoding"] == "chunked"
+    assert "content-length" not in streamed.headers
+    assert streamed.content.startswith(b"PAR1")
+    assert streamed.content.endswith(b"PAR1")
+
+    payload = json.dumps(body).encode()
+    with server.tls(timeout=30) as conn:
+        conn.sendall(
+            b"POST " + A.encode() + b"/export HTTP/1.0\r\nHost: x\r\nzt-session: " + token.encode()
+            + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload
+        )  # fmt: skip
+        raw = b""
+        while chunk := conn.recv(65536):
+            raw += chunk
+    head, _, whole = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200"), head
+    lowered = head.lower()
+    assert b"transfer-encoding" not in lowered
+    assert f"content-length: {len(whole)}".encode() in lowered
+    assert whole.startswith(b"PAR1")
+    assert whole.endswith(b"PAR1")
