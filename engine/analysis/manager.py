@@ -367,8 +367,11 @@ class AnalysisManager:
                     changes, created = self._run(operations, self.store, current)
                     with self.access.reading() as (graph, _):
                         diff = compare_changes(graph, changes).diff(MAX_DIFF_PAIRS, listed)
-                    # the guardrails see the batch whole, as any write (409 when enforced)
-                    extra = self.checker(changes) if changes else []
+                    # every check of a write sees the batch whole, as in Env.commit: the guardrails
+                    # (409 when enforced) and the access-change stream's note of who made it
+                    extra: list[Change] = []
+                    for check in list(self.env.checks) if changes else ():
+                        extra += check(changes)
                     if changes:
                         self.store.commit([*changes, *extra])
                     break

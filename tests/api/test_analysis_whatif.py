@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.api.test_analysis_stream import changes_after
 from tests.conftest import Api
 
 A = "/analysis/v1"
@@ -225,6 +226,20 @@ def test_apply_commits_the_batch_at_its_revision(api: Api, net: dict[str, str]) 
     assert api.get(f"/identities/{net['bob']}").json["data"]["roleAttributes"] == ["staff"]
     advice = api.get(f"/identities/{net['bob']}/policy-advice/{net['web']}").json["data"]
     assert advice["isDialAllowed"] is True
+
+
+def test_an_applied_batch_is_on_the_access_change_stream_with_its_actor(
+    api: Api, net: dict[str, str]
+) -> None:
+    items = [{"op": "patch", "kind": "identities", "id": net["bob"], "body": {"roleAttributes": ["staff"]}}]
+    revision = what_if(api, items).json["data"]["revision"]
+    assert analysis(api, "POST", "/apply", json={"revision": revision, "items": items}).status_code == 200
+
+    (record,) = changes_after(api, revision)
+    (write,) = record["writes"]
+    assert write["actor"]["identityName"] == "Default Admin"
+    assert write["actor"]["request"] == "POST /analysis/v1/apply"
+    assert write["changes"] == [{"kind": "identities", "id": net["bob"], "op": "put"}]
 
 
 def test_apply_with_a_stale_revision_is_409_with_the_intervening_diff(api: Api, net: dict[str, str]) -> None:
