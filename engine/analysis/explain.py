@@ -35,6 +35,7 @@ from engine.policy import (
     PolicyGraph,
     PolicyKind,
 )
+from engine.policy.bitset import select
 from engine.policy.explain import explain as policy_explain
 from engine.policy.model import normalize_type
 from engine.policy.selector import Selector, Semantic
@@ -257,15 +258,7 @@ def explain_service(
     identity_routers = tuple(graph.edge_routers_for_identity(identity_id))
     service_routers = tuple(graph.edge_routers_for_service(service_id))
     common = sorted(set(identity_routers) & set(service_routers))
-    routers = tuple(
-        RouterPath(
-            r,
-            online(r),
-            tuple(graph.edge_router_link_policies(identity_id, r)),
-            tuple(graph.service_edge_router_link_policies(service_id, r)),
-        )
-        for r in common
-    )
+    routers = _router_paths(graph, identity_id, service_id, common, online)
     has_policy = bool(grants)
     posture_ok = has_policy and any(g.posture_passes for g in grants)
     has_router = bool(routers)
@@ -357,6 +350,41 @@ def explain_service(
         service_routers,
         tuple(misses[:max_misses]),
     )
+
+
+def _router_paths(
+    graph: PolicyGraph,
+    identity_id: str,
+    service_id: str,
+    common: Sequence[str],
+    online: Callable[[str], bool],
+) -> tuple[RouterPath, ...]:
+    """Each common router with the edge router policies linking it to the identity and the
+    service edge router policies linking it to the service (as ``edge_router_link_policies`` and
+    ``service_edge_router_link_policies`` name them): one AND of policy bitsets per router and
+    side, each distinct set of policies named once (routers mostly share them)."""
+    sides: list[tuple[PolicyKind, int, Sequence[str | None]]] = []
+    pairs: tuple[tuple[PolicyKind, EntityKind, str], ...] = (
+        (EDGE_ROUTER_POLICY, IDENTITY, identity_id),
+        (SERVICE_EDGE_ROUTER_POLICY, SERVICE, service_id),
+    )
+    for kind, entity_kind, entity_id in pairs:
+        sides.append(
+            (kind, graph.entity_policy_bits(kind, entity_kind, entity_id), graph.policy_slot_ids(kind))
+        )
+    named: dict[tuple[str, int], tuple[str, ...]] = {}
+    out = []
+    for router_id in common:
+        found = []
+        for kind, links, ids in sides:
+            policies = links & graph.entity_policy_bits(kind, EDGE_ROUTER, router_id)
+            key = (kind, policies)
+            names_ = named.get(key)
+            if names_ is None:
+                names_ = named[key] = tuple(sorted(str(p) for p in select(policies, ids)))
+            found.append(names_)
+        out.append(RouterPath(router_id, online(router_id), found[0], found[1]))
+    return tuple(out)
 
 
 def _router_misses(

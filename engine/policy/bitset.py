@@ -29,6 +29,10 @@ _FEW = 48
 """Peel at most this many bits off the top before switching to the chunked scan."""
 _CHUNK = 256
 """Bytes per chunk of the sparse scan (2048 bits)."""
+_DENSE_WIDTH = 512
+_DENSE_RATIO = 10
+"""Past this width, a bitset with more than one bit in this many is scanned as dense (a 1,000-bit
+int with 500 bits set: 25 us dense, 200 us peeled and chunked)."""
 _FLAGS: tuple[bytes, ...] = tuple(bytes((b >> j) & 1 for j in range(8)) for b in range(256))
 """Byte value -> its eight bits as 0/1 bytes, least significant first."""
 
@@ -98,7 +102,7 @@ def slots(bits: int) -> list[int]:
         return top
     width = bits.bit_length()
     out: list[int]
-    if width > 4096 and bits.bit_count() * 24 > width:
+    if width > _DENSE_WIDTH and bits.bit_count() * _DENSE_RATIO > width:
         data = bits.to_bytes((width + 7) >> 3, "little")
         out = list(compress(range(width), b"".join(map(_FLAGS.__getitem__, data))))
     else:
@@ -117,7 +121,7 @@ def select(bits: int, values: Sequence[T]) -> list[T]:
     if bits <= 0:
         return []
     width = bits.bit_length()
-    if width > 4096 and bits.bit_count() * 24 > width:
+    if width > _DENSE_WIDTH and bits.bit_count() * _DENSE_RATIO > width:
         data = bits.to_bytes((width + 7) >> 3, "little")
         flags = b"".join(map(_FLAGS.__getitem__, data))
         return list(compress(values, flags))

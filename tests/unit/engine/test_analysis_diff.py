@@ -11,6 +11,8 @@ each whole list, with its exact length.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,6 +27,7 @@ from engine.analysis.diff import (
 )
 from engine.managers.access import apply_changes
 from engine.policy import EDGE_ROUTER, EDGE_ROUTER_POLICY, IDENTITY, SERVICE, SERVICE_POLICY, PolicyGraph
+from engine.policy.bitset import select, slots
 from tests.unit.engine.test_analysis_guardrails_oracle import apply, changes, last_per_key
 from tests.unit.engine.test_analysis_oracle import SETTINGS, batches, grants, grants_of, networks
 from tests.unit.engine.test_policy_oracle import Oracle, rebuild
@@ -105,3 +108,17 @@ def test_a_cut_listing_is_the_start_of_each_whole_list() -> None:
             assert getattr(cut, name) == getattr(whole, name)[:listed], (listed, name)
             assert cut.total(name) == len(getattr(whole, name)), (listed, name)
         assert cut.policies == whole.policies
+
+
+@given(
+    st.integers(min_value=1, max_value=5000),
+    st.floats(min_value=0, max_value=1),
+    st.randoms(use_true_random=False),
+)
+def test_bitsets_list_their_slots_whatever_their_density(width: int, density: float, rng: Any) -> None:
+    """The analyses list ids through these two: every width and density gives the plain answer."""
+    members = [n for n in range(width) if rng.random() < density]
+    bits = sum(1 << m for m in members)
+    values = [f"v{n}" for n in range(width)]
+    assert slots(bits) == members
+    assert select(bits, values) == [values[m] for m in members]
