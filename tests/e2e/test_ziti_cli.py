@@ -470,6 +470,46 @@ def test_updates_and_deletes(cli: Cli) -> None:
     assert text.count(": OK") == 2, text
 
 
+def test_a_guardrail_refuses_a_policy_the_cli_creates_with_a_readable_error(cli: Cli) -> None:
+    """An enforced guardrail (Trellis's own, made on /analysis/v1) refuses a write sent by OpenZiti's
+    CLI: the command fails showing the 409's code and the guardrail's name, and nothing is written."""
+    cli.admin()
+    cli.out("edge", "create", "identity", "gr-bob", "-a", "gr-contractor")
+    cli.out("edge", "create", "service", "gr-payroll", "-a", "gr-finance")
+    server = cli.server
+    token = server.login()
+    made = server.call(
+        "POST",
+        "/analysis/v1/guardrails",
+        token,
+        json={
+            "name": "gr-no-contractor-finance",
+            "form": "deny",
+            "mode": "enforce",
+            "identityRoles": ["#gr-contractor"],
+            "serviceRoles": ["#gr-finance"],
+            "type": "Dial",
+        },
+    )
+    server.expect(made, 201, "guardrail")
+
+    refused = cli.run(
+        "edge", "create", "service-policy", "gr-everyone-payroll", "Dial",
+        "--identity-roles", "#all", "--service-roles", "@gr-payroll", ok=False,
+    )  # fmt: skip
+    shown = refused.stdout + refused.stderr
+    assert refused.returncode != 0, shown
+    assert "GUARDRAIL_VIOLATION" in shown, shown
+    assert "gr-no-contractor-finance" in shown, shown
+    assert "results: none" in cli.out("edge", "list", "service-policies", 'name = "gr-everyone-payroll"')
+
+    # a policy that keeps to the guardrail goes through
+    cli.out(
+        "edge", "create", "service-policy", "gr-staff-payroll", "Dial",
+        "--identity-roles", "#gr-staff", "--service-roles", "@gr-payroll",
+    )  # fmt: skip
+
+
 def test_json_output_is_the_controller_envelope(cli: Cli) -> None:
     cli.admin()
     cli.out("edge", "create", "service", "json-svc", "-a", "j")
