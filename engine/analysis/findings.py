@@ -231,8 +231,12 @@ def evaluate(
             a, b = members(kind, slot, side_a), members(kind, slot, side_b)
             if not a or not b:
                 continue
-            first = (a & -a).bit_length() - 1
-            candidates = int(a_side.effective_links(first)) & ~(1 << slot)
+            # a superset selects the first and the last member of each side: the policies that
+            # select those four (small bitsets) are the only candidates worth comparing whole
+            candidates = ~(1 << slot)
+            for side, chosen in ((a_side, a), (b_side, b)):
+                candidates &= int(side.effective_links((chosen & -chosen).bit_length() - 1))
+                candidates &= int(side.effective_links(chosen.bit_length() - 1))
             checks = members(kind, slot, POSTURE_CHECK) if kind == SERVICE_POLICY else 0
             for other in slots(candidates):
                 other_id = bits.policy_tables[kind].ids[other]
@@ -240,8 +244,11 @@ def evaluate(
                     continue
                 if kind == SERVICE_POLICY and records[other].type != records[slot].type:
                     continue
-                oa, ob = members(kind, other, side_a), int(b_side.member_bits(other))
-                if a & ~oa or b & ~ob:
+                ob = int(b_side.member_bits(other))
+                if b & ~ob:
+                    continue
+                oa = members(kind, other, side_a)
+                if a & ~oa:
                     continue
                 other_checks = members(kind, other, POSTURE_CHECK) if kind == SERVICE_POLICY else 0
                 if other_checks & ~checks:
@@ -289,17 +296,67 @@ def evaluate(
             if router_id is not None and online(router_id):
                 online_bits |= 1 << slot
     granted_mask = bits.dial | bits.bind
+    # Per service: the identities it is granted to that no edge router policy gives one of its
+    # routers. Its routers' edge router policies are those of its service edge router policies'
+    # routers (each found once); the granted identities are taken away policy by policy, the
+    # largest first, until none is left (the common case: every one shares a router).
+    granted_of: dict[int, int] = {}
+    serp_erps: dict[int, tuple[int, int]] = {}
+    router_links = bits.erp_router.effective_links
+    serp_routers = bits.serp_router.member_bits
+    erp_members = bits.erp_identity.member_bits
+    erp_every = bits.erp_identity.all_policies
+    erp_sizes: dict[int, int] = {}
+
+    def erps_of(serp: int) -> tuple[int, int]:
+        """The edge router policies giving one of ``serp``'s routers, and one of its online ones."""
+        known = serp_erps.get(serp)
+        if known is None:
+            every = live = 0
+            for router in slots(int(serp_routers(serp))):
+                links = int(router_links(router))
+                every |= links
+                if (online_bits >> router) & 1:
+                    live |= links
+            known = serp_erps[serp] = (every, live)
+        return known
+
+    def size(erp: int) -> int:
+        known = erp_sizes.get(erp)
+        if known is None:
+            known = erp_sizes[erp] = int(erp_members(erp)).bit_count()
+        return known
+
+    def uncovered(identities: int, erps: int) -> int:
+        """``identities`` that none of the edge router policies ``erps`` selects."""
+        if not identities or not erps:
+            return identities
+        if erps & erp_every:
+            return 0
+        for erp in sorted(slots(erps), key=size, reverse=True):
+            identities &= ~int(erp_members(erp))
+            if not identities:
+                break
+        return identities
+
     for service_id in select(with_routers, bits.services.ids):
         policy_bits = bits.service_policies_of(service_id) & granted_mask
         if not policy_bits:
             continue
-        granted = int(bits.sp_identity.union_of_members(policy_bits)) & identities_routed
+        granted = granted_of.get(policy_bits)
+        if granted is None:
+            granted = granted_of[policy_bits] = (
+                int(bits.sp_identity.union_of_members(policy_bits)) & identities_routed
+            )
         if not granted:
             continue
-        theirs = bits.service_routers(service_id)
-        reach = bits.identities_reaching(theirs) if theirs else 0
+        erps = erps_live = 0
+        for serp in slots(int(bits.serp_service.effective_links(bits.services.slot_of[service_id]))):
+            every, live = erps_of(serp)
+            erps |= every
+            erps_live |= live
         name = names(SERVICE, service_id)
-        lacking = granted & ~reach
+        lacking = uncovered(granted, erps)
         if lacking:
             shown = [names(IDENTITY, i) for i in select(lacking, bits.identities.ids)[:DETAIL_LIMIT]]
             out.append(
@@ -314,9 +371,7 @@ def evaluate(
                 )
             )
         if online is not None:
-            live = theirs & online_bits
-            reach_online = bits.identities_reaching(live) if live else 0
-            offline = granted & reach & ~reach_online
+            offline = uncovered(granted & ~lacking, erps_live)
             if offline:
                 shown = [names(IDENTITY, i) for i in select(offline, bits.identities.ids)[:DETAIL_LIMIT]]
                 out.append(
