@@ -53,7 +53,7 @@ from engine.policy import (
     SERVICE_POLICY,
     PolicyGraph,
 )
-from engine.policy.bitset import select, slots
+from engine.policy.bitset import from_ascending, select, slots
 from engine.policy.model import POLICY_FIELDS, normalize_type
 from engine.policy.selector import Selector, Semantic, normalize_semantic, parse_roles
 from engine.ports import Change, Delete, Put
@@ -84,10 +84,10 @@ MAX_LISTED = 1 << 62
 #: graph (:class:`PolicyOverlay`); a larger one forks it.
 OVERLAY_POLICIES = 64
 
-#: An identity's links are tested one by one against a set of policies (instead of a union of
-#: the policies' member bitsets, each as wide as every identity) when the identities are fewer
-#: than the policies over this.
-NARROW = 4
+#: Identities' links are tested one by one against a set of policies (instead of a union of the
+#: policies' member bitsets, each as wide as every identity) when they are at most this many per
+#: policy.
+NARROW = 1
 #: What a batch touched: engine kind (entity or policy kind) -> ids.
 Touched = dict[str, set[str]]
 
@@ -586,6 +586,8 @@ class Comparison:
         self.row_ids = sorted(touched.get(IDENTITY, ()))
         self.row_mask = ~self.slot_bits(self.row_ids)
         self._relations: dict[str | None, _Relation] = {}
+        #: (policy kind, identity slots) -> the slots and each one's policy links in ``before``
+        self._linked: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
 
     def policy_slots(self, kind: str) -> int:
         """The slots, in either graph, of the touched policies of ``kind``."""
@@ -678,19 +680,20 @@ class Comparison:
 
     def shared(self, kind: str, policies: int, among: int) -> int:
         """The identities of ``among`` (slots) that untouched ``policies`` select in ``before``:
-        per identity, its few links against the policies when they are few, else the union of
-        the policies' (wide) member bitsets."""
+        the identities' links (read once per comparison: the columns of one edited policy share
+        them) against the policies when they are few enough, else the union of the policies'
+        member bitsets, each as wide as every identity."""
         if not policies:
             return 0
-        if among.bit_count() * NARROW > policies.bit_count():
+        if among.bit_count() > policies.bit_count() * NARROW:
             return self.before.union(kind, IDENTITY, policies) & among
-        ids = self.before.ids(IDENTITY)
-        links = self.before.links
-        found = 0
-        for slot in slots(among):
-            if links(kind, IDENTITY, str(ids[slot])) & policies:
-                found |= 1 << slot
-        return found
+        found = self._linked.get((kind, among))
+        if found is None:
+            ids = self.before.ids(IDENTITY)
+            links = self.before.links
+            at = slots(among)
+            found = self._linked[kind, among] = (at, [links(kind, IDENTITY, str(ids[s])) for s in at])
+        return from_ascending([s for s, linked in zip(*found, strict=True) if linked & policies])
 
     def count(self) -> int:
         """How many pairs change, both relations, without listing them."""
