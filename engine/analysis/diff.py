@@ -651,6 +651,8 @@ class Comparison:
         # the same identities in both graphs: the union of those selecting a column is computed
         # once, and only the touched ones' members are added on each side.
         touched = self.policy_slots(kind)
+        moving: list[tuple[str, int, int, int, int]] = []
+        everywhere = -1
         for column in self.columns(policy_type):
             was = before.links(kind, other, column, policy_type)
             now = after.links(kind, other, column, policy_type)
@@ -662,9 +664,15 @@ class Comparison:
             gone = before.union(kind, IDENTITY, was & ~common)
             came = after.union(kind, IDENTITY, now & ~common)
             moved = (gone ^ came) & mask
-            if not moved:
-                continue
-            changed = moved & ~self.shared(kind, common, moved)
+            if moved:
+                moving.append((column, common, gone, came, moved))
+                everywhere &= common
+        # the policies granting every such column (broad ones) are united once, not per column
+        base = (
+            (everywhere, before.union(kind, IDENTITY, everywhere)) if len(moving) > 1 and everywhere else None
+        )
+        for column, common, gone, came, moved in moving:
+            changed = moved & ~self.shared(kind, common, moved, base)
             if changed:
                 out.columns[column] = (came & changed, gone & changed)
         align = self.align[other]
@@ -678,14 +686,17 @@ class Comparison:
         self._relations[policy_type] = out
         return out
 
-    def shared(self, kind: str, policies: int, among: int) -> int:
+    def shared(self, kind: str, policies: int, among: int, base: tuple[int, int] | None = None) -> int:
         """The identities of ``among`` (slots) that untouched ``policies`` select in ``before``:
         the identities' links (read once per comparison: the columns of one edited policy share
         them) against the policies when they are few enough, else the union of the policies'
-        member bitsets, each as wide as every identity."""
+        member bitsets, each as wide as every identity (``base``: some of the policies and their
+        union, known already)."""
         if not policies:
             return 0
         if among.bit_count() > policies.bit_count() * NARROW:
+            if base is not None:
+                return (base[1] | self.before.union(kind, IDENTITY, policies & ~base[0])) & among
             return self.before.union(kind, IDENTITY, policies) & among
         found = self._linked.get((kind, among))
         if found is None:
