@@ -102,6 +102,26 @@ class Companion(Protocol):
         """Held while the arbiter forks a worker (the companion forks only outside it)."""
 
 
+def share_out_listeners(arbiter: Any) -> None:
+    """Several workers on one port: each listens on a socket of its own (``SO_REUSEPORT``), so
+    that the kernel spreads new connections over the workers evenly.
+
+    On the one listening socket gunicorn shares, every worker is woken for each new connection and
+    the one already running takes it; with kept-alive clients one worker ended up holding all of
+    them (wrk's 4 and 16 connections all went to one of two workers, 12:4 at best) while the other
+    idled, so a second worker added nothing. The arbiter's own sockets are closed here (a socket
+    left listening in the group would be given connections nobody accepts); the workers open theirs
+    on the addresses noted in ``app.reuse_port_addresses`` (:func:`controller.worker.own_listener`).
+    """
+    addresses = []
+    for listener in arbiter.LISTENERS:
+        sock = getattr(listener, "sock", listener)
+        addresses.append((sock.family, sock.getsockname()))
+    arbiter.app.reuse_port_addresses = addresses
+    for listener in arbiter.LISTENERS:
+        listener.close()
+
+
 class TrellisArbiter(Arbiter):  # type: ignore[misc]
     """gunicorn's arbiter, which also minds the server's companion (``app.companion``): it stops
     it first when told to stop, so that the embedded router leaves while the controller still
@@ -123,6 +143,12 @@ class TrellisArbiter(Arbiter):  # type: ignore[misc]
     def handle_quit(self) -> None:
         self._stop_companion()
         super().handle_quit()
+
+    def start(self) -> None:
+        """As gunicorn's, then, with several workers, :func:`share_out_listeners`."""
+        super().start()
+        if int(self.cfg.workers) > 1 and self.cfg.reuse_port:
+            share_out_listeners(self)
 
     def spawn_worker(self) -> Any:
         companion = self._companion()
@@ -197,6 +223,9 @@ class TrellisServer(BaseApplication):  # type: ignore[misc]
             "graceful_timeout": 10,
             "timeout": 60,
             "preload_app": False,
+            # several workers: one listening socket each, the kernel spreading the connections
+            # (TrellisArbiter.start)
+            "reuse_port": self.settings.serving_workers > 1,
             # gunicorn 27's control socket is one per user (~/.gunicorn): two servers would clash.
             "control_socket_disable": True,
         }

@@ -497,6 +497,25 @@ def _error_result(status: int, phrase: str, error: type[e.ControllerError], mess
     return _AppResult(data, False, f"{status} {phrase}", [("Content-Type", "application/json")], body_length)
 
 
+def own_listener(family: int, name: Any, backlog: int) -> socket.socket:
+    """A listening TCP socket on ``name`` in ``SO_REUSEPORT``'s group, with the options gunicorn
+    gives its own (address reuse, IPv6 only for IPv6, ``TCP_NODELAY``, which accepted sockets
+    inherit)."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind(name)
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def _next_piece(pieces: Iterator[bytes]) -> bytes | None:
     """The next piece of a streamed body (a pool thread), None at its end."""
     return next(pieces, None)
@@ -598,6 +617,8 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         self._settler: _Settler | None = None
         #: Stops what the app's ``serve_alongside(loop, executor)`` started, if it has one.
         self._stop_alongside: Callable[[], Awaitable[None]] | None = None
+        #: This worker's own listening sockets (several workers on one port), else None.
+        self._own_listeners: list[socket.socket] | None = None
         #: Set when the worker stops: streamed bodies end (``environ["trellis.stopping"]``).
         self._stopping = threading.Event()
 
@@ -614,6 +635,13 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         )
         limits = getattr(self.app, "serving_limits", None)
         self.limits = limits if isinstance(limits, Limits) else Limits.from_cfg(self.cfg)
+        # several workers on one port: a listening socket of this worker's own (serve.py's
+        # share_out_listeners); a failure to open it is a boot failure, which stops the server
+        addresses = getattr(self.app, "reuse_port_addresses", None)
+        if addresses:
+            self._own_listeners = [
+                own_listener(family, name, int(self.cfg.backlog)) for family, name in addresses
+            ]
         self.max_connections = connection_capacity(int(self.cfg.worker_connections))
         if self.max_connections < self.cfg.worker_connections:
             self.log.warning("worker_connections lowered to %d by the open-file limit", self.max_connections)
@@ -670,7 +698,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
                 with suppress(Exception):
                     self.loop.remove_signal_handler(sig)
                 signal.signal(sig, signal.SIG_IGN)
-            for s in self.sockets:
+            for s in [*self.sockets, *(self._own_listeners or ())]:
                 with suppress(OSError):
                     s.close()
             self.pool.shutdown(wait=False, cancel_futures=True)
@@ -682,8 +710,8 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
         self._settler = _Settler(loop)
-        for s in self.sockets:
-            listener: socket.socket = getattr(s, "sock", s)
+        shared = [getattr(s, "sock", s) for s in self.sockets]
+        for listener in self._own_listeners if self._own_listeners is not None else shared:
             listener.setblocking(False)
             name = listener.getsockname()
             server = (str(name[0]), str(name[1])) if isinstance(name, tuple) else (str(name), "")
@@ -711,6 +739,8 @@ class TrellisWorker(Worker):  # type: ignore[misc]
     async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
         """Stop accepting; quick: drop every connection; graceful: let requests in progress finish."""
         self._set_accepting(False)
+        for own in self._own_listeners or ():
+            own.close()  # the kernel gives the other workers' sockets the new connections
         if self._stop_alongside is not None:
             try:
                 await self._stop_alongside()
@@ -748,11 +778,10 @@ class TrellisWorker(Worker):  # type: ignore[misc]
 
     def _accept(self, listener: socket.socket, server: tuple[str, str]) -> None:
         assert self.loop is not None
-        # A bounded batch per wake-up; the rest on the next one. With several workers on the one
-        # listening socket, one connection per wake-up: every worker is woken, and one that
-        # accepted the whole batch would keep those kept-alive connections (and their load)
-        # for their lifetime while the others idle (wrk's 16 connections all went to one).
-        batch = 1 if self.cfg.workers > 1 else 64
+        # A bounded batch per wake-up; the rest on the next one. With several workers on one
+        # shared listening socket (not the case since each has its own, but a configuration
+        # without reuse_port), one connection per wake-up: every worker is woken for each.
+        batch = 1 if self.cfg.workers > 1 and self._own_listeners is None else 64
         for _ in range(batch):
             if self.nr_conns >= self.max_connections or not self.alive:
                 self._set_accepting(False)

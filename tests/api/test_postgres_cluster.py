@@ -7,9 +7,11 @@ and the sessions a policy change ends are ended once, by the controller that cha
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import ipaddress
+import os
 import shutil
 import threading
 import time
@@ -110,13 +112,33 @@ def test_sessions_a_policy_change_ends_are_ended_once(pair: tuple[Api, Api]) -> 
     assert first.ctrl.env.store.change_log_problems() == []
 
 
+def connections_by_process(port: int, pids: list[int], state: str = "01") -> dict[int, int]:
+    """How many TCP sockets on local ``port`` in ``state`` (01 established, 0A listening) each of
+    ``pids`` holds (from /proc)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
+                    inodes.add(fields[9])
+    counts = dict.fromkeys(pids, 0)
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                link = os.readlink(fd)
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    counts[pid] += 1
+    return counts
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_serve_with_two_workers_answers_alike_on_every_connection(tmp_path: Path, postgres_url: str) -> None:
     """``trellis serve`` with ``TRELLIS_WORKERS=2``: both workers start, one runs the control
     listener; a login and writes on one connection, reads on many fresh ones (landing on either
     worker) that all find what was written."""
-    from tests.e2e.server import Server
+    from tests.e2e.server import Server, children
 
     env = {"TRELLIS_DATABASE_URL": postgres_url, "TRELLIS_WORKERS": "2"}
     with Server(tmp_path / "home", env=env) as server:
@@ -154,6 +176,25 @@ def test_serve_with_two_workers_answers_alike_on_every_connection(tmp_path: Path
                 )
                 body: dict[str, Any] = server.expect(listed, 200, "list on a fresh connection")
                 assert sorted(i["id"] for i in body["data"]) == sorted(created)
+        # kept-alive connections are spread over the workers: each listens on a socket of its
+        # own (the master on none), the kernel spreading new connections over them; with one
+        # shared socket, a busy worker took them all (wrk's 16) and the other idled
+        workers = [pid for pid, command in children(server.pid) if " serve" in command]
+        assert len(workers) == 2, workers
+        listening = connections_by_process(server.port, [server.pid, *workers], state="0A")
+        assert listening == {server.pid: 0, workers[0]: 1, workers[1]: 1}, listening
+        before = connections_by_process(server.port, workers)
+        held = [server.session() for _ in range(16)]
+        try:
+            for session in held:
+                server.expect(session.get(f"{server.url}/version", timeout=10), 200, "version")
+            after = connections_by_process(server.port, workers)
+        finally:
+            for session in held:
+                session.close()
+        spread = {pid: after[pid] - before[pid] for pid in workers}
+        assert sum(spread.values()) == 16, (before, after)
+        assert all(n > 0 for n in spread.values()), spread  # all 16 on one: p = 2^-15
         server.stop()
         log = server.log.read_text()
     assert log.count("Booting worker") == 2, log[-4000:]
