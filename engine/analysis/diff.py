@@ -525,7 +525,7 @@ class _Listing:
 
     def identities(self) -> list[str]:
         """The identities with an entry in this list (ids)."""
-        self._unique = np.unique(self.slots)
+        self._unique = np.flatnonzero(np.bincount(self.slots)) if len(self.slots) else _NONE
         ids = self.ids
         self._unique_ids = [str(ids[s]) for s in self._unique.tolist()]
         return [*self._unique_ids, *self.rows]
