@@ -18,10 +18,10 @@ presentation only; the hot path never touches it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from engine.policy.bitset import select
 from engine.policy.graph import PolicyGraph
 from engine.policy.model import (
     ENTITY_KINDS,
@@ -165,20 +165,21 @@ def explain(
         )
     misses: list[Miss] = []
     if not grants:
-
-        def of_type(policy_ids: Iterable[str]) -> set[str]:
-            return {p for p in policy_ids if graph.policy(SERVICE_POLICY, p).type == policy_type}
-
-        by_identity = of_type(graph.policies_for_entity(IDENTITY, identity_id, SERVICE_POLICY))
-        by_service = of_type(graph.policies_for_entity(SERVICE, service_id, SERVICE_POLICY))
-        for policy_id in by_service - by_identity:
-            (selector, semantic), _ = sides(policy_id)
-            miss = _missing(policy_id, "identity", selector, semantic, identity_attributes)
+        # the policies of the type selecting each side, as bitsets: those selecting one side only
+        # could grant the pair if the other entity carried more attributes
+        by_identity = graph.entity_policy_bits(SERVICE_POLICY, IDENTITY, identity_id, policy_type)
+        by_service = graph.entity_policy_bits(SERVICE_POLICY, SERVICE, service_id, policy_type)
+        ids = graph.policy_slot_ids(SERVICE_POLICY)
+        for found in select(by_service & ~by_identity, ids):
+            assert found is not None
+            selector, semantic = graph.selector(SERVICE_POLICY, found, IDENTITY)
+            miss = _missing(found, "identity", selector, semantic, identity_attributes)
             if miss is not None:
                 misses.append(miss)
-        for policy_id in by_identity - by_service:
-            _, (selector, semantic) = sides(policy_id)
-            miss = _missing(policy_id, "service", selector, semantic, service_attributes)
+        for found in select(by_identity & ~by_service, ids):
+            assert found is not None
+            selector, semantic = graph.selector(SERVICE_POLICY, found, SERVICE)
+            miss = _missing(found, "service", selector, semantic, service_attributes)
             if miss is not None:
                 misses.append(miss)
         misses.sort(key=lambda m: (m.cost, m.policy_id, m.side))
