@@ -27,7 +27,10 @@ attribute index and everything else read through.
 The result names every added and removed pair (sorted), and summarises them per policy (what the
 policy's own links gained and lost, and how many of the access changes it accounts for) and per
 identity. A diff larger than the caller's ``limit`` is :class:`DiffTooLargeError` before any pair
-is listed.
+is listed. With ``listed`` (the API's 10,000), only the start of each list is named and the exact
+lengths are counted (``AccessDiff.totals``): the changed identities are found as numpy slot arrays
+over all the compared columns at once and sorted by id, and only the identities listed, and those
+holding each pair list's first entries, are turned into ids.
 """
 
 from __future__ import annotations
