@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 STDLIB = set(sys.stdlib_module_names)
 
 ALLOWED = {
-    "engine": {"engine", "networkx"},
+    # numpy: array arithmetic over the policy bitsets (the access diff), no I/O
+    "engine": {"engine", "networkx", "numpy"},
     "storage": {"engine", "storage", "duckdb", "orjson", "psycopg"},
     "pki": {"engine", "pki", "cryptography", "jwt", "pyotp", "argon2"},
     # the wire format both the controller and the router speak
