@@ -53,11 +53,13 @@ from typing import TYPE_CHECKING, Any
 
 from engine.analysis.advise import Bits
 from engine.entities.findings import ACTIVE, ARCHIVED, RESOLVED, FindingArchiveRule, FindingRecord
+from engine.entities.identities import ApiSession
 from engine.entities.policies import ServicePolicy
 from engine.entities.sessions import Session
 from engine.errors import ControllerError, FieldError, NotFoundError
 from engine.managers._base import EntityManager
 from engine.managers.access import ENTITY_KINDS, POLICY_KINDS
+from engine.managers.posture import PostureData
 from engine.policy import (
     EDGE_ROUTER,
     EDGE_ROUTER_POLICY,
@@ -162,6 +164,8 @@ def evaluate(
     names: Names = _ids,
     online: Callable[[str], bool] | None = None,
     posture: Callable[[str, Sequence[str]], Mapping[str, bool]] | None = None,
+    posture_plain: Callable[[Sequence[str]], Mapping[str, bool]] | None = None,
+    posture_known: set[str] | None = None,
     last_used: Mapping[str, datetime] | None = None,
     created_at: Mapping[str, datetime] | None = None,
     now: datetime | None = None,
@@ -170,7 +174,10 @@ def evaluate(
     """Every finding of the graph (see the module docstring), sorted by id.
 
     ``online`` None: online status not known (no ``no-online-common-router``); ``posture`` None:
-    posture data not known (no ``posture-blocks-all``); ``last_used`` / ``created_at`` / ``now``
+    posture data not known (no ``posture-blocks-all``); ``posture_plain`` and ``posture_known``
+    (both or neither): the verdicts for an identity with no posture data and no API session, and
+    the identities that have either (every other one gets the plain verdicts, asked once per set
+    of checks, not once per identity); ``last_used`` / ``created_at`` / ``now``
     None: no ``unused-grant``.
     """
     bits = Bits(graph)
@@ -358,7 +365,7 @@ def evaluate(
         name = names(SERVICE, service_id)
         lacking = uncovered(granted, erps)
         if lacking:
-            shown = [names(IDENTITY, i) for i in select(lacking, bits.identities.ids)[:DETAIL_LIMIT]]
+            shown = [names(IDENTITY, i) for i in _first(lacking, bits.identities.ids, DETAIL_LIMIT)]
             out.append(
                 _make(
                     "no-common-router",
@@ -373,7 +380,7 @@ def evaluate(
         if online is not None:
             offline = uncovered(granted & ~lacking, erps_live)
             if offline:
-                shown = [names(IDENTITY, i) for i in select(offline, bits.identities.ids)[:DETAIL_LIMIT]]
+                shown = [names(IDENTITY, i) for i in _first(offline, bits.identities.ids, DETAIL_LIMIT)]
                 out.append(
                     _make(
                         "no-online-common-router",
@@ -388,6 +395,14 @@ def evaluate(
 
     # posture that blocks every identity a policy grants; grants never used
     sp_records = bits.policy_tables[SERVICE_POLICY].records
+    known_bits = -1  # every identity is asked
+    plain_verdicts: dict[tuple[str, ...], bool] = {}
+    if posture_plain is not None and posture_known is not None:
+        known_bits = 0
+        for identity_id in posture_known:
+            slot = bits.identities.slot_of.get(identity_id)
+            if slot is not None:
+                known_bits |= 1 << slot
     for slot, policy_id in live_policies[SERVICE_POLICY]:
         identity_bits = members(SERVICE_POLICY, slot, IDENTITY)
         if not identity_bits or not members(SERVICE_POLICY, slot, SERVICE):
@@ -396,7 +411,15 @@ def evaluate(
         check_ids = bits.checks_of(slot)
         if posture is not None and check_ids:
             blocked = True
-            for identity_id in select(identity_bits, bits.identities.ids):
+            if known_bits != -1 and identity_bits & ~known_bits:
+                key = tuple(check_ids)
+                passes = plain_verdicts.get(key)
+                if passes is None and posture_plain is not None:
+                    verdicts = posture_plain(check_ids)
+                    passes = plain_verdicts[key] = all(verdicts.get(c, False) for c in check_ids)
+                blocked = not passes
+            asked = identity_bits & known_bits
+            for identity_id in select(asked, bits.identities.ids) if blocked and asked else ():
                 verdicts = posture(identity_id, check_ids)
                 if all(verdicts.get(c, False) for c in check_ids):
                     blocked = False
@@ -432,6 +455,32 @@ def evaluate(
                 )
     out.sort(key=lambda f: f.id)
     return out
+
+
+def _first(bits: int, values: Sequence[str | None], count: int) -> list[str]:
+    """``select(bits, values)[:count]`` without listing every set bit (a service's lacking
+    identities may be all 100,000 of tier L's, of which the finding names a few): a window of
+    bits at a time, from the lowest set one."""
+    out: list[str] = []
+    base = 0
+    while bits and len(out) < count:
+        low = (bits & -bits).bit_length() - 1
+        bits >>= low
+        base += low
+        window = bits & _WINDOW_MASK
+        while window and len(out) < count:
+            lowest = window & -window
+            value = values[base + lowest.bit_length() - 1]
+            if value is not None:
+                out.append(value)
+            window ^= lowest
+        bits >>= _WINDOW_BITS
+        base += _WINDOW_BITS
+    return out
+
+
+_WINDOW_BITS = 4096
+_WINDOW_MASK = (1 << _WINDOW_BITS) - 1
 
 
 def _label(kind: str) -> str:
@@ -681,11 +730,21 @@ class FindingsManager:
                 verdicts = self.analysis.posture_verdicts(identity_id, checks, view, now)
                 return {c: v.passes for c, v in verdicts.items()}
 
+            def posture_plain(checks: Sequence[str]) -> Mapping[str, bool]:
+                verdicts = self.analysis.posture_verdicts("", checks, view, now, data=PostureData())
+                return {c: v.passes for c, v in verdicts.items()}
+
+            # posture verdicts differ only for identities with posture data or an API session
+            known = self.managers.posture.identities_with_data()
+            known.update(s.identity_id for s in view.all(ApiSession))
+
             found = evaluate(
                 graph,
                 names=names,
                 online=fleet.is_online,
                 posture=posture,
+                posture_plain=posture_plain,
+                posture_known=known,
                 last_used=self.usage,
                 created_at=created,
                 now=now,

@@ -322,3 +322,26 @@ def test_access_tests_report_failures_and_coverage(api: Api, net: dict[str, str]
     assert "no edge router policy" in messages["reaches_router"]
     assert data["coverage"]["policies"] == 2
     assert "coverage: 2/2 policies exercised" in data["report"]
+
+
+def test_posture_that_blocks_every_grantee_is_found_until_one_passes(api: Api) -> None:
+    """``posture-blocks-all``: identities with no posture data and no API session share one
+    verdict (asked once, not per identity); one with data or a session is asked on its own."""
+    from tests.api.session_helpers import client_post
+    from tests.api.test_openziti_scenarios_services import domain_check, domain_response, guarded
+
+    g = guarded(api)
+    check = domain_check(api, ["corp.example"], g.posture_role)
+    roles = api.get(f"/identities/{g.user.id}").json["data"]["roleAttributes"]
+    for n in range(3):  # grantees that never logged in: no data, no session
+        api.create(
+            "/identities", {"name": f"idle-{n}", "type": "User", "isAdmin": False, "roleAttributes": roles}
+        )
+    [blocked] = [f for f in by_kind(findings(api), "posture-blocks-all") if f["subjectId"] == g.dial]
+    assert blocked["status"] == "ACTIVE"
+    assert blocked["details"]["checks"] == [check]
+
+    answer = client_post(api, "/posture-response", g.user.token, json=domain_response(check, "corp.example"))
+    assert answer.status_code == 201, answer.text
+    [after] = [f for f in findings(api) if f["id"] == blocked["id"]]
+    assert after["status"] == "RESOLVED"

@@ -428,6 +428,11 @@ class PostureManager:
         data.failures = []
         return data
 
+    def identities_with_data(self) -> set[str]:
+        """The identities this process holds posture data for (reported, or failures kept)."""
+        with self._lock:
+            return set(self._data)
+
     def failed_requests(self, identity_id: str) -> list[FailedServiceRequest]:
         """The identity's recent session requests refused for posture, oldest first."""
         self._require_identity(identity_id)

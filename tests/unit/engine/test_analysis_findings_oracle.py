@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from engine.analysis.access_tests import Expectation, run_access_tests
 from engine.analysis.advise import advise, service_summaries
-from engine.analysis.findings import evaluate
+from engine.analysis.findings import _first, evaluate
 from engine.policy import (
     EDGE_ROUTER,
     EDGE_ROUTER_POLICY,
@@ -21,6 +21,7 @@ from engine.policy import (
     SERVICE_EDGE_ROUTER_POLICY,
     SERVICE_POLICY,
 )
+from engine.policy.bitset import select
 from tests.conftest import examples
 from tests.unit.engine.test_analysis_oracle import networks, routers_of
 from tests.unit.engine.test_policy_oracle import Oracle, rebuild
@@ -178,3 +179,18 @@ def test_access_tests_agree_with_the_oracle(oracle: Oracle, data: st.DataObject)
             common(oracle, e.identity, e.target)
         )
         assert outcome.passed == (can if e.kind.startswith("can_") else not can)
+
+
+@given(
+    st.sets(st.integers(0, 20_000), max_size=300),
+    st.sets(st.integers(0, 20_000), max_size=50),
+    st.integers(1, 30),
+)
+@settings(max_examples=examples(200), deadline=None)
+def test_the_first_ids_of_a_bitset_are_those_select_lists_first(
+    members: set[int], gaps: set[int], count: int
+) -> None:
+    """What a finding names of a large set (its first ``count`` ids) without listing the set."""
+    bits = sum(1 << m for m in members)
+    values = [None if i in gaps else f"id{i}" for i in range(20_001)]
+    assert _first(bits, values, count) == [v for v in select(bits, values) if v is not None][:count]
