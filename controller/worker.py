@@ -497,6 +497,23 @@ def _error_result(status: int, phrase: str, error: type[e.ControllerError], mess
     return _AppResult(data, False, f"{status} {phrase}", [("Content-Type", "application/json")], body_length)
 
 
+def _end_to_end(headers: list[tuple[str, str]]) -> tuple[list[tuple[str, str, str]], bool]:
+    """The app's headers less the hop-by-hop ones, as (name, value, lower-case name), and
+    whether one of those asked to close the connection; ValueError for a header that could
+    split the response."""
+    kept: list[tuple[str, str, str]] = []
+    closes = False
+    for name, value in headers:
+        if "\r" in name or "\n" in name or "\r" in value or "\n" in value or ":" in name:
+            raise ValueError(f"invalid response header {name!r}")
+        key = name.lower()
+        if key in _HOP_BY_HOP:
+            closes = closes or (key == "connection" and "close" in value.lower())
+            continue
+        kept.append((name, value, key))
+    return kept, closes
+
+
 def own_listener(family: int, name: Any, backlog: int) -> socket.socket:
     """A listening TCP socket on ``name`` in ``SO_REUSEPORT``'s group, with the options gunicorn
     gives its own (address reuse, IPv6 only for IPv6, ``TCP_NODELAY``, which accepted sockets
@@ -1198,14 +1215,9 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         lines = [f"HTTP/{req.version[0]}.{req.version[1]} {status}\r\n"]
         has_length = has_date = False
         sent_headers: list[tuple[str, str]] = []
-        for name, value in headers:
-            if "\r" in name or "\n" in name or "\r" in value or "\n" in value or ":" in name:
-                raise ValueError(f"invalid response header {name!r}")
-            key = name.lower()
-            if key in _HOP_BY_HOP:
-                if key == "connection" and "close" in value.lower():
-                    keep_alive = False
-                continue
+        kept, closes = _end_to_end(headers)
+        keep_alive = keep_alive and not closes
+        for name, value, key in kept:
             if key == "content-length":
                 if no_body:
                     has_length = True
@@ -1248,14 +1260,9 @@ class TrellisWorker(Worker):  # type: ignore[misc]
         sent_headers: list[tuple[str, str]] = []
         expected = -1
         has_date = False
-        for name, value in headers:
-            if "\r" in name or "\n" in name or "\r" in value or "\n" in value or ":" in name:
-                raise ValueError(f"invalid response header {name!r}")
-            key = name.lower()
-            if key in _HOP_BY_HOP:
-                if key == "connection" and "close" in value.lower():
-                    keep_alive = False
-                continue
+        kept, closes = _end_to_end(headers)
+        keep_alive = keep_alive and not closes
+        for name, value, key in kept:
             if key == "content-length":
                 if not _DIGITS.fullmatch(value.strip()):
                     raise ValueError(f"invalid content-length {value!r}")

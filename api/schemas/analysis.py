@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from api.wire import Tags, WireModel, one_of, ts
-from engine.analysis import MAX_BATCH_ITEMS, AccessDiff
+from engine.analysis import MAX_BATCH_ITEMS
 from engine.analysis.explain import Miss, RouterExplanation, ServiceExplanation
 from engine.analysis.guardrails import REPORTED_PAIRS, Verdict
 from engine.entities.guardrails import FORMS, MODES, Guardrail, GuardrailViolation
@@ -69,57 +69,6 @@ class ApplyRequest(WireModel):
 
 Name = Callable[[str, str], str]
 """(engine kind, id) -> its name ("" when unknown)."""
-
-
-def render_diff(diff: AccessDiff, name: Name) -> dict[str, Any]:
-    """An access diff in wire form (lists cut at :data:`PAIR_LIMIT`, counts exact)."""
-
-    def services(pairs: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
-        return [{"identityId": i, "serviceId": s, "type": t} for i, s, t in pairs[:PAIR_LIMIT]]
-
-    def routers(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-        return [{"identityId": i, "edgeRouterId": r} for i, r in pairs[:PAIR_LIMIT]]
-
-    lists = (diff.services_added, diff.services_removed, diff.routers_added, diff.routers_removed)
-    return {
-        "summary": {
-            "servicesAdded": len(diff.services_added),
-            "servicesRemoved": len(diff.services_removed),
-            "routersAdded": len(diff.routers_added),
-            "routersRemoved": len(diff.routers_removed),
-            "identities": len(diff.identities),
-            "policies": len(diff.policies),
-        },
-        "truncated": any(len(pairs) > PAIR_LIMIT for pairs in lists),
-        "services": {"added": services(diff.services_added), "removed": services(diff.services_removed)},
-        "routers": {"added": routers(diff.routers_added), "removed": routers(diff.routers_removed)},
-        "policies": [
-            {
-                "kind": PATHS[p.kind],
-                "id": p.id,
-                "name": name(p.kind, p.id),
-                "change": p.change,
-                "linksAdded": p.links_added,
-                "linksRemoved": p.links_removed,
-                "accessAdded": p.access_added,
-                "accessRemoved": p.access_removed,
-            }
-            for p in diff.policies[:PAIR_LIMIT]
-        ],
-        "identities": [
-            {
-                "id": c.id,
-                "name": name("identity", c.id),
-                "dialAdded": c.dial_added[:PAIR_LIMIT],
-                "dialRemoved": c.dial_removed[:PAIR_LIMIT],
-                "bindAdded": c.bind_added[:PAIR_LIMIT],
-                "bindRemoved": c.bind_removed[:PAIR_LIMIT],
-                "routersAdded": c.routers_added[:PAIR_LIMIT],
-                "routersRemoved": c.routers_removed[:PAIR_LIMIT],
-            }
-            for c in diff.identities[:PAIR_LIMIT]
-        ],
-    }
 
 
 def render_miss(miss: Miss) -> dict[str, Any]:
