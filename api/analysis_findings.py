@@ -12,6 +12,7 @@ through :func:`mount_findings` (with its ``mount``, so the Swagger document list
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from itertools import islice
 from typing import Any
@@ -264,9 +265,18 @@ def _disabled(analysis: AnalysisManager, view: Any) -> Callable[[str], bool]:
     return disabled
 
 
+#: Each controller's findings manager (one per analysis manager): the SQL ``findings`` view reads it.
+_MANAGERS: weakref.WeakKeyDictionary[AnalysisManager, FindingsManager] = weakref.WeakKeyDictionary()
+
+
+def findings_manager(analysis: AnalysisManager) -> FindingsManager | None:
+    """The findings manager mounted for ``analysis``, if any."""
+    return _MANAGERS.get(analysis)
+
+
 def mount_findings(routes: Any, analysis: AnalysisManager, mount: Callable[[str, Any], None]) -> None:
     """Mount this module's resources with ``register``'s ``mount`` (``/analysis/v1`` + template)."""
-    findings = FindingsManager(analysis)
+    findings = _MANAGERS[analysis] = FindingsManager(analysis)
     mount("/findings", Findings(findings))
     mount("/findings/{id}", Finding(findings))
     mount("/finding-archive-rules", ArchiveRules(findings))

@@ -38,12 +38,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from api.analysis_findings import findings_manager
 from api.http import ok, read_model
 from api.middleware import ADMIN
 from api.wire import WireModel
 from engine.analysis import AnalysisManager
 from engine.analysis.findings import evaluate
 from engine.analysis.sql import ENTITY_ORDER, POLICY_ORDER, AccessSnapshot, snapshot_of
+from engine.entities.findings import RESOLVED
 from engine.errors import FieldError, RateLimitedError
 from engine.policy.model import POLICY_FIELDS
 
@@ -718,15 +720,24 @@ class LiveAccess:
 
         def take() -> AccessSnapshot:
             revision, view, graph = analysis._consistent()
-            return snapshot_of(graph, revision, analysis._namer(view))
+            snapshot = snapshot_of(graph, revision, analysis._namer(view))
+            # the fork is not kept with the revision's database (at tier L it held most of what a
+            # first query added to the process): the findings view reads the findings manager's
+            if findings_manager(analysis) is not None:
+                snapshot.graph = None
+            return snapshot
 
         return self.engine.database(analysis.revision(), take, analysis.managers.fleet.is_online)
 
     def findings(self, database: SqlDatabase) -> Callable[[], list[Any]]:
-        """Evaluates the findings of the database's snapshot with live online and posture data."""
+        """The findings there are now: the findings manager's (evaluated on the live graph, with
+        live online and posture data), else those of the database's snapshot."""
         analysis = self.analysis
 
         def compute() -> list[Any]:
+            manager = findings_manager(analysis)
+            if manager is not None:
+                return [f for f in manager.views() if f.status != RESOLVED]
             graph = database.tables.snapshot.graph
             if graph is None:
                 return []

@@ -135,6 +135,10 @@ def test_findings_view(api: Api, net: dict[str, str]) -> None:
     kinds = {r[0] for r in rows(api, "SELECT kind FROM findings")}
     assert "service-without-router-policy" in kinds
     assert "identity-without-router-policy" in kinds
+    # the findings GET /findings lists as not RESOLVED, message for message
+    listed = api.request("GET", "/findings", base="/analysis/v1", params={"limit": "500"}).json["data"]
+    current = sorted((f["id"], f["kind"], f["message"]) for f in listed if f["status"] != "RESOLVED")
+    assert sorted(tuple(r) for r in rows(api, "SELECT id, kind, message FROM findings")) == current
 
 
 def test_answer_shape_row_budget_and_a_new_revision(api: Api, net: dict[str, str]) -> None:
