@@ -533,6 +533,13 @@ def own_listener(family: int, name: Any, backlog: int) -> socket.socket:
     return sock
 
 
+def _close(body: Iterable[bytes] | None) -> None:
+    """Close an app's response body, as WSGI asks, if it can be closed."""
+    close = getattr(body, "close", None)
+    if close is not None:
+        close()
+
+
 def _next_piece(pieces: Iterator[bytes]) -> bytes | None:
     """The next piece of a streamed body (a pool thread), None at its end."""
     return next(pieces, None)
@@ -1090,10 +1097,8 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             self.log.exception("Error streaming the answer to %s %s", req.method, redact_uri(req.uri))
             written = False
         finally:
-            close = getattr(result.stream, "close", None)
-            if close is not None:
-                with suppress(Exception):
-                    close()
+            with suppress(Exception):
+                _close(result.stream)
             result.stream = None
             result.body_length = sent
             started = environ.get("trellis.started")
@@ -1137,9 +1142,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             try:
                 result = self._serialise(req, status, headers, chunks, keep_alive, rest)
             except Exception:
-                close = getattr(rest, "close", None)
-                if close is not None:
-                    close()
+                _close(rest)
                 raise
         except Exception:
             self.log.exception("Error handling request %s %s", req.method, redact_uri(req.uri))
@@ -1183,9 +1186,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
                 if chunk:
                     chunks.append(chunk)
         finally:
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()
+            _close(result)
         if not started:
             raise RuntimeError("the app returned without calling start_response")
         status, headers = started[0]
@@ -1205,9 +1206,7 @@ class TrellisWorker(Worker):  # type: ignore[misc]
             raise ValueError(f"invalid status {status!r}")
         no_body = req.method == "HEAD" or code < 200 or code in (204, 304)
         if rest is not None and no_body:
-            close = getattr(rest, "close", None)
-            if close is not None:
-                close()
+            _close(rest)
             rest = None
         if rest is not None:
             return self._stream_head(req, status, headers, chunks, keep_alive, rest)
