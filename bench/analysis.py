@@ -56,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=200, help="explanations and writes measured")
     parser.add_argument("--what-if-runs", type=int, default=30, help="one-edit what-ifs measured")
     parser.add_argument("--all-runs", type=int, default=5, help="`#all` what-ifs measured (each way)")
+    parser.add_argument(
+        "--finding-runs", type=int, default=10, help="findings fixed and evaluations measured"
+    )
+    parser.add_argument(
+        "--offline", action="store_true", help="findings with no router online (default: every router online)"
+    )
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float]:
@@ -311,8 +317,95 @@ class Bench:
     def managers_guardrails(self) -> Any:
         return self.analysis.guardrails
 
+    # -- findings -------------------------------------------------------------------------------
+    def routers_online(self) -> int:
+        """Every router marked online, as if connected (a running network; with none online,
+        every granted service has a finding)."""
+        from engine.entities.routers import EdgeRouter
+        from engine.managers.fleet import VersionInfo
 
-def run(tier: str, seed: int = 1, runs: int = 200, what_if_runs: int = 30, all_runs: int = 5) -> str:
+        fleet = self.managers.fleet
+        routers = list(self.ctrl.env.store.view().all(EdgeRouter))
+        for router in routers:
+            fleet.connect(
+                router.id,
+                name=router.name,
+                fingerprint="",
+                hostname="bench",
+                protocols={"tls": "tls:127.0.0.1:3022"},
+                link_listener="",
+                version=VersionInfo("v1.6.0", "bench", "2026-01-01", "linux", "amd64"),
+                tunneler=False,
+            )
+        return len(routers)
+
+    def findings(self, runs: int) -> tuple[float, int, dict[str, tuple[float, float]]]:
+        """The first read of the findings (seconds, how many), then per run: a service policy
+        naming an attribute nobody carries is created (a dangling-role finding), read, and fixed;
+        the time from the fix's commit until ``GET /findings/{id}`` answers RESOLVED, and one
+        evaluation on its own."""
+        from engine.analysis.findings import PATHS, finding_id
+        from engine.policy import IDENTITY, SERVICE_POLICY
+
+        findings = self.analysis_findings()
+        assert findings is not None
+        started = time.perf_counter()
+        first = self.client.simulate_get("/analysis/v1/findings", params={"limit": 1}, headers=self.headers)
+        assert first.status_code == 200, first.text
+        first_seconds = time.perf_counter() - started
+        count = first.json["meta"]["pagination"]["totalCount"]
+        manager = self.managers.service_policies
+        service = self.services[0]
+        made: list[str] = []
+        resolved: list[float] = []
+
+        def status(finding: str) -> str:
+            answer = self.client.simulate_get(f"/analysis/v1/findings/{finding}", headers=self.headers)
+            assert answer.status_code == 200, answer.text
+            return str(answer.json["data"]["status"])
+
+        def fix(n: int) -> None:
+            role = f"#bench-dangling-{n + 100}"
+            policy = manager.create(
+                {
+                    "name": f"bench-finding-{n + 100}",
+                    "type": "Dial",
+                    "semantic": "AnyOf",
+                    "identity_roles": [role],
+                    "service_roles": [f"@{service}"],
+                }
+            )
+            made.append(policy.id)
+            finding = finding_id("dangling-role", PATHS[SERVICE_POLICY], policy.id, f"{IDENTITY}:{role}")
+            assert status(finding) == "ACTIVE"
+            manager.update(policy.id, {"identity_roles": ["#all"]})
+            fixed = time.perf_counter()
+            while status(finding) != "RESOLVED":
+                assert time.perf_counter() - fixed < 60, "the finding was not resolved"
+            resolved.append((time.perf_counter() - fixed) * 1e3)
+
+        _time(fix, runs, warmup=1)
+        out = {"fixed, until GET shows it RESOLVED": _percentiles(resolved[1:])}
+        out["one evaluation"] = _percentiles(_time(lambda n: findings.refresh(force=True), runs, warmup=1))
+        for policy_id in made:
+            manager.delete(policy_id)
+        return first_seconds, count, out
+
+    def analysis_findings(self) -> Any:
+        from api.analysis_findings import findings_manager
+
+        return findings_manager(self.analysis)
+
+
+def run(
+    tier: str,
+    seed: int = 1,
+    runs: int = 200,
+    what_if_runs: int = 30,
+    all_runs: int = 5,
+    finding_runs: int = 10,
+    offline: bool = False,
+) -> str:
     with tempfile.TemporaryDirectory(prefix="trellis-bench-analysis-") as tmp:
         bench = Bench(tier, seed, Path(tmp) / "home")
         try:
@@ -328,6 +421,15 @@ def run(tier: str, seed: int = 1, runs: int = 200, what_if_runs: int = 30, all_r
                 )
             for how, figures in bench.writes(runs).items():
                 rows.append((f"service policy write, {how}", "in-process", figures))
+            if not offline:
+                online = bench.routers_online()
+            first, found, finding_figures = bench.findings(finding_runs)
+            state = "no router online" if offline else f"{online:,} routers online"
+            rows.append(
+                (f"findings, first read ({found:,} findings, {state})", "wsgi", (first * 1e3, first * 1e3))
+            )
+            for how, figures in finding_figures.items():
+                rows.append((f"findings, {how}", "wsgi" if "GET" in how else "in-process", figures))
             load = bench.load_seconds
         finally:
             bench.close()
@@ -342,4 +444,6 @@ def run(tier: str, seed: int = 1, runs: int = 200, what_if_runs: int = 30, all_r
 
 
 def main(args: argparse.Namespace) -> str:
-    return run(args.tier, args.seed, args.runs, args.what_if_runs, args.all_runs)
+    return run(
+        args.tier, args.seed, args.runs, args.what_if_runs, args.all_runs, args.finding_runs, args.offline
+    )

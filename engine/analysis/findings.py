@@ -350,6 +350,13 @@ def evaluate(
         policy_bits = bits.service_policies_of(service_id) & granted_mask
         if not policy_bits:
             continue
+        erps = erps_live = 0
+        for serp in slots(int(bits.serp_service.effective_links(bits.services.slot_of[service_id]))):
+            every, live = erps_of(serp)
+            erps |= every
+            erps_live |= live
+        if erps & erp_every and (online is None or erps_live & erp_every):
+            continue  # an edge router policy of every identity gives one of its (online) routers
         granted = granted_of.get(policy_bits)
         if granted is None:
             granted = granted_of[policy_bits] = (
@@ -357,11 +364,6 @@ def evaluate(
             )
         if not granted:
             continue
-        erps = erps_live = 0
-        for serp in slots(int(bits.serp_service.effective_links(bits.services.slot_of[service_id]))):
-            every, live = erps_of(serp)
-            erps |= every
-            erps_live |= live
         name = names(SERVICE, service_id)
         lacking = uncovered(granted, erps)
         if lacking:
