@@ -81,6 +81,8 @@ VIEWS = (
 
 # -- the views ------------------------------------------------------------------------------------
 
+#: The schema of the identity-driven ``access_pairs`` and ``access_paths`` (see :func:`by_identity`).
+BY_IDENTITY = "_by_identity"
 _ENTITY_NAMES = {"identity": "identities", "service": "services", "edge-router": "edge_routers"}
 _ENTITY_NAMES["posture-check"] = "posture_checks"
 _ROLE_COLUMNS = {
@@ -146,6 +148,26 @@ _VIEW_SQL = (
     " FROM (SELECT s.id, s.name, unnest(_trellis_service_routers(s.slot)) AS router_slot"
     " FROM _services s) x JOIN _edge_routers r ON r.slot = x.router_slot",
     "CREATE VIEW findings AS SELECT * FROM _findings",
+    # the same pairs and paths driven by identity (see by_identity): a filter on an identity is
+    # pushed below the per-identity functions, as one on a service is below the views above
+    f"CREATE SCHEMA {BY_IDENTITY}",
+    f"CREATE VIEW {BY_IDENTITY}.access_pairs AS"
+    " SELECT x.id AS identity_id, x.name AS identity_name, s.id AS service_id,"
+    " s.name AS service_name, x.type"
+    " FROM (SELECT i.id, i.name, t.type,"
+    " unnest(_trellis_identity_reach(i.slot, t.type)) AS service_slot"
+    " FROM main._identities i CROSS JOIN (VALUES ('Dial'), ('Bind')) AS t(type)) x"
+    " JOIN main._services s ON s.slot = x.service_slot",
+    f"CREATE VIEW {BY_IDENTITY}.access_paths AS"
+    " SELECT x.id AS identity_id, x.name AS identity_name, s.id AS service_id,"
+    " s.name AS service_name, p.type, p.id AS policy_id, p.name AS policy_name, p.semantic,"
+    f" {_matched('p.identity_roles', 'x')} AS identity_roles_matched,"
+    f" {_matched('p.service_roles', 's')} AS service_roles_matched"
+    " FROM (SELECT y.*, unnest(_trellis_members(0, y.policy_slot, 1)) AS service_slot"
+    " FROM (SELECT i.id, i.name, i.role_attributes,"
+    " unnest(_trellis_identity_policies(i.slot)) AS policy_slot FROM main._identities i) y) x"
+    " JOIN main._policies p ON p.code = 0 AND p.slot = x.policy_slot"
+    " JOIN main._services s ON s.slot = x.service_slot",
 )
 _FINDINGS_TABLE = (
     "CREATE TABLE _findings (id VARCHAR, kind VARCHAR, severity VARCHAR, subject_type VARCHAR,"
@@ -153,6 +175,9 @@ _FINDINGS_TABLE = (
 )
 
 _EMPTY = np.zeros(0, dtype=np.int32)
+#: Arrow's allocations here come from the C library's allocator, not Arrow's default (mimalloc or
+#: jemalloc), which kept what the tables had used after they were dropped (20 MB at tier L)
+_POOL = pa.system_memory_pool()
 
 
 def _indices(bits: int) -> np.ndarray[Any, np.dtype[np.int32]]:
@@ -168,7 +193,7 @@ def _lists(bitsets: list[int]) -> pa.ListArray:
     offsets = np.zeros(len(parts) + 1, dtype=np.int32)
     np.cumsum([len(p) for p in parts], out=offsets[1:])
     values = np.concatenate(parts) if parts else _EMPTY
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), pool=_POOL)
 
 
 def _ints(array: Any) -> list[int]:
@@ -176,7 +201,11 @@ def _ints(array: Any) -> list[int]:
 
 
 class SqlTables:
-    """The Arrow tables and functions of one :class:`AccessSnapshot` (shared by its queries)."""
+    """The Arrow tables and functions of one :class:`AccessSnapshot` (shared by its queries).
+
+    The tables (one row per entity or policy) are what the revision's database copies in; once it
+    has, :meth:`drop` forgets them and the snapshot's rows (at tier L they were 60 MB kept beside
+    DuckDB's copy): the functions read only the snapshot's bitsets."""
 
     def __init__(self, snapshot: AccessSnapshot) -> None:
         self.snapshot = snapshot
@@ -186,9 +215,13 @@ class SqlTables:
             self.tables["_" + _ENTITY_NAMES[kind]] = pa.table(
                 {
                     "slot": pa.array(rows.slots, pa.int32()),
-                    "id": pa.array(rows.ids, pa.string()),
-                    "name": pa.array(rows.names, pa.string()),
-                    "role_attributes": pa.array(rows.attributes, pa.list_(pa.string())),
+                    "id": pa.array(rows.ids, pa.string(), memory_pool=_POOL),
+                    "name": pa.array(rows.names, pa.string(), memory_pool=_POOL),
+                    "role_attributes": pa.ListArray.from_arrays(
+                        pa.array(rows.attribute_offsets, pa.int32()),
+                        pa.array(rows.attribute_values, pa.string(), memory_pool=_POOL),
+                        pool=_POOL,
+                    ),
                 }
             )
         columns: dict[str, list[Any]] = {
@@ -210,10 +243,13 @@ class SqlTables:
                 roles[column] += given if given is not None else [None] * count
         self.tables["_policies"] = pa.table(
             {
-                "code": pa.array(columns["code"], pa.int32()),
-                "slot": pa.array(columns["slot"], pa.int32()),
-                **{k: pa.array(columns[k], pa.string()) for k in ("kind", "id", "name", "type", "semantic")},
-                **{k: pa.array(v, pa.list_(pa.string())) for k, v in roles.items()},
+                "code": pa.array(columns["code"], pa.int32(), memory_pool=_POOL),
+                "slot": pa.array(columns["slot"], pa.int32(), memory_pool=_POOL),
+                **{
+                    k: pa.array(columns[k], pa.string(), memory_pool=_POOL)
+                    for k in ("kind", "id", "name", "type", "semantic")
+                },
+                **{k: pa.array(v, pa.list_(pa.string()), memory_pool=_POOL) for k, v in roles.items()},
             }
         )
         sides = [
@@ -228,8 +264,15 @@ class SqlTables:
                 "entity_kind": pa.array([ENTITY_ORDER[s[1]] for s in sides], pa.string()),
             }
         )
+        routers = snapshot.entities["edge-router"]
+        self._router_ids = dict(zip(routers.slots.tolist(), routers.ids, strict=True))
         #: whether a router is online now (None: not known, offline)
         self.is_online: Callable[[str], bool] | None = None
+
+    def drop(self) -> None:
+        """Forget the tables and the snapshot's rows (the database holds its copy)."""
+        self.tables = {}
+        self.snapshot.drop_rows()
 
     # -- the functions (Arrow vectorised: one call per chunk of rows) -------------------------
     def reach(self, services: Any, types: Any) -> pa.ListArray:
@@ -242,8 +285,21 @@ class SqlTables:
             ]
         )
 
+    def identity_reach(self, identities: Any, types: Any) -> pa.ListArray:
+        snap = self.snapshot
+        kinds = types.to_pylist()
+        return _lists(
+            [
+                snap.identity_services(i, t) if t in ("Dial", "Bind") else 0
+                for i, t in zip(_ints(identities), kinds, strict=True)
+            ]
+        )
+
     def service_policies(self, services: Any) -> pa.ListArray:
         return _lists([self.snapshot.service_policies(s) for s in _ints(services)])
+
+    def identity_policies(self, identities: Any) -> pa.ListArray:
+        return _lists([self.snapshot.identity_policies(i) for i in _ints(identities)])
 
     def members(self, policy_codes: Any, policies: Any, entity_codes: Any) -> pa.ListArray:
         snap = self.snapshot
@@ -264,28 +320,29 @@ class SqlTables:
         return _lists([self.snapshot.service_routers(s) for s in _ints(services)])
 
     def online(self, routers: Any) -> pa.BooleanArray:
-        ids = self.snapshot.entities["edge-router"]
-        by_slot = dict(zip(ids.slots, ids.ids, strict=True))
+        by_slot = self._router_ids
         check = self.is_online
         out: list[bool | None] = []
         for slot in _ints(routers):
             router = by_slot.get(slot)
             out.append(None if router is None or check is None else bool(check(router)))
-        return pa.array(out, pa.bool_())
+        return pa.array(out, pa.bool_(), memory_pool=_POOL)
 
 
 def findings_table(found: list[Any]) -> pa.Table:
     """Findings (:func:`engine.analysis.findings.evaluate`) as the ``findings`` view's rows."""
     return pa.table(
         {
-            "id": pa.array([f.id for f in found], pa.string()),
-            "kind": pa.array([f.kind for f in found], pa.string()),
-            "severity": pa.array([f.severity for f in found], pa.string()),
-            "subject_type": pa.array([f.subject_type for f in found], pa.string()),
-            "subject_id": pa.array([f.subject_id for f in found], pa.string()),
-            "message": pa.array([f.message for f in found], pa.string()),
+            "id": pa.array([f.id for f in found], pa.string(), memory_pool=_POOL),
+            "kind": pa.array([f.kind for f in found], pa.string(), memory_pool=_POOL),
+            "severity": pa.array([f.severity for f in found], pa.string(), memory_pool=_POOL),
+            "subject_type": pa.array([f.subject_type for f in found], pa.string(), memory_pool=_POOL),
+            "subject_id": pa.array([f.subject_id for f in found], pa.string(), memory_pool=_POOL),
+            "message": pa.array([f.message for f in found], pa.string(), memory_pool=_POOL),
             "details": pa.array(
-                [orjson.dumps(dict(f.details), default=str).decode() for f in found], pa.string()
+                [orjson.dumps(dict(f.details), default=str).decode() for f in found],
+                pa.string(),
+                memory_pool=_POOL,
             ),
         }
     )
@@ -350,6 +407,59 @@ def check_statement(con: duckdb.DuckDBPyConnection, sql: str) -> str:
     return str(statement.query).strip().rstrip(";")
 
 
+_IDENTITY_COLUMNS = frozenset({"identity_id", "identity_name"})
+_SERVICE_COLUMNS = frozenset({"service_id", "service_name"})
+_DRIVEN = frozenset({"access_pairs", "access_paths"})
+
+
+def by_identity(statement: str) -> bool:
+    """Whether ``statement`` should read the identity-driven ``access_pairs`` and ``access_paths``.
+
+    Both shapes of each view hold the same rows; what differs is which filter DuckDB can push
+    below the bitset functions: a service's (the views of ``main``, unnested per service) or an
+    identity's (those of :data:`BY_IDENTITY`, unnested per identity). A statement reads the latter
+    when it names one of those views and compares (``=``, ``==`` or ``IN``) an identity column
+    (``identity_id``, ``identity_name``) and no service column: "what can identity Y Dial". Read
+    from DuckDB's tokens, so text in strings and comments is never taken for a column; a statement
+    this reads wrong is as right as ever, only slower."""
+    try:
+        tokens = duckdb.tokenize(statement)
+    except (duckdb.Error, RuntimeError):
+        return False
+    comment = duckdb.token_type.comment
+    words: list[tuple[Any, str]] = []
+    for n, (start, kind) in enumerate(tokens):
+        if kind == comment:
+            continue
+        end = tokens[n + 1][0] if n + 1 < len(tokens) else len(statement)
+        text = statement[start:end].strip()
+        if kind == duckdb.token_type.identifier:
+            text = text.strip('"')
+        words.append((kind, text.lower()))
+    identifier = duckdb.token_type.identifier
+    if not any(kind == identifier and text in _DRIVEN for kind, text in words):
+        return False
+
+    def compared(n: int) -> bool:
+        after = words[n + 1][1] if n + 1 < len(words) else ""
+        if after in ("=", "==", "in"):
+            return True
+        before = n - 1
+        while before >= 1 and words[before][1] == ".":  # a qualifier: p.identity_id
+            before -= 2
+        return before >= 0 and words[before][1] in ("=", "==")
+
+    identity = service = False
+    for n, (kind, text) in enumerate(words):
+        if kind != identifier:
+            continue
+        if text in _IDENTITY_COLUMNS and compared(n):
+            identity = True
+        elif text in _SERVICE_COLUMNS and compared(n):
+            service = True
+    return identity and not service
+
+
 class SqlDatabase:
     """One revision's private in-memory DuckDB database: its tables copied in, the functions and
     views created, external access off and the configuration locked. Queries run on cursors of it
@@ -386,7 +496,9 @@ class SqlDatabase:
             lists = "INTEGER[]"
             functions: list[tuple[str, Callable[..., Any], list[str], str]] = [
                 ("_trellis_reach", tables.reach, ["INTEGER", "VARCHAR"], lists),
+                ("_trellis_identity_reach", tables.identity_reach, ["INTEGER", "VARCHAR"], lists),
                 ("_trellis_service_policies", tables.service_policies, ["INTEGER"], lists),
+                ("_trellis_identity_policies", tables.identity_policies, ["INTEGER"], lists),
                 ("_trellis_members", tables.members, ["INTEGER", "INTEGER", "INTEGER"], lists),
                 ("_trellis_identity_routers", tables.identity_routers, ["INTEGER"], lists),
                 ("_trellis_service_routers", tables.service_routers, ["INTEGER"], lists),
@@ -410,6 +522,7 @@ class SqlDatabase:
         except BaseException:
             con.close()
             raise
+        tables.drop()
 
     def ensure_findings(self, compute: Callable[[], list[Any]] | None) -> None:
         """Fill ``_findings`` once (when a query first names the view)."""
@@ -421,9 +534,18 @@ class SqlDatabase:
             self.con.unregister("_arrow")
             self._findings_done = True
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
+    def cursor(self, identity_driven: bool = False) -> duckdb.DuckDBPyConnection:
+        """A new connection to the database, its views the default (those driven by identity
+        first with ``identity_driven``, :func:`by_identity`)."""
         with self._lock:
-            return self.con.cursor()
+            con = self.con.cursor()
+        try:
+            if identity_driven:
+                con.execute(f"SET search_path = '{BY_IDENTITY},main'")
+        except BaseException:
+            con.close()
+            raise
+        return con
 
     def close(self) -> None:
         """Close the database (queries still running on it end with an error)."""
@@ -484,6 +606,9 @@ class SqlEngine:
             statement = check_statement(con, sql)
             if "findings" in statement.lower():
                 database.ensure_findings(findings)
+            if by_identity(statement):
+                con.close()
+                con = database.cursor(identity_driven=True)
         except BaseException:
             con.close()
             raise
@@ -542,7 +667,7 @@ class SqlEngine:
             raise
         if _WHOLE_PAIRS.fullmatch(statement):
             con.close()
-            return self._released(pairs_parquet(database.tables, seconds))
+            return self._released(pairs_parquet(database, seconds))
         timer = threading.Timer(seconds, con.interrupt)
         timer.daemon = True
         timer.start()
@@ -593,23 +718,30 @@ _WHOLE_PAIRS = re.compile(r"\s*select\s+\*\s+from\s+access_pairs\s*", re.IGNOREC
 PAIRS_GROUP_ROWS = 1 << 22
 
 
-def pairs_parquet(tables: SqlTables, seconds: float = EXPORT_SECONDS) -> Iterator[bytes]:
+def pairs_parquet(database: SqlDatabase, seconds: float = EXPORT_SECONDS) -> Iterator[bytes]:
     """All of ``access_pairs`` as Parquet, service by service, straight from the bitsets.
 
     The rows are those of the view (same columns, same pairs), each column dictionary-encoded
     over the entity tables (the identity columns index the identities, the service columns
     repeat one service), so no string is copied per row: Parquet's own dictionary encoding is
-    what is written. Past ``seconds`` the file ends short."""
-    snapshot = tables.snapshot
-    identities = snapshot.entities["identity"]
-    services = snapshot.entities["service"]
-    capacity = max(identities.slots, default=-1) + 1
+    what is written (the entity columns are read from the database's tables, for the export's
+    time only). Past ``seconds`` the file ends short."""
+    snapshot = database.tables.snapshot
+    con = database.cursor()
+    try:
+        identities = con.sql("SELECT slot, id, name FROM _identities ORDER BY slot").to_arrow_table()
+        services = con.sql("SELECT slot, id, name FROM _services ORDER BY slot").to_arrow_table()
+    finally:
+        con.close()
+    identity_slots = identities.column("slot").to_numpy().astype(np.int64)
+    capacity = int(identity_slots.max()) + 1 if len(identity_slots) else 0
     row_of = np.full(capacity, -1, dtype=np.int32)
-    row_of[np.array(identities.slots, dtype=np.int64)] = np.arange(len(identities.slots), dtype=np.int32)
-    identity_ids = pa.array(identities.ids, pa.string())
-    identity_names = pa.array(identities.names, pa.string())
-    service_ids = pa.array(services.ids, pa.string())
-    service_names = pa.array(services.names, pa.string())
+    row_of[identity_slots] = np.arange(len(identity_slots), dtype=np.int32)
+    identity_ids = identities.column("id").combine_chunks()
+    identity_names = identities.column("name").combine_chunks()
+    service_ids = services.column("id").combine_chunks()
+    service_names = services.column("name").combine_chunks()
+    service_slots = [int(v) for v in services.column("slot").to_numpy()]
     kinds = pa.array(["Dial", "Bind"], pa.string())
     column = pa.dictionary(pa.int32(), pa.string())
     schema = pa.schema(
@@ -639,7 +771,7 @@ def pairs_parquet(tables: SqlTables, seconds: float = EXPORT_SECONDS) -> Iterato
         writer.write_batch(batch, row_group_size=PAIRS_GROUP_ROWS)
         parts.clear()
 
-    for service_row, slot in enumerate(services.slots):
+    for service_row, slot in enumerate(service_slots):
         for type_row, kind in enumerate(("Dial", "Bind")):
             found = _indices(snapshot.service_identities(slot, kind))
             if len(found):
@@ -860,12 +992,14 @@ def mount_sql(routes: Any, analysis: AnalysisManager, mount: Callable[[str, Any]
 
 
 __all__ = [
+    "BY_IDENTITY",
     "VIEWS",
     "Answer",
     "QueryError",
     "SqlDatabase",
     "SqlEngine",
     "SqlTables",
+    "by_identity",
     "check_statement",
     "export_statement",
     "mount_sql",

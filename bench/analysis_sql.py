@@ -9,6 +9,12 @@ through the whole API stack (Falcon, authentication, rendering; no sockets):
   random services (target p50 ≤ 50 ms);
 - ``POST /export`` of ``access_pairs`` for one service (target ≤ 1 s), and of the whole view
   (target ≤ 60 s), the Parquet bytes read as a client would and counted.
+
+``--memory`` measures instead what the analysis adds to the controller's resident size (issue 27:
+under 25 %): RSS after the load, then after 200 explanations, a read of the findings, five
+what-ifs, and the SQL queries ("who can Dial X", a count for one service, "what can identity Y
+Dial"), each reading taken after a full collection and ``malloc_trim(0)`` (what the allocator
+could give back is not counted); the peak of the SQL step too.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runs", type=int, default=50, help="queries measured")
     parser.add_argument("--no-whole", action="store_true", help="skip the export of the whole view")
+    parser.add_argument(
+        "--memory", action="store_true", help="what the analysis adds to the resident size, step by step"
+    )
 
 
 def run(tier: str, seed: int = 1, runs: int = 50, whole: bool = True) -> str:
@@ -99,5 +108,95 @@ def _stream_to_file(bench: Bench, target: Path) -> tuple[float, int, int]:
     return seconds, size, pq.ParquetFile(target).metadata.num_rows
 
 
+def _resident() -> int:
+    """This process's resident bytes, after a full collection and ``malloc_trim(0)``."""
+    import contextlib
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: what the allocator keeps counts
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return _status("VmRSS")
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _reset_peak() -> bool:
+    """Reset the process's peak resident size (Linux: ``clear_refs`` 5), if allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def memory(tier: str, seed: int = 1) -> str:
+    """What the analysis adds to the resident size, step by step (see the module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="trellis-bench-sql-") as tmp:
+        bench = Bench(tier, seed, Path(tmp) / "home")
+        try:
+            base = "/analysis/v1"
+
+            def post(path: str, body: dict[str, object]) -> None:
+                result = bench.client.simulate_post(base + path, json=body, headers=bench.headers)
+                assert result.status_code == 200, result.text[:500]
+
+            steps: list[tuple[str, int]] = [("after the load", _resident())]
+            for identity, service in bench.pairs(200):
+                bench.analysis.explain_service(identity, service, "Dial")
+            steps.append(("200 explanations", _resident()))
+            result = bench.client.simulate_get(base + "/findings", headers=bench.headers)
+            assert result.status_code == 200, result.text[:500]
+            steps.append(("a read of the findings", _resident()))
+            for n in range(5):
+                post("/what-if", {"items": [bench.edit(n)]})
+            steps.append(("5 what-ifs", _resident()))
+            peaked = _reset_peak()
+            service = bench.rng.choice(bench.services)
+            post(
+                "/query",
+                {
+                    "sql": "SELECT identity_id, identity_name FROM access_pairs"
+                    f" WHERE service_id = '{service}' AND type = 'Dial'"
+                },
+            )
+            post("/query", {"sql": f"SELECT count(*) FROM access_pairs WHERE service_id = '{service}'"})
+            peak = _status("VmHWM") if peaked else 0
+            steps.append(("2 SQL queries (who can Dial X, a count)", _resident()))
+            identity = bench.rng.choice(bench.identities)
+            post(
+                "/query",
+                {
+                    "sql": "SELECT service_id, service_name FROM access_pairs"
+                    f" WHERE identity_id = '{identity}' AND type = 'Dial'"
+                },
+            )
+            steps.append(("what can identity Y Dial", _resident()))
+        finally:
+            bench.close()
+    loaded = steps[0][1]
+    mb = 1 << 20
+    lines = [f"analysis-sql --memory tier {tier} (seed {seed}): resident size, MB", ""]
+    lines += ["| after | RSS | added | added / loaded |", "| --- | --- | --- | --- |"]
+    for what, size in steps:
+        added = size - loaded
+        lines.append(f"| {what} | {size / mb:.0f} | {added / mb:+.0f} | {100 * added / loaded:+.1f} % |")
+    if peak:
+        lines.append(
+            f"\npeak during the 2 SQL queries: {peak / mb:.0f} MB ({100 * (peak - loaded) / loaded:+.1f} %)"
+        )
+    return "\n".join(lines)
+
+
 def main(args: argparse.Namespace) -> str:
+    if args.memory:
+        return memory(args.tier, args.seed)
     return run(args.tier, args.seed, args.runs, not args.no_whole)

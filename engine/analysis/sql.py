@@ -8,9 +8,13 @@ while the graph moves on.
 
 Pairs are never listed here: they are computed on demand, per service (``service_identities``: the
 union of the identity sides of the service's Dial or Bind policies), per identity
-(``identity_routers``) or per policy (``policy_members``), each a bitset over the entity slots. The
+(``identity_services``: the union of the service sides of the identity's policies;
+``identity_routers``) or per policy (``policy_members``), each a bitset over the entity slots. The
 SQL layer (``api/analysis_sql.py``) turns those into rows only for what a query asks: "who can Dial
-service X" unions X's policies and nothing else.
+service X" unions X's policies and nothing else, "what can identity Y Dial" Y's.
+
+The entity and policy rows are what the SQL layer copies into its tables once; it may drop them
+afterwards (:meth:`AccessSnapshot.drop_rows`): the functions read only the bitsets.
 
 Pure engine code: no database, no Arrow; the SQL layer does the columns.
 """
@@ -20,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from engine.policy.graph import PolicyGraph
 from engine.policy.model import (
@@ -35,7 +41,15 @@ from engine.policy.model import (
     PolicyKind,
 )
 
-__all__ = ["ENTITY_ORDER", "POLICY_ORDER", "AccessSnapshot", "EntityRows", "PolicyRows", "snapshot_of"]
+__all__ = [
+    "ENTITY_ORDER",
+    "POLICY_ORDER",
+    "AccessSnapshot",
+    "EntityRows",
+    "Links",
+    "PolicyRows",
+    "snapshot_of",
+]
 
 #: The entity kinds, in the order of the SQL layer's codes (0 identities, 1 services, ...).
 ENTITY_ORDER: tuple[EntityKind, ...] = (IDENTITY, SERVICE, EDGE_ROUTER, POSTURE_CHECK)
@@ -51,13 +65,23 @@ def _ids(kind: str, entity_id: str) -> str:
 
 @dataclass(frozen=True)
 class EntityRows:
-    """The live entities of one kind, by slot (slots of deleted entities are left out)."""
+    """The live entities of one kind, by slot (slots of deleted entities are left out).
+
+    Compact, as columns (no list or int object per entity): ``slots`` an int32 array, the
+    attributes of row ``n`` ``attribute_values[attribute_offsets[n]:attribute_offsets[n + 1]]``,
+    sorted."""
 
     kind: str
-    slots: list[int]
+    slots: np.ndarray[Any, np.dtype[np.int32]]
     ids: list[str]
     names: list[str]
-    attributes: list[list[str]]
+    attribute_offsets: np.ndarray[Any, np.dtype[np.int32]]
+    attribute_values: list[str]
+
+    def attributes(self, row: int) -> list[str]:
+        """The attributes of row ``row`` (not slot), sorted."""
+        offsets = self.attribute_offsets
+        return self.attribute_values[int(offsets[row]) : int(offsets[row + 1])]
 
 
 @dataclass(frozen=True)
@@ -73,6 +97,31 @@ class PolicyRows:
     roles: dict[str, list[list[str]]]  # entity kind -> per policy its role list (sorted)
 
 
+class Links:
+    """Per entity slot, the policy slots of one kind selecting it (``#all`` policies included).
+
+    A copy of the side's link list (references to the graph's immutable ints: 8 bytes a slot), the
+    side's ``#all`` policies and which slots are live; the union with ``#all`` is made when a slot
+    is asked for, not stored (stored, it was a new int per entity: 16 MB at tier L)."""
+
+    __slots__ = ("all_policies", "links", "live")
+
+    def __init__(self, side: Any, table: Any) -> None:
+        self.links: list[int] = list(side.links)
+        self.all_policies: int = side.all_policies
+        self.live = np.fromiter((entity_id is not None for entity_id in table.ids), dtype=np.bool_)
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    def of(self, slot: int) -> int:
+        """The policy slots selecting the entity slot (0 for a dead or unknown slot)."""
+        if not 0 <= slot < len(self.live) or not self.live[slot]:
+            return 0
+        links = self.links
+        return (links[slot] if slot < len(links) else 0) | self.all_policies
+
+
 @dataclass
 class AccessSnapshot:
     """The graph's entities, policies and bitsets at one revision (see the module docstring)."""
@@ -83,11 +132,13 @@ class AccessSnapshot:
     #: (policy kind, entity kind) -> member bitset per policy slot (``#all`` resolved)
     members: dict[tuple[str, str], list[int]]
     #: per service slot: the service policy slots selecting it
-    service_policy_bits: list[int]
+    service_policy_bits: Links
+    #: per identity slot: the service policy slots selecting it
+    identity_policy_bits: Links
     #: per identity slot: the edge router policy slots selecting it
-    identity_erp_bits: list[int]
+    identity_erp_bits: Links
     #: per service slot: the service edge router policy slots selecting it
-    service_serp_bits: list[int]
+    service_serp_bits: Links
     dial: int
     bind: int
     graph: PolicyGraph | None = field(default=None, repr=False)
@@ -102,32 +153,33 @@ class AccessSnapshot:
 
     def service_policies(self, service: int, policy_type: str | None = None) -> int:
         """The service policy slots of ``type`` selecting the service slot (0 if none or unknown)."""
-        if not 0 <= service < len(self.service_policy_bits):
-            return 0
-        return self.service_policy_bits[service] & self.type_mask(policy_type)
+        return self.service_policy_bits.of(service) & self.type_mask(policy_type)
 
     def service_identities(self, service: int, policy_type: str | None = None) -> int:
         """The identity slots that may ``type`` (Dial, Bind, None: either) the service slot."""
-        policies = self.service_policies(service, policy_type)
-        members = self.members[SERVICE_POLICY, IDENTITY]
-        bits = 0
-        while policies:
-            low = policies & -policies
-            bits |= members[low.bit_length() - 1]
-            policies ^= low
-        return bits
+        return self._union(self.service_policies(service, policy_type), SERVICE_POLICY, IDENTITY)
+
+    def identity_policies(self, identity: int, policy_type: str | None = None) -> int:
+        """The service policy slots of ``type`` selecting the identity slot (0 if none or unknown)."""
+        return self.identity_policy_bits.of(identity) & self.type_mask(policy_type)
+
+    def identity_services(self, identity: int, policy_type: str | None = None) -> int:
+        """The service slots the identity slot may ``type`` (Dial, Bind, None: either)."""
+        return self._union(self.identity_policies(identity, policy_type), SERVICE_POLICY, SERVICE)
 
     def identity_routers(self, identity: int) -> int:
         """The edge router slots edge router policies give the identity slot."""
-        if not 0 <= identity < len(self.identity_erp_bits):
-            return 0
-        return self._union(self.identity_erp_bits[identity], EDGE_ROUTER_POLICY, EDGE_ROUTER)
+        return self._union(self.identity_erp_bits.of(identity), EDGE_ROUTER_POLICY, EDGE_ROUTER)
 
     def service_routers(self, service: int) -> int:
         """The edge router slots service edge router policies give the service slot."""
-        if not 0 <= service < len(self.service_serp_bits):
-            return 0
-        return self._union(self.service_serp_bits[service], SERVICE_EDGE_ROUTER_POLICY, EDGE_ROUTER)
+        return self._union(self.service_serp_bits.of(service), SERVICE_EDGE_ROUTER_POLICY, EDGE_ROUTER)
+
+    def drop_rows(self, keep: tuple[str, ...] = ()) -> None:
+        """Forget the entity rows (but those of the kinds in ``keep``) and the policy rows, once
+        they are copied elsewhere: the bitsets are all the functions above read."""
+        self.entities = {kind: rows for kind, rows in self.entities.items() if kind in keep}
+        self.policies = {}
 
     def policy_members(self, policy_kind: str, policy: int, entity_kind: str) -> int:
         """The ``entity_kind`` slots a policy slot's side selects (0 for no such side or slot)."""
@@ -148,15 +200,19 @@ class AccessSnapshot:
 
 def _entity_rows(graph: Any, kind: str, names: Names) -> EntityRows:
     table = graph._tables[kind]
-    slots, ids, labels, attributes = [], [], [], []
-    for slot, entity_id in enumerate(table.ids):
-        if entity_id is None:
-            continue
-        slots.append(slot)
-        ids.append(str(entity_id))
-        labels.append(names(kind, str(entity_id)))
-        attributes.append(sorted(table.attributes[slot]))
-    return EntityRows(kind, slots, ids, labels, attributes)
+    live = [slot for slot, entity_id in enumerate(table.ids) if entity_id is not None]
+    ids = [str(table.ids[slot]) for slot in live]
+    labels = [names(kind, entity_id) for entity_id in ids]
+    values: list[str] = []
+    counts = np.zeros(len(live) + 1, dtype=np.int32)
+    attributes = table.attributes
+    for row, slot in enumerate(live):
+        held = sorted(attributes[slot])
+        values.extend(held)
+        counts[row + 1] = len(held)
+    return EntityRows(
+        kind, np.array(live, dtype=np.int32), ids, labels, np.cumsum(counts, dtype=np.int32), values
+    )
 
 
 def _policy_rows(graph: Any, kind: PolicyKind, names: Names) -> PolicyRows:
@@ -183,18 +239,10 @@ def _member_bits(graph: Any, policy_kind: str, entity_kind: str) -> list[int]:
     return [side.member_bits(slot) if slot < len(side.members) else 0 for slot in range(count)]
 
 
-def _link_bits(side: Any, table: Any) -> list[int]:
-    links = side.links
-    return [
-        (links[slot] if slot < len(links) else 0) | side.all_policies if entity_id is not None else 0
-        for slot, entity_id in enumerate(table.ids)
-    ]
-
-
 def snapshot_of(graph: PolicyGraph, revision: int = 0, names: Names = _ids) -> AccessSnapshot:
     """Take the :class:`AccessSnapshot` of ``graph`` (a fork nobody writes, or the live graph under
     its lock: the snapshot keeps no reference to anything the graph changes in place but the graph
-    itself, for findings)."""
+    itself, for findings; the link lists are copied)."""
     g: Any = graph  # the graph's private representation, read only
     entities: dict[str, EntityRows] = {kind: _entity_rows(g, kind, names) for kind in ENTITY_ORDER}
     policies: dict[str, PolicyRows] = {kind: _policy_rows(g, kind, names) for kind in POLICY_ORDER}
@@ -208,9 +256,10 @@ def snapshot_of(graph: PolicyGraph, revision: int = 0, names: Names = _ids) -> A
         entities=entities,
         policies=policies,
         members=members,
-        service_policy_bits=_link_bits(g._sp_service, g._services),
-        identity_erp_bits=_link_bits(g._erp_identity, g._identities),
-        service_serp_bits=_link_bits(g._serp_service, g._services),
+        service_policy_bits=Links(g._sp_service, g._services),
+        identity_policy_bits=Links(g._sp_identity, g._identities),
+        identity_erp_bits=Links(g._erp_identity, g._identities),
+        service_serp_bits=Links(g._serp_service, g._services),
         dial=g._dial,
         bind=g._bind,
         graph=graph,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.analysis_sql import SqlEngine
+from api.analysis_sql import BY_IDENTITY, SqlEngine, by_identity
 from engine.analysis.sql import snapshot_of
 from engine.policy import (
     EDGE_ROUTER,
@@ -68,6 +68,27 @@ def views(engine: SqlEngine, graph: PolicyGraph, online: set[str]) -> dict[str, 
                 "SELECT identity_id, service_id, type FROM access_pairs"
                 " WHERE service_id IN (SELECT min(id) FROM services) AND type = 'Dial'"
             ),
+            # the identity-driven shapes (by_identity), whole, then as an identity filter reads them
+            "pairs_by_identity": rows(
+                f"SELECT identity_id, service_id, type FROM {BY_IDENTITY}.access_pairs"
+            ),
+            "paths_by_identity": rows(
+                "SELECT identity_id, service_id, type, policy_id, identity_roles_matched,"
+                f" service_roles_matched FROM {BY_IDENTITY}.access_paths"
+            ),
+            "identity_filtered": rows(
+                "SELECT identity_id, service_id, type FROM access_pairs"
+                " WHERE identity_id IN (SELECT min(id) FROM identities) AND type = 'Dial'"
+            ),
+            "identity_name_filtered": rows(
+                "SELECT p.identity_id, p.service_id, p.type FROM access_pairs p"
+                " WHERE p.identity_name = (SELECT max(name) FROM identities)"
+            ),
+            "identity_paths_filtered": rows(
+                "SELECT identity_id, service_id, type, policy_id, identity_roles_matched,"
+                " service_roles_matched FROM access_paths"
+                " WHERE identity_id = (SELECT min(id) FROM identities)"
+            ),
         }
     finally:
         database.close()
@@ -111,6 +132,9 @@ def expected(oracle: Oracle, online: set[str]) -> dict[str, set[tuple[object, ..
     }
     services = oracle.entities[SERVICE]
     first = min(services) if services else None
+    identities = oracle.entities[IDENTITY]
+    least = min(identities) if identities else None
+    most = max(identities) if identities else None
     return {
         "pairs": pairs,
         "routers": {(i, r, r in online) for i, r in routers},
@@ -126,6 +150,11 @@ def expected(oracle: Oracle, online: set[str]) -> dict[str, set[tuple[object, ..
             (kind, pid, p.type) for kind, policies in oracle.policies.items() for pid, p in policies.items()
         },
         "filtered": {(i, s, t) for i, s, t in pairs if s == first and t == "Dial"},
+        "pairs_by_identity": pairs,
+        "paths_by_identity": paths,
+        "identity_filtered": {(i, s, t) for i, s, t in pairs if i == least and t == "Dial"},
+        "identity_name_filtered": {(i, s, t) for i, s, t in pairs if i == most},
+        "identity_paths_filtered": {p for p in paths if p[0] == least},
     }
 
 
@@ -145,6 +174,22 @@ def test_the_oracle_selects_as_the_views_match() -> None:
     assert selects(["@x", "#a"], "AllOf", "x", set())
     assert matched(["@x", "#a", "#b"], "x", {"a"}) == ("#a", "@x")
     assert matched(["#all"], "y", set()) == ("#all",)
+
+
+def test_identity_filters_read_the_views_driven_by_identity() -> None:
+    """``by_identity``: a statement comparing an identity column of access_pairs or access_paths,
+    and no service column, reads the identity-driven shapes; strings and comments do not count."""
+    assert by_identity("SELECT service_id FROM access_pairs WHERE identity_id = 'x' AND type = 'Dial'")
+    assert by_identity("SELECT * FROM access_pairs WHERE identity_id IN ('x', 'y')")
+    assert by_identity("SELECT * FROM access_pairs p WHERE p.\"identity_name\"=='x'")
+    assert by_identity("SELECT count(*) FROM access_paths WHERE 'x' = identity_id")
+    assert by_identity("SELECT * FROM access_pairs p JOIN identities i ON i.id = p.identity_id")
+    assert not by_identity("SELECT * FROM access_pairs WHERE service_id = 's'")
+    assert not by_identity("SELECT * FROM access_pairs WHERE service_id = 's' AND identity_id = 'x'")
+    assert not by_identity("SELECT 'identity_id = 1' FROM access_pairs")
+    assert not by_identity("SELECT * FROM access_pairs -- identity_id = 'x'")
+    assert not by_identity("SELECT * FROM router_reach WHERE identity_id = 'x'")
+    assert not by_identity("SELECT identity_id FROM access_pairs")
 
 
 def test_hostile_statements_are_refused_offline(engine: SqlEngine) -> None:
