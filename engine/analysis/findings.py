@@ -53,8 +53,9 @@ from typing import TYPE_CHECKING, Any
 
 from engine.analysis.advise import Bits
 from engine.entities.findings import ACTIVE, ARCHIVED, RESOLVED, FindingArchiveRule, FindingRecord
-from engine.entities.identities import ApiSession
+from engine.entities.identities import ApiSession, Identity
 from engine.entities.policies import ServicePolicy
+from engine.entities.services import Service
 from engine.entities.sessions import Session
 from engine.errors import ControllerError, FieldError, NotFoundError
 from engine.managers._base import EntityManager
@@ -121,6 +122,8 @@ USAGE_SETTING = "analysis.grant-usage"
 USAGE_PERSIST_SECONDS = 60.0
 #: Kinds whose changes can change findings.
 RELEVANT = frozenset({*ENTITY_KINDS, *POLICY_KINDS})
+#: Kinds whose names the per-service findings' messages carry.
+NAMED = frozenset({Identity.ENTITY, Service.ENTITY})
 
 Names = Callable[[str, str], str]
 
@@ -158,6 +161,53 @@ def _ids(kind: str, entity_id: str) -> str:
     return entity_id
 
 
+class ServiceMemo:
+    """What the last evaluation found per service (its common-router findings) and what those
+    rested on, so that the next evaluation takes them again for every service whose inputs did
+    not change: its granting policies, their identity sides, the edge router policies reaching
+    its (online) routers and theirs. Bitsets are immutable ints that a graph's forks share, so an
+    unchanged member set is the same object: a changed one is found by identity, never missed.
+
+    Names are not tracked: a process must :meth:`clear` the memo when an identity or a service
+    changes (a rename changes a finding's message)."""
+
+    __slots__ = (
+        "erp_all",
+        "erp_members",
+        "identities",
+        "lows",
+        "online",
+        "routed",
+        "services",
+        "sp_all",
+        "sp_members",
+    )
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.services: dict[str, tuple[int, int, int, tuple[Finding, ...]]] = {}
+        self.sp_members: list[int] = []
+        self.erp_members: list[int] = []
+        self.sp_all = self.erp_all = self.routed = self.identities = -1
+        self.online: bool | None = None
+        # the lowest set bit of policies' member bitsets, by the bitset's id (with the bitset,
+        # which keeps the id from being reused)
+        self.lows: dict[int, tuple[int, int]] = {}
+
+    @staticmethod
+    def changed_slots(now: list[int], before: list[int]) -> int:
+        """Slots whose bitset object differs (or is new)."""
+        changed = 0
+        for slot, (a, b) in enumerate(zip(now, before, strict=False)):
+            if a is not b:
+                changed |= 1 << slot
+        for slot in range(len(before), len(now)):
+            changed |= 1 << slot
+        return changed
+
+
 def evaluate(
     graph: PolicyGraph,
     *,
@@ -170,6 +220,7 @@ def evaluate(
     created_at: Mapping[str, datetime] | None = None,
     now: datetime | None = None,
     unused_days: int = UNUSED_DAYS,
+    memo: ServiceMemo | None = None,
 ) -> list[Finding]:
     """Every finding of the graph (see the module docstring), sorted by id.
 
@@ -178,7 +229,8 @@ def evaluate(
     (both or neither): the verdicts for an identity with no posture data and no API session, and
     the identities that have either (every other one gets the plain verdicts, asked once per set
     of checks, not once per identity); ``last_used`` / ``created_at`` / ``now``
-    None: no ``unused-grant``.
+    None: no ``unused-grant``; ``memo``: the per-service findings of the last evaluation with it,
+    taken again where nothing they rest on changed (and updated).
     """
     bits = Bits(graph)
     out: list[Finding] = []
@@ -198,18 +250,18 @@ def evaluate(
         records = bits.policy_tables[kind].records
         for slot, policy_id in policies:
             record = records[slot]
-            name = names(kind, policy_id)
             empty: list[str] = []
             for entity_kind in POLICY_FIELDS[kind]:
                 attributes = tables[entity_kind].attribute_bits
-                for role in sorted(set(record.roles.get(entity_kind, ()))):
+                for role in set(record.roles.get(entity_kind, ())):
                     if role.startswith("#") and role != "#all" and not attributes.get(role[1:], 0):
                         out.append(
                             _make(
                                 "dangling-role",
                                 kind,
                                 policy_id,
-                                f"{_label(kind)} {name} names {role}, which no {_noun(entity_kind)} carries",
+                                f"{_label(kind)} {names(kind, policy_id)} names {role}, which no "
+                                f"{_noun(entity_kind)} carries",
                                 part=f"{entity_kind}:{role}",
                                 role=role,
                                 entityType=PATHS[entity_kind],
@@ -224,12 +276,24 @@ def evaluate(
                         "empty-policy",
                         kind,
                         policy_id,
-                        f"{_label(kind)} {name} matches nothing: it selects {sides}",
+                        f"{_label(kind)} {names(kind, policy_id)} matches nothing: it selects {sides}",
                         emptySides=[PATHS[k] for k in empty],
                     )
                 )
 
     # redundant policies
+    lows: dict[int, tuple[int, int]] = {} if memo is None else memo.lows
+    seen_lows: dict[int, tuple[int, int]] = {}
+
+    def lowest(chosen: int) -> int:
+        """The lowest set bit of a member bitset (of thousands of bits: kept by the bitset's
+        identity, which a graph's forks share)."""
+        known = lows.get(id(chosen))
+        fresh = known is None or known[1] is not chosen
+        low = (chosen & -chosen).bit_length() - 1 if fresh or known is None else known[0]
+        seen_lows[id(chosen)] = (low, chosen)
+        return low
+
     for kind, policies in live_policies.items():
         side_a, side_b = (k for k in POLICY_FIELDS[kind] if k != POSTURE_CHECK)
         a_side, b_side = bits.sides[kind, side_a], bits.sides[kind, side_b]
@@ -242,7 +306,7 @@ def evaluate(
             # select those four (small bitsets) are the only candidates worth comparing whole
             candidates = ~(1 << slot)
             for side, chosen in ((a_side, a), (b_side, b)):
-                candidates &= int(side.effective_links((chosen & -chosen).bit_length() - 1))
+                candidates &= int(side.effective_links(lowest(chosen)))
                 candidates &= int(side.effective_links(chosen.bit_length() - 1))
             checks = members(kind, slot, POSTURE_CHECK) if kind == SERVICE_POLICY else 0
             for other in slots(candidates):
@@ -273,6 +337,9 @@ def evaluate(
                     )
                 )
                 break
+
+    if memo is not None:
+        memo.lows = seen_lows
 
     # entities without router policies
     with_routers = bits.services_with_routers()
@@ -346,24 +413,15 @@ def evaluate(
                 break
         return identities
 
-    for service_id in select(with_routers, bits.services.ids):
-        policy_bits = bits.service_policies_of(service_id) & granted_mask
-        if not policy_bits:
-            continue
-        erps = erps_live = 0
-        for serp in slots(int(bits.serp_service.effective_links(bits.services.slot_of[service_id]))):
-            every, live = erps_of(serp)
-            erps |= every
-            erps_live |= live
-        if erps & erp_every and (online is None or erps_live & erp_every):
-            continue  # an edge router policy of every identity gives one of its (online) routers
+    def service_findings(service_id: str, policy_bits: int, erps: int, erps_live: int) -> None:
+        """The common-router findings of one service granted through ``policy_bits``."""
         granted = granted_of.get(policy_bits)
         if granted is None:
             granted = granted_of[policy_bits] = (
                 int(bits.sp_identity.union_of_members(policy_bits)) & identities_routed
             )
         if not granted:
-            continue
+            return
         name = names(SERVICE, service_id)
         lacking = uncovered(granted, erps)
         if lacking:
@@ -395,6 +453,57 @@ def evaluate(
                     )
                 )
 
+    # what the memo's entries rest on, beside each service's own inputs
+    sp_members, erp_member_list = bits.sp_identity.members, bits.erp_identity.members
+    sp_changed = erp_changed = -1
+    kept: dict[str, tuple[int, int, int, tuple[Finding, ...]]] = {}
+    if memo is not None:
+        if (
+            memo.routed == identities_routed
+            and memo.identities == bits.identities.all_bits
+            and memo.erp_all == erp_every
+            and memo.online == (online is not None)
+        ):
+            sp_changed = memo.changed_slots(sp_members, memo.sp_members) | (
+                memo.sp_all ^ bits.sp_identity.all_policies
+            )
+            erp_changed = memo.changed_slots(erp_member_list, memo.erp_members)
+        memo.sp_members, memo.erp_members = list(sp_members), list(erp_member_list)
+        memo.sp_all, memo.erp_all = bits.sp_identity.all_policies, erp_every
+        memo.routed, memo.identities = identities_routed, bits.identities.all_bits
+        memo.online = online is not None
+
+    for service_id in select(with_routers, bits.services.ids):
+        policy_bits = bits.service_policies_of(service_id) & granted_mask
+        if not policy_bits:
+            continue
+        erps = erps_live = 0
+        for serp in slots(int(bits.serp_service.effective_links(bits.services.slot_of[service_id]))):
+            every, live = erps_of(serp)
+            erps |= every
+            erps_live |= live
+        if erps & erp_every and (online is None or erps_live & erp_every):
+            continue  # an edge router policy of every identity gives one of its (online) routers
+        if memo is not None:
+            entry = memo.services.get(service_id)
+            if (
+                entry is not None
+                and sp_changed != -1
+                and entry[:3] == (policy_bits, erps, erps_live)
+                and not policy_bits & sp_changed
+                and not erps & erp_changed
+            ):
+                kept[service_id] = entry
+                out.extend(entry[3])
+                continue
+        before = len(out)
+        service_findings(service_id, policy_bits, erps, erps_live)
+        if memo is not None:
+            kept[service_id] = (policy_bits, erps, erps_live, tuple(out[before:]))
+    if memo is not None:
+        memo.services = kept
+
+    # posture that blocks every identity a policy grants; grants never used
     # posture that blocks every identity a policy grants; grants never used
     sp_records = bits.policy_tables[SERVICE_POLICY].records
     known_bits = -1  # every identity is asked
@@ -409,7 +518,6 @@ def evaluate(
         identity_bits = members(SERVICE_POLICY, slot, IDENTITY)
         if not identity_bits or not members(SERVICE_POLICY, slot, SERVICE):
             continue
-        name = names(SERVICE_POLICY, policy_id)
         check_ids = bits.checks_of(slot)
         if posture is not None and check_ids:
             blocked = True
@@ -432,7 +540,7 @@ def evaluate(
                         "posture-blocks-all",
                         SERVICE_POLICY,
                         policy_id,
-                        f"service policy {name} grants {sp_records[slot].type} to "
+                        f"service policy {names(SERVICE_POLICY, policy_id)} grants {sp_records[slot].type} to "
                         f"{identity_bits.bit_count()} identities, and its posture checks "
                         f"({', '.join(names(POSTURE_CHECK, c) for c in check_ids)}) fail for every one",
                         checks=check_ids,
@@ -449,8 +557,8 @@ def evaluate(
                         "unused-grant",
                         SERVICE_POLICY,
                         policy_id,
-                        f"service policy {name} granted no {sp_records[slot].type} session in "
-                        f"{unused_days} days ({when})",
+                        f"service policy {names(SERVICE_POLICY, policy_id)} granted no {sp_records[slot].type} "
+                        f"session in {unused_days} days ({when})",
                         lastUsedAt=None if used is None else used.isoformat(),
                         days=unused_days,
                     )
@@ -617,6 +725,9 @@ class FindingsManager:
         self.current: dict[str, Finding] = {}
         self.last_seen: dict[str, datetime] = {}
         self._evaluated: object = None
+        # the per-service findings of the last evaluation, and whether names changed since
+        self._memo = ServiceMemo()
+        self._renamed = False
         self._changes = 0
         self._timer: threading.Timer | None = None
         self._delay = self.DELAY_SECONDS
@@ -678,12 +789,16 @@ class FindingsManager:
                     self._version += 1
                 elif entity.ENTITY in RELEVANT:
                     relevant = True
+                    if entity.ENTITY in NAMED:
+                        self._renamed = True
             elif isinstance(change, Delete):
                 if change.kind is FindingRecord:
                     self.records.pop(change.id, None)
                     self._version += 1
                 elif change.kind.ENTITY in RELEVANT:
                     relevant = True
+                    if change.kind.ENTITY in NAMED:
+                        self._renamed = True
         if relevant:
             self.changed()
 
@@ -722,6 +837,9 @@ class FindingsManager:
             if key == self._evaluated and not force:
                 return
             started = time.monotonic()
+            if self._renamed:
+                self._renamed = False
+                self._memo.clear()
             _revision, view, graph = self.analysis._consistent()
             now = self.env.clock.now()
             names = self.analysis._namer(view)
@@ -751,6 +869,7 @@ class FindingsManager:
                 created_at=created,
                 now=now,
                 unused_days=self.unused_days,
+                memo=self._memo,
             )
             self._evaluated = key
             self._delay = max(self.DELAY_SECONDS, min(5.0, 2 * (time.monotonic() - started)))

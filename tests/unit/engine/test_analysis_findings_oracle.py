@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from itertools import product
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.analysis.access_tests import Expectation, run_access_tests
 from engine.analysis.advise import advise, service_summaries
-from engine.analysis.findings import _first, evaluate
+from engine.analysis.findings import ServiceMemo, _first, evaluate
 from engine.policy import (
     EDGE_ROUTER,
     EDGE_ROUTER_POLICY,
@@ -23,8 +24,8 @@ from engine.policy import (
 )
 from engine.policy.bitset import select
 from tests.conftest import examples
-from tests.unit.engine.test_analysis_oracle import networks, routers_of
-from tests.unit.engine.test_policy_oracle import Oracle, rebuild
+from tests.unit.engine.test_analysis_oracle import ENTITY_POOLS, apply, batches, networks, routers_of
+from tests.unit.engine.test_policy_oracle import Oracle, OraclePolicy, rebuild, role_lists
 
 SETTINGS = settings(
     max_examples=examples(25),
@@ -194,3 +195,102 @@ def test_the_first_ids_of_a_bitset_are_those_select_lists_first(
     bits = sum(1 << m for m in members)
     values = [None if i in gaps else f"id{i}" for i in range(20_001)]
     assert _first(bits, values, count) == [v for v in select(bits, values) if v is not None][:count]
+
+
+@st.composite
+def side_edits(draw: st.DrawFn, oracle: Oracle) -> list[tuple[str, str, str, object]]:
+    """A batch changing one side of one existing policy (the identities of a service policy or
+    of an edge router policy, say), the rest of it kept: the edit that leaves a service's own
+    inputs (its policies, its routers' policies) as they were."""
+    kinds = sorted(k for k in POLICY_FIELDS if oracle.policies[k])
+    if not kinds:
+        return []
+    kind = draw(st.sampled_from(kinds))
+    policy_id = draw(st.sampled_from(sorted(oracle.policies[kind])))
+    spec = oracle.policies[kind][policy_id]
+    side = draw(st.sampled_from([k for k in POLICY_FIELDS[kind] if k != POSTURE_CHECK]))
+    roles = {**spec.roles, side: draw(role_lists(side))}
+    return [("policy", kind, policy_id, OraclePolicy(spec.semantic, spec.type, roles))]
+
+
+@SETTINGS
+@given(oracle=networks(), data=st.data())
+def test_findings_taken_again_from_the_memo_equal_a_whole_evaluation(
+    oracle: Oracle, data: st.DataObject
+) -> None:
+    """After each random batch (and routers coming and going), the evaluation that takes the
+    per-service findings of unchanged services from its memo equals one without a memo; the
+    memo is cleared on identity and service changes, as the manager clears it (names)."""
+    graph = rebuild(oracle)
+    routers = sorted({*oracle.entities[EDGE_ROUTER], *ENTITY_POOLS[EDGE_ROUTER]})
+    memo = ServiceMemo()
+    for step in range(data.draw(st.integers(1, 8))):
+        if step:
+            batch = data.draw(st.one_of(batches(oracle), side_edits(oracle)))
+            if any(what == "entity" and kind in (IDENTITY, SERVICE) for what, kind, _, _ in batch):
+                memo.clear()
+            apply(graph, oracle, batch)
+        online = set(data.draw(st.lists(st.sampled_from(routers), unique=True)))
+        fork = graph.copy()
+        whole = evaluate(fork, online=online.__contains__)
+        assert evaluate(fork, online=online.__contains__, memo=memo) == whole
+        assert evaluate(graph, online=online.__contains__, memo=memo) == whole
+
+
+def _small_network() -> Oracle:
+    """s1 is granted to #a and #c identities; its only router r1 is in an edge router policy of
+    the #c ones only."""
+    oracle = Oracle()
+    oracle.entities[IDENTITY].update({"i1": {"a"}, "i2": {"b"}, "i3": {"c"}})
+    oracle.entities[SERVICE].update({"s1": {"x"}})
+    oracle.entities[EDGE_ROUTER].update({"r1": {"r"}, "r2": {"q"}})
+    oracle.policies[SERVICE_POLICY]["p1"] = OraclePolicy(
+        "AnyOf", "Dial", {IDENTITY: ["#a", "#c"], SERVICE: ["#x"]}
+    )
+    oracle.policies[EDGE_ROUTER_POLICY]["e1"] = OraclePolicy(
+        "AnyOf", None, {IDENTITY: ["#all"], EDGE_ROUTER: ["#q"]}
+    )
+    oracle.policies[EDGE_ROUTER_POLICY]["e2"] = OraclePolicy(
+        "AnyOf", None, {IDENTITY: ["#c"], EDGE_ROUTER: ["#r"]}
+    )
+    oracle.policies[SERVICE_EDGE_ROUTER_POLICY]["x1"] = OraclePolicy(
+        "AnyOf", None, {SERVICE: ["#x"], EDGE_ROUTER: ["#r"]}
+    )
+    return oracle
+
+
+@pytest.mark.parametrize(
+    "kind, policy_id, roles, online",
+    [
+        # a granting policy's identities change, the service's policies and routers do not
+        (SERVICE_POLICY, "p1", {IDENTITY: ["#a", "#b", "#c"], SERVICE: ["#x"]}, {"r1", "r2"}),
+        # an edge router policy reaching the service's router gains a granted identity
+        (EDGE_ROUTER_POLICY, "e2", {IDENTITY: ["#c", "#a"], EDGE_ROUTER: ["#r"]}, {"r1", "r2"}),
+        # the service's router goes offline
+        (None, "", {}, {"r2"}),
+    ],
+)
+def test_the_memo_sees_each_input_of_a_service_change(
+    kind: str | None, policy_id: str, roles: dict[str, list[str]], online: set[str]
+) -> None:
+    oracle = _small_network()
+    graph = rebuild(oracle)
+    memo = ServiceMemo()
+    before = evaluate(graph, online={"r1", "r2"}.__contains__, memo=memo)
+    assert [f.kind for f in before] == ["no-common-router"]
+    if kind is not None:
+        apply(
+            graph,
+            oracle,
+            [
+                (
+                    "policy",
+                    kind,
+                    policy_id,
+                    OraclePolicy("AnyOf", None if kind != SERVICE_POLICY else "Dial", roles),
+                )
+            ],
+        )
+    whole = evaluate(graph, online=online.__contains__)
+    assert whole != before
+    assert evaluate(graph, online=online.__contains__, memo=memo) == whole
