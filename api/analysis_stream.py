@@ -169,8 +169,12 @@ def _events(
         now = time.monotonic()
         if parts:
             quiet_since = now
-            if duration > 0 or sent < ANSWER_PAIRS:
+            if duration > 0:
+                if now >= end or (stopping is not None and stopping.is_set()):
+                    return  # records arriving without a pause end an open answer on time too
                 continue  # more may be there already
+            if sent < ANSWER_PAIRS:
+                continue
             return
         if duration <= 0 and sent:
             return

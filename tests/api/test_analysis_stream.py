@@ -286,3 +286,26 @@ def test_the_stream_is_kept_across_a_restart(api: Api, settings: Any) -> None:
         assert changes_after(again, start) == before
     finally:
         app.ctrl.env.store.close()
+
+
+def test_an_open_answer_ends_when_asked_while_records_keep_coming(
+    api: Api, net: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open answer (``duration`` > 0) reading record after record with no quiet moment still
+    ends when the server stops (and when its duration is up), instead of once the records do."""
+    from api import analysis_stream
+    from engine.analysis import analysis_for
+    from engine.analysis.stream import Cursor
+
+    start = revision(api)
+    policy = dial_policy(api)
+    api.delete(f"/service-policies/{policy}")
+    assert len(changes_after(api, start, 2)) == 2
+    stream = analysis_stream.stream_for(analysis_for(api.ctrl.managers), timedelta(days=7))
+    monkeypatch.setattr(analysis_stream, "EVENT_PAIRS", 1)  # one record a read
+    stopping = threading.Event()
+    stopping.set()
+    frames = list(analysis_stream._events(stream, Cursor(start), 1.0, 300.0, stopping))
+    assert len(events(b"".join(frames).decode())) == 1
+    frames = list(analysis_stream._events(stream, Cursor(start), 1.0, 1e-9, None))
+    assert len(events(b"".join(frames).decode())) == 1
