@@ -108,8 +108,9 @@ def _stream_to_file(bench: Bench, target: Path) -> tuple[float, int, int]:
     return seconds, size, pq.ParquetFile(target).metadata.num_rows
 
 
-def _resident() -> int:
-    """This process's resident bytes, after a full collection and ``malloc_trim(0)``."""
+def _resident() -> tuple[int, int]:
+    """This process's resident bytes, anonymous and file-backed (mapped libraries' pages), after a
+    full collection and ``malloc_trim(0)``."""
     import contextlib
     import ctypes
     import gc
@@ -117,7 +118,7 @@ def _resident() -> int:
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):  # not glibc: what the allocator keeps counts
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    return _status("VmRSS")
+    return _status("RssAnon"), _status("RssFile") + _status("RssShmem")
 
 
 def _status(field: str) -> int:
@@ -149,7 +150,7 @@ def memory(tier: str, seed: int = 1) -> str:
                 result = bench.client.simulate_post(base + path, json=body, headers=bench.headers)
                 assert result.status_code == 200, result.text[:500]
 
-            steps: list[tuple[str, int]] = [("after the load", _resident())]
+            steps: list[tuple[str, tuple[int, int]]] = [("after the load", _resident())]
             for identity, service in bench.pairs(200):
                 bench.analysis.explain_service(identity, service, "Dial")
             steps.append(("200 explanations", _resident()))
@@ -182,13 +183,20 @@ def memory(tier: str, seed: int = 1) -> str:
             steps.append(("what can identity Y Dial", _resident()))
         finally:
             bench.close()
-    loaded = steps[0][1]
+    anon, mapped = steps[0][1]
+    loaded = anon + mapped
     mb = 1 << 20
     lines = [f"analysis-sql --memory tier {tier} (seed {seed}): resident size, MB", ""]
-    lines += ["| after | RSS | added | added / loaded |", "| --- | --- | --- | --- |"]
-    for what, size in steps:
-        added = size - loaded
-        lines.append(f"| {what} | {size / mb:.0f} | {added / mb:+.0f} | {100 * added / loaded:+.1f} % |")
+    lines += [
+        "| after | RSS | added | added / loaded | of it anonymous | of it file-backed |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for what, (a, f) in steps:
+        added = a + f - loaded
+        lines.append(
+            f"| {what} | {(a + f) / mb:.0f} | {added / mb:+.0f} | {100 * added / loaded:+.1f} % |"
+            f" {(a - anon) / mb:+.0f} | {(f - mapped) / mb:+.0f} |"
+        )
     if peak:
         lines.append(
             f"\npeak during the 2 SQL queries: {peak / mb:.0f} MB ({100 * (peak - loaded) / loaded:+.1f} %)"
