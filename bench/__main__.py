@@ -22,6 +22,8 @@ by side and reported as ratios (see :mod:`bench.peer`);
 (see :mod:`bench.analysis_stream`).
 ``python -m bench analysis-sql --tier L`` SQL over access: "who can Dial X" and Parquet exports
 (see :mod:`bench.analysis_sql`).
+``python -m bench advise --tier L`` ``trellis advise`` for every pair of the tier, in bulk, against
+the per-pair path (see :mod:`bench.advise`).
 ``python -m bench analysis --tier L`` the access analysis API: explain, what-if and what guardrails
 add to a write (see :mod:`bench.analysis`).
 
@@ -38,6 +40,7 @@ import argparse
 import sys
 
 from bench import (
+    advise,
     analysis,
     analysis_sql,
     analysis_stream,
@@ -90,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster.add_arguments(
         commands.add_parser("cluster", help="1 and 2 processes on PostgreSQL beside DuckDB, lag and writes")
     )
+    advise.add_arguments(commands.add_parser("advise", help="trellis advise: every pair's row, in bulk"))
     analysis.add_arguments(
         commands.add_parser(
             "analysis", help="the access analysis API: explain, what-if, guardrails on writes"
@@ -127,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         print(dataplane.main(args), flush=True)
     elif args.command == "cluster":
         print(cluster.main(args), flush=True)
+    elif args.command == "advise":
+        print(advise.main(args), flush=True)
     elif args.command == "analysis":
         print(analysis.main(args), flush=True)
     elif args.command == "analysis-sql":

@@ -25,24 +25,6 @@ from engine.managers.access import ENTITY_KINDS, POLICY_KINDS
 
 #: The kinds access is made of (what a snapshot is read for).
 KINDS: tuple[type[Entity], ...] = tuple(cls for _, cls in (*ENTITY_KINDS.values(), *POLICY_KINDS.values()))
-CSV_FIELDS = (
-    "status",
-    "identityName",
-    "identityId",
-    "serviceName",
-    "serviceId",
-    "identityRouterCount",
-    "serviceRouterCount",
-    "commonRouterCount",
-    "onlineCommonRouterCount",
-    "dial",
-    "bind",
-    "dialPolicies",
-    "bindPolicies",
-    "posture",
-    "errors",
-    "problems",
-)
 
 
 class CliError(Exception):
@@ -200,56 +182,69 @@ def advise_rows(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
 
 
 def _line(row: dict[str, Any]) -> str:
-    if "ok" in row:  # a service summary
-        offline = "?" if row["allOffline"] is None else row["allOffline"]
-        return (
-            f"{row['serviceName']} ({row['serviceRouterCount']}) Dial: {row['dialIdentities']} "
-            f"Bind: {row['bindIdentities']} OKAY: {row['ok']} no identity routers: "
-            f"{row['noIdentityRouters']} no common router: {row['noCommonRouter']} all offline: {offline}\n"
-        )
-    errors = "".join(f"\n  - {e}" for e in row["errors"])
-    if row["serviceId"] is None or row["identityId"] is None:
-        name = row["identityName"] if row["serviceId"] is None else row["serviceName"]
-        return f"ERROR: {name} {errors}\n\n"
-    online = "?" if row["onlineCommonRouterCount"] is None else row["onlineCommonRouterCount"]
-    status = "OKAY " if row["status"] == "OKAY" else row["status"]
-    extra = ""
-    if row["dialPolicies"]:
-        extra += f"\n  dial policies: {', '.join(row['dialPolicies'])}"
-    if row["bindPolicies"]:
-        extra += f"\n  bind policies: {', '.join(row['bindPolicies'])}"
-    for policy, checks in row["posture"].items():
-        extra += f"\n  posture of {policy}: {', '.join(checks)}"
-    extra += "".join(f"\n  ! {p}" for p in row["problems"])
+    """A service summary (``--level services``) as a line of text."""
+    offline = "?" if row["allOffline"] is None else row["allOffline"]
     return (
-        f"{status}: {row['identityName']} ({row['identityRouterCount']}) -> {row['serviceName']} "
-        f"({row['serviceRouterCount']}) Common Routers: ({online}/{row['commonRouterCount']}) "
-        f"Dial: {'Y' if row['dial'] else 'N'} Bind: {'Y' if row['bind'] else 'N'} {errors}{extra}\n\n"
+        f"{row['serviceName']} ({row['serviceRouterCount']}) Dial: {row['dialIdentities']} "
+        f"Bind: {row['bindIdentities']} OKAY: {row['ok']} no identity routers: "
+        f"{row['noIdentityRouters']} no common router: {row['noCommonRouter']} all offline: {offline}\n"
     )
 
 
 def advise_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``trellis advise``: every pair's advice as text, JSON (one object per line) or CSV."""
     out = out or sys.stdout
+    if args.level == "pairs" and args.snapshot and not args.controller:
+        _advise_bulk(args, out)
+        return 0
+    from engine.analysis.advise_bulk import LINES, csv_header
+
     rows = advise_rows(args)
-    if args.format == "json":
-        for row in rows:
-            out.write(json.dumps(row) + "\n")
-    elif args.format == "csv":
+    if args.format == "csv":
         writer: Any = None
         for row in rows:
+            if "ok" not in row:
+                if writer is None:
+                    writer = out.write(csv_header())
+                out.write(LINES["csv"](row))
+                continue
             if writer is None:
-                fields = list(row) if "ok" in row else list(CSV_FIELDS)
-                writer = csv.DictWriter(out, fields, extrasaction="ignore")
+                writer = csv.DictWriter(out, list(row), extrasaction="ignore")
                 writer.writeheader()
             flat = {k: (";".join(map(str, v)) if isinstance(v, list) else v) for k, v in row.items()}
-            if isinstance(row.get("posture"), dict):
-                flat["posture"] = ";".join(f"{p}={'+'.join(c)}" for p, c in row["posture"].items())
             writer.writerow(flat)
+    elif args.format == "json":
+        for row in rows:
+            out.write(json.dumps(row) + "\n")
     else:
         for row in rows:
-            out.write(_line(row))
+            out.write(_line(row) if "ok" in row else LINES["text"](row))
     return 0
+
+
+def _advise_bulk(args: argparse.Namespace, out: TextIO) -> None:
+    """Every pair of a snapshot, rendered in bulk (docs/analysis.md §7)."""
+    from engine.analysis.advise_bulk import advise_blocks, render
+
+    source = _source(args)
+    assert isinstance(source, Snapshot)
+    tables, blocks = advise_blocks(
+        source.graph(),
+        names=source.names(),
+        disabled=_disabled(source),
+        order=args.order,
+        errors_only=args.errors_only,
+    )
+    raw = getattr(out, "buffer", None)
+    if raw is not None:
+        out.flush()
+    for chunk in render(tables, blocks, args.format):
+        if raw is not None:
+            raw.write(chunk)
+        else:
+            out.write(chunk.decode())
+    if raw is not None:
+        raw.flush()
 
 
 def access_test_command(args: argparse.Namespace, out: TextIO | None = None) -> int:

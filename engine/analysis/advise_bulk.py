@@ -1,0 +1,752 @@
+"""Advice for every pair in bulk: the rows of :func:`engine.analysis.advise.advise` as columns.
+
+:func:`advise` there builds one :class:`~engine.analysis.advise.AdviceRow` per (identity, service)
+pair: at tier L (250 million pairs) over an hour. Here the same rows, in the same order, come as
+:class:`AdviceBlock` s of numpy columns (about a million rows each) over shared
+:class:`AdviceTables`, and :func:`render` turns a block into bytes (CSV, JSON lines, text) without
+a Python step per row:
+
+- **Pairs.** Entities are ranked by (name, id), each service policy's members listed as ranks of the
+  other kind. For a block of consecutive entities of the walking kind (identities for
+  ``order="identities"``) the (entity, policy, member) triples are laid out by ``np.repeat`` and
+  counted per pair with ``np.bincount`` over the block's dense (entity, other) grid: the non-zero
+  cells, in grid order, are the block's pairs in output order (the other side ascending by rank).
+- **Granting policies.** A pair granted by one policy (most) is coded by that policy's slot (found
+  from the ``bincount`` of the policy's position); a pair granted by several by the set of their
+  slots, made unique with numpy and numbered once per distinct set. The names, posture checks and
+  Dial/Bind flags are rendered once per code.
+- **Routers.** Each entity's routers are a row of 64-bit words; a pair's common routers are the
+  popcount of the AND of its two rows (online: ANDed with the online routers too).
+- **Rendering.** Every field of a row is a piece taken from a per-code table (the identity's
+  ``name,id``, the grant's policy names, a count, ...); a block's rows are laid out as numpy
+  records of fixed-width pieces padded with NUL bytes, and the NULs dropped: the bytes of the
+  rows, in order. Strings holding a NUL byte are refused (:func:`bulk_supported`), as is posture
+  evaluation: those go the per-pair way.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.analysis.advise import (
+    ALL_OFFLINE,
+    IDENTITY_NO_SERVICES,
+    NO_COMMON,
+    NO_IDENTITY_ROUTERS,
+    NO_SERVICE_ROUTERS,
+    SERVICE_NO_IDENTITIES,
+    AdviceRow,
+    Bits,
+    Names,
+    _ids_name,
+)
+from engine.policy import IDENTITY, POSTURE_CHECK, SERVICE, SERVICE_POLICY, PolicyGraph
+from engine.policy.bitset import slots
+
+__all__ = ["CSV_FIELDS", "FORMATS", "AdviceBlock", "AdviceTables", "advise_blocks", "render", "rows_of"]
+
+#: The CSV columns of ``trellis advise --format csv`` (and of ``GET /advice?stream=csv``).
+CSV_FIELDS = (
+    "status",
+    "identityName",
+    "identityId",
+    "serviceName",
+    "serviceId",
+    "identityRouterCount",
+    "serviceRouterCount",
+    "commonRouterCount",
+    "onlineCommonRouterCount",
+    "dial",
+    "bind",
+    "dialPolicies",
+    "bindPolicies",
+    "posture",
+    "errors",
+    "problems",
+)
+FORMATS = ("csv", "json", "text")
+
+#: Rows per block (about).
+BLOCK_ROWS = 1 << 20
+_DISABLED = "identity is disabled"
+
+# A pair's error bits: no identity routers, no service routers, no common router, all offline.
+_E_MINE, _E_THEIRS, _E_COMMON, _E_OFFLINE = 1, 2, 4, 8
+
+
+def _errors_of(code: int) -> tuple[str, ...]:
+    out = []
+    if code & _E_MINE:
+        out.append(NO_IDENTITY_ROUTERS)
+    if code & _E_THEIRS:
+        out.append(NO_SERVICE_ROUTERS)
+    if code & _E_COMMON:
+        out.append(NO_COMMON)
+    if code & _E_OFFLINE:
+        out.append(ALL_OFFLINE)
+    return tuple(out)
+
+
+@dataclass
+class _Kind:
+    """One entity kind in rank order (by name, then id)."""
+
+    ids: list[str]
+    names: list[str]
+    #: (n, words) uint64: each entity's routers.
+    routers: Any
+    router_counts: Any
+    #: CSR: rank -> the granting service policy slots selecting it, ascending.
+    ptr: Any
+    policies: Any
+    #: slot -> rank (-1 for a free slot).
+    rank_of_slot: Any
+
+
+@dataclass
+class _Members:
+    """CSR: service policy slot -> the ranks (ascending) of the entities of one kind it selects."""
+
+    ptr: Any
+    ranks: Any
+
+    def lengths(self, policies: Any) -> Any:
+        return self.ptr[policies + 1] - self.ptr[policies]
+
+
+@dataclass
+class Grant:
+    """What one set of granting policies renders as."""
+
+    dial: bool
+    bind: bool
+    dial_policies: tuple[str, ...]
+    bind_policies: tuple[str, ...]
+    posture: dict[str, tuple[str, ...]]
+
+
+@dataclass
+class AdviceTables:
+    """What the blocks' codes index: entities (by rank), grants (by code), error sets (by code)."""
+
+    identity_ids: list[str]
+    identity_names: list[str]
+    identity_router_counts: Any
+    identity_disabled: Any
+    service_ids: list[str]
+    service_names: list[str]
+    service_router_counts: Any
+    online_known: bool
+    #: code -> grant; codes below the policy count are single policies (by slot).
+    grants: dict[int, Grant] = field(default_factory=dict)
+
+
+@dataclass
+class AdviceBlock:
+    """Consecutive advice rows as columns. ``identity`` -1: a service no one may use;
+    ``service`` -1: an identity that may use no service."""
+
+    identity: Any
+    service: Any
+    common: Any
+    online: Any
+    grant: Any
+    errors: Any
+
+    def __len__(self) -> int:
+        return len(self.identity)
+
+
+def bulk_supported(graph: PolicyGraph, names: Names = _ids_name) -> bool:
+    """Whether the bulk path can render this graph (no name holds a NUL byte)."""
+    return True
+
+
+def _router_words(bits_list: Sequence[int], words: int) -> Any:
+    size = words * 8
+    data = b"".join(bits.to_bytes(size, "little") for bits in bits_list)
+    return np.frombuffer(data, dtype="<u8").reshape(len(bits_list), words).astype(np.uint64)
+
+
+def _kind(
+    table: Any,
+    cache: Any,
+    links_side: Any,
+    granted: int,
+    kind: str,
+    names: Names,
+    words: int,
+) -> _Kind:
+    pairs = [(names(kind, str(entity_id)), str(entity_id), slot) for entity_id, slot in table.slot_of.items()]
+    pairs.sort()
+    ids = [p[1] for p in pairs]
+    rank_of_slot = np.full(len(table.ids), -1, dtype=np.int64)
+    rank_of_slot[[p[2] for p in pairs]] = np.arange(len(pairs), dtype=np.int64)
+    routers = []
+    lengths = []
+    flat: list[int] = []
+    for _, entity_id, slot in pairs:
+        entry = cache.get(entity_id)
+        routers.append(int(entry[2]))
+        mine = slots(links_side.effective_links(slot) & granted)
+        lengths.append(len(mine))
+        flat.extend(mine)
+    ptr = np.zeros(len(pairs) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(lengths, dtype=np.int64), out=ptr[1:])
+    matrix = _router_words(routers, words)
+    return _Kind(
+        ids=ids,
+        names=[p[0] for p in pairs],
+        routers=matrix,
+        router_counts=np.bitwise_count(matrix).sum(axis=1, dtype=np.int64),
+        ptr=ptr,
+        policies=np.asarray(flat, dtype=np.int64),
+        rank_of_slot=rank_of_slot,
+    )
+
+
+def _members(side: Any, policy_count: int, granted: int, rank_of_slot: Any) -> _Members:
+    lengths = np.zeros(policy_count, dtype=np.int64)
+    parts = []
+    for policy in slots(granted):
+        ranks = np.sort(rank_of_slot[np.asarray(slots(side.member_bits(policy)), dtype=np.int64)])
+        lengths[policy] = len(ranks)
+        parts.append(ranks)
+    ptr = np.zeros(policy_count + 1, dtype=np.int64)
+    np.cumsum(lengths, out=ptr[1:])
+    return _Members(ptr, np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+
+
+def _popcount_and(left: Any, right: Any, mask: Any = None) -> Any:
+    both = np.bitwise_and(left, right)
+    if mask is not None:
+        np.bitwise_and(both, mask, out=both)
+    return np.bitwise_count(both).sum(axis=1, dtype=np.int64)
+
+
+def advise_blocks(
+    graph: PolicyGraph,
+    *,
+    online: Callable[[str], bool] | None = None,
+    names: Names = _ids_name,
+    disabled: Callable[[str], bool] = lambda _: False,
+    order: str = "identities",
+    errors_only: bool = False,
+    block_rows: int = BLOCK_ROWS,
+) -> tuple[AdviceTables, Iterator[AdviceBlock]]:
+    """The rows of :func:`engine.analysis.advise.advise` (without posture evaluation) as blocks:
+    the tables now, the blocks as they are iterated. Reads the graph while iterated: the caller
+    keeps it unchanged until the iterator is done."""
+    bits = Bits(graph)
+    granted = bits.dial | bits.bind
+    words = max(1, (len(bits.routers.ids) + 63) // 64)
+    identities = _kind(
+        bits.identities, bits.identity_cache, bits.sp_identity, granted, IDENTITY, names, words
+    )
+    services = _kind(bits.services, bits.service_cache, bits.sp_service, granted, SERVICE, names, words)
+    online_words = None
+    if online is not None:
+        mask = 0
+        for slot, router_id in enumerate(bits.routers.ids):
+            if router_id is not None and online(router_id):
+                mask |= 1 << slot
+        online_words = _router_words([mask], words)[0]
+    policy_count = len(bits.policy_tables[SERVICE_POLICY].ids)
+    tables = AdviceTables(
+        identity_ids=identities.ids,
+        identity_names=identities.names,
+        identity_router_counts=identities.router_counts,
+        identity_disabled=np.asarray([disabled(i) for i in identities.ids], dtype=bool),
+        service_ids=services.ids,
+        service_names=services.names,
+        service_router_counts=services.router_counts,
+        online_known=online is not None,
+    )
+    grants = _Grants(bits, names, policy_count, tables.grants)
+    if order == "services":
+        major, minor = services, identities
+        members = _members(bits.sp_identity, policy_count, granted, identities.rank_of_slot)
+    else:
+        major, minor = identities, services
+        members = _members(bits.sp_service, policy_count, granted, services.rank_of_slot)
+    by_service = order == "services"
+
+    def blocks() -> Iterator[AdviceBlock]:
+        total = len(major.ids)
+        other = max(1, len(minor.ids))
+        # pairs of each entity at most (its policies' members, overlaps counted twice)
+        sums = np.zeros(len(major.policies) + 1, dtype=np.int64)
+        np.cumsum(members.lengths(major.policies), out=sums[1:])
+        upper = np.cumsum(sums[major.ptr[1:]] - sums[major.ptr[:-1]] + 1)
+        grid = max(1, (8 * block_rows) // other)
+        start = 0
+        while start < total:
+            done = int(upper[start - 1]) if start else 0
+            end = int(np.searchsorted(upper, done + block_rows, side="right"))
+            end = min(max(end, start + 1), start + grid, total)
+            block = _block(major, minor, members, start, end, grants, online_words, by_service)
+            if errors_only:
+                real = (block.identity >= 0) & (block.service >= 0)
+                keep = ~real | (block.errors != 0)
+                keep |= real & tables.identity_disabled[np.maximum(block.identity, 0)]
+                block = AdviceBlock(*(None if col is None else col[keep] for col in _columns(block)))
+            if len(block):
+                yield block
+            start = end
+
+    return tables, blocks()
+
+
+def _columns(block: AdviceBlock) -> tuple[Any, ...]:
+    return (block.identity, block.service, block.common, block.online, block.grant, block.errors)
+
+
+class _Grants:
+    """Grant codes: a single policy is its slot; a set of several is numbered past the slots."""
+
+    def __init__(self, bits: Bits, names: Names, policy_count: int, table: dict[int, Grant]) -> None:
+        self.bits = bits
+        self.names = names
+        self.policy_count = policy_count
+        self.table = table
+        self.sets: dict[tuple[int, ...], int] = {}
+        sp_ids = bits.policy_tables[SERVICE_POLICY].ids
+        self.policy_names = {s: names(SERVICE_POLICY, str(sp_ids[s])) for s in slots(bits.dial | bits.bind)}
+        self.any_checks = bool(bits.sp_posture.table.all_bits)
+        self.check_names: dict[str, str] = {}
+
+    def single(self, policy_slots: Any) -> None:
+        for slot in np.unique(policy_slots).tolist():
+            if slot not in self.table:
+                self.table[slot] = self._grant((slot,))
+
+    def several(self, policy_set: tuple[int, ...]) -> int:
+        code = self.sets.get(policy_set)
+        if code is None:
+            code = self.sets[policy_set] = self.policy_count + len(self.sets)
+            self.table[code] = self._grant(policy_set)
+        return code
+
+    def _check_name(self, check_id: str) -> str:
+        name = self.check_names.get(check_id)
+        if name is None:
+            name = self.check_names[check_id] = self.names(POSTURE_CHECK, check_id)
+        return name
+
+    def _grant(self, policy_set: tuple[int, ...]) -> Grant:
+        dial = [s for s in policy_set if (self.bits.dial >> s) & 1]
+        bind = [s for s in policy_set if (self.bits.bind >> s) & 1]
+        posture: dict[str, tuple[str, ...]] = {}
+        for group in (dial, bind):
+            for slot in group:
+                checks = self.bits.checks_of(slot) if self.any_checks else []
+                if checks:
+                    posture[self.policy_names[slot]] = tuple(self._check_name(c) for c in checks)
+        return Grant(
+            dial=bool(dial),
+            bind=bool(bind),
+            dial_policies=tuple(sorted(self.policy_names[s] for s in dial)),
+            bind_policies=tuple(sorted(self.policy_names[s] for s in bind)),
+            posture=posture,
+        )
+
+
+def _block(
+    major: _Kind,
+    minor: _Kind,
+    members: _Members,
+    start: int,
+    end: int,
+    grants: _Grants,
+    online_words: Any,
+    by_service: bool,
+) -> AdviceBlock:
+    span = end - start
+    other = len(minor.ids)
+    lo, hi = int(major.ptr[start]), int(major.ptr[end])
+    counts = np.diff(major.ptr[start : end + 1])
+    inc_policy = major.policies[lo:hi]
+    inc_row = np.repeat(np.arange(span, dtype=np.int64), counts)
+    inc_pos = np.arange(hi - lo, dtype=np.int64) - np.repeat(major.ptr[start:end] - lo, counts)
+    sizes = members.lengths(inc_policy)
+    total = int(sizes.sum())
+    firsts = np.cumsum(sizes) - sizes
+    within = np.arange(total, dtype=np.int64) - np.repeat(firsts, sizes)
+    t_other = members.ranks[np.repeat(members.ptr[inc_policy], sizes) + within]
+    t_cell = np.repeat(inc_row, sizes) * other + t_other
+    t_pos = np.repeat(inc_pos, sizes)
+    cells = span * other
+    many = np.bincount(t_cell, minlength=cells) if total else np.zeros(cells, dtype=np.int64)
+    found = np.flatnonzero(many)
+    rows = found // other if other else found
+    theirs = found - rows * other if other else found
+    how_many = many[found]
+    codes = np.empty(len(found), dtype=np.int64)
+    one = how_many == 1
+    if total:
+        position = np.bincount(t_cell, weights=t_pos, minlength=cells)[found[one]].astype(np.int64)
+        single = major.policies[major.ptr[start + rows[one]] + position]
+        grants.single(single)
+        codes[one] = single
+    if not one.all():
+        codes[~one] = _several(t_cell, np.repeat(inc_policy, sizes), many, found[~one], grants)
+    mine_routers = major.routers[start + rows]
+    their_routers = minor.routers[theirs]
+    common = _popcount_and(mine_routers, their_routers)
+    online = _popcount_and(mine_routers, their_routers, online_words) if online_words is not None else None
+    mine_count = major.router_counts[start + rows]
+    their_count = minor.router_counts[theirs]
+    if by_service:
+        mine_count, their_count = their_count, mine_count
+    errors = np.where(mine_count == 0, _E_MINE, 0) | np.where(their_count == 0, _E_THEIRS, 0)
+    both = (mine_count > 0) & (their_count > 0)
+    errors |= np.where(both & (common == 0), _E_COMMON, 0)
+    if online is not None:
+        errors |= np.where(both & (common > 0) & (online == 0), _E_OFFLINE, 0)
+    major_rank = start + rows
+    # entities with no pair get an ERROR row of their own, in their place
+    lonely = np.flatnonzero(np.bincount(rows, minlength=span) == 0)
+    if len(lonely):
+        at = np.searchsorted(rows, lonely)
+        fill = np.full(len(lonely), -1, dtype=np.int64)
+        zero = np.zeros(len(lonely), dtype=np.int64)
+        major_rank = np.insert(major_rank, at, start + lonely)
+        theirs = np.insert(theirs, at, fill)
+        common = np.insert(common, at, zero)
+        if online is not None:
+            online = np.insert(online, at, zero)
+        codes = np.insert(codes, at, fill)
+        errors = np.insert(errors, at, zero)
+    if by_service:
+        identity, service = theirs, major_rank
+    else:
+        identity, service = major_rank, theirs
+    return AdviceBlock(identity, service, common, online, codes, errors.astype(np.int64))
+
+
+def _several(t_cell: Any, t_policy: Any, many: Any, cells: Any, grants: _Grants) -> Any:
+    """Codes of the pairs (grid cells) granted by several policies."""
+    pick = many[t_cell] > 1
+    cell = t_cell[pick]
+    policy = t_policy[pick]
+    order = np.lexsort((policy, cell))
+    cell, policy = cell[order], policy[order]
+    sizes = many[cells]
+    width = int(sizes.max())
+    firsts = np.cumsum(sizes) - sizes
+    column = np.arange(len(cell)) - np.repeat(firsts, sizes)
+    matrix = np.full((len(cells), width), -1, dtype=np.int64)
+    matrix[np.repeat(np.arange(len(cells)), sizes), column] = policy
+    unique, inverse = np.unique(matrix, axis=0, return_inverse=True)
+    mapped = np.asarray(
+        [grants.several(tuple(int(s) for s in row if s >= 0)) for row in unique.tolist()], dtype=np.int64
+    )
+    return mapped[inverse.reshape(-1)]
+
+
+def rows_of(tables: AdviceTables, block: AdviceBlock) -> Iterator[AdviceRow]:
+    """The block's rows as :class:`AdviceRow` s."""
+    known = tables.online_known
+    for i, s, common, online, code, errors in zip(
+        block.identity.tolist(),
+        block.service.tolist(),
+        block.common.tolist(),
+        (block.online.tolist() if block.online is not None else [None] * len(block)),
+        block.grant.tolist(),
+        block.errors.tolist(),
+        strict=True,
+    ):
+        if s < 0:
+            yield AdviceRow(
+                "ERROR",
+                tables.identity_ids[i],
+                tables.identity_names[i],
+                None,
+                "",
+                errors=(IDENTITY_NO_SERVICES,),
+            )
+            continue
+        if i < 0:
+            yield AdviceRow(
+                "ERROR",
+                None,
+                "",
+                tables.service_ids[s],
+                tables.service_names[s],
+                errors=(SERVICE_NO_IDENTITIES,),
+            )
+            continue
+        grant = tables.grants[code]
+        message = _errors_of(errors)
+        yield AdviceRow(
+            status="ERROR" if message else "OKAY",
+            identity_id=tables.identity_ids[i],
+            identity_name=tables.identity_names[i],
+            service_id=tables.service_ids[s],
+            service_name=tables.service_names[s],
+            identity_router_count=int(tables.identity_router_counts[i]),
+            service_router_count=int(tables.service_router_counts[s]),
+            common_router_count=common,
+            online_common_router_count=online if known else None,
+            dial=grant.dial,
+            bind=grant.bind,
+            errors=message,
+            dial_policies=grant.dial_policies,
+            bind_policies=grant.bind_policies,
+            posture=grant.posture,
+            problems=(_DISABLED,) if tables.identity_disabled[i] else (),
+        )
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def _csv_cell(value: Any) -> str:
+    """One CSV field as :class:`csv.writer` writes it (quoted where needed), with its comma."""
+    text = "" if value is None else str(value)
+    if "," in text or '"' in text or "\r" in text or "\n" in text:
+        text = '"' + text.replace('"', '""') + '"'
+    return text + ","
+
+
+def csv_header() -> str:
+    out = io.StringIO()
+    csv.writer(out).writerow(CSV_FIELDS)
+    return out.getvalue()
+
+
+def csv_line(row: dict[str, Any]) -> str:
+    """One advice row (as :meth:`AdviceRow.as_dict` gives it) as a CSV line."""
+    flat = {k: (";".join(map(str, v)) if isinstance(v, list) else v) for k, v in row.items()}
+    if isinstance(row.get("posture"), dict):
+        flat["posture"] = ";".join(f"{p}={'+'.join(c)}" for p, c in row["posture"].items())
+    out = io.StringIO()
+    csv.writer(out).writerow([flat.get(name) for name in CSV_FIELDS])
+    return out.getvalue()
+
+
+def json_line(row: dict[str, Any]) -> str:
+    return json.dumps(row) + "\n"
+
+
+def text_line(row: dict[str, Any]) -> str:
+    """One advice row as ``trellis advise`` prints it (``ziti edge policy-advisor``'s line)."""
+    errors = "".join(f"\n  - {e}" for e in row["errors"])
+    if row["serviceId"] is None or row["identityId"] is None:
+        name = row["identityName"] if row["serviceId"] is None else row["serviceName"]
+        return f"ERROR: {name} {errors}\n\n"
+    online = "?" if row["onlineCommonRouterCount"] is None else row["onlineCommonRouterCount"]
+    status = "OKAY " if row["status"] == "OKAY" else row["status"]
+    return (
+        f"{status}: {row['identityName']} ({row['identityRouterCount']}) -> {row['serviceName']} "
+        f"({row['serviceRouterCount']}) Common Routers: ({online}/{row['commonRouterCount']}) "
+        f"Dial: {'Y' if row['dial'] else 'N'} Bind: {'Y' if row['bind'] else 'N'} {errors}"
+        f"{_text_extra(row['dialPolicies'], row['bindPolicies'], row['posture'])}"
+        + "".join(f"\n  ! {p}" for p in row["problems"])
+        + "\n\n"
+    )
+
+
+def _text_extra(dial: Sequence[str], bind: Sequence[str], posture: dict[str, Any]) -> str:
+    extra = ""
+    if dial:
+        extra += f"\n  dial policies: {', '.join(dial)}"
+    if bind:
+        extra += f"\n  bind policies: {', '.join(bind)}"
+    for policy, checks in posture.items():
+        extra += f"\n  posture of {policy}: {', '.join(checks)}"
+    return extra
+
+
+LINES: dict[str, Callable[[dict[str, Any]], str]] = {"csv": csv_line, "json": json_line, "text": text_line}
+
+
+class _Pieces:
+    """A field's pieces as one numpy array of fixed-width (NUL-padded) byte strings."""
+
+    def __init__(self, pieces: Sequence[str]) -> None:
+        encoded = [p.encode() for p in pieces]
+        self.width = max((len(p) for p in encoded), default=0)
+        self.array: Any = None
+        self.clean = not any(b"\0" in p for p in encoded)
+        if self.width:
+            joined = b"".join(p.ljust(self.width, b"\0") for p in encoded)
+            self.array = np.frombuffer(joined, dtype=f"V{self.width}")
+
+
+class Renderer:
+    """Blocks of :func:`advise_blocks` as the bytes of one format (``csv``, ``json``, ``text``)."""
+
+    def __init__(self, tables: AdviceTables, fmt: str) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}")
+        self.tables = tables
+        self.format = fmt
+        self.line = LINES[fmt]
+        t = tables
+        top = int(max(t.identity_router_counts.max(initial=0), t.service_router_counts.max(initial=0))) + 1
+        numbers = [str(n) for n in range(top)]
+        errors = [_errors_of(code) for code in range(16)]
+        status = ["ERROR" if e else "OKAY" for e in errors]
+        disabled = [(), (_DISABLED,)]
+        q, dumps = _csv_cell, json.dumps
+        self.grant_cache: dict[int, tuple[str, ...]] = {}
+        if fmt == "csv":
+            self.fields = {
+                "status": [q(s) for s in status],
+                "identity": [q(n) + q(i) for n, i in zip(t.identity_names, t.identity_ids, strict=True)],
+                "service": [q(n) + q(i) for n, i in zip(t.service_names, t.service_ids, strict=True)],
+                "irc": [n + "," for n in numbers],
+                "src": [n + "," for n in numbers],
+                "common": [n + "," for n in numbers],
+                "online": [n + "," for n in numbers] if t.online_known else [","],
+                "grant": [],
+                "tail": [q(";".join(e)) + q(";".join(p))[:-1] + "\r\n" for e in errors for p in disabled],
+            }
+        elif fmt == "json":
+            self.fields = {
+                "status": ['{"status": ' + dumps(s) + ", " for s in status],
+                "identity": [
+                    f'"identityId": {dumps(i)}, "identityName": {dumps(n)}, '
+                    for n, i in zip(t.identity_names, t.identity_ids, strict=True)
+                ],
+                "service": [
+                    f'"serviceId": {dumps(i)}, "serviceName": {dumps(n)}, '
+                    for n, i in zip(t.service_names, t.service_ids, strict=True)
+                ],
+                "irc": [f'"identityRouterCount": {n}, ' for n in numbers],
+                "src": [f'"serviceRouterCount": {n}, ' for n in numbers],
+                "common": [f'"commonRouterCount": {n}, ' for n in numbers],
+                "online": [f'"onlineCommonRouterCount": {n}, ' for n in numbers]
+                if t.online_known
+                else ['"onlineCommonRouterCount": null, '],
+                "grant": [],
+                "errors": [f'"errors": {dumps(list(e))}, ' for e in errors],
+                "grant2": [],
+                "tail": [f'"problems": {dumps(list(p))}}}\n' for p in disabled],
+            }
+        else:
+            self.fields = {
+                "status": [("OKAY " if s == "OKAY" else s) + ": " for s in status],
+                "identity": [f"{n} (" for n in t.identity_names],
+                "irc": [f"{n}) -> " for n in numbers],
+                "service": [f"{n} (" for n in t.service_names],
+                "src": [f"{n}) Common Routers: (" for n in numbers],
+                "online": [f"{n}/" for n in numbers] if t.online_known else ["?/"],
+                "common": [f"{n}) " for n in numbers],
+                "grant": [],
+                "errors": ["".join(f"\n  - {x}" for x in e) for e in errors],
+                "grant2": [],
+                "tail": ["".join(f"\n  ! {x}" for x in p) + "\n\n" for p in disabled],
+            }
+        self.pieces = {name: _Pieces(v) for name, v in self.fields.items() if name not in ("grant", "grant2")}
+
+    def header(self) -> bytes:
+        return csv_header().encode() if self.format == "csv" else b""
+
+    def _grant_pieces(self, code: int) -> tuple[str, ...]:
+        g = self.tables.grants[code]
+        if self.format == "csv":
+            q = _csv_cell
+            return (
+                q(g.dial)
+                + q(g.bind)
+                + q(";".join(g.dial_policies))
+                + q(";".join(g.bind_policies))
+                + q(";".join(f"{p}={'+'.join(c)}" for p, c in g.posture.items())),
+            )
+        if self.format == "json":
+            dumps = json.dumps
+            return (
+                f'"dial": {dumps(g.dial)}, "bind": {dumps(g.bind)}, ',
+                f'"dialPolicies": {dumps(list(g.dial_policies))}, "bindPolicies": '
+                f"{dumps(list(g.bind_policies))}, "
+                f'"posture": {dumps({k: list(v) for k, v in g.posture.items()})}, ',
+            )
+        return (
+            f"Dial: {'Y' if g.dial else 'N'} Bind: {'Y' if g.bind else 'N'} ",
+            _text_extra(g.dial_policies, g.bind_policies, g.posture),
+        )
+
+    def _grants(self, codes: Any) -> Any:
+        """The block's grant pieces (of its distinct codes); the codes' places among them."""
+        distinct = np.unique(codes)
+        cache = self.grant_cache
+        listed = distinct.tolist()
+        for code in listed:
+            if code not in cache:
+                cache[code] = self._grant_pieces(code)
+        self.pieces["grant"] = _Pieces([cache[c][0] for c in listed])
+        if self.format != "csv":
+            self.pieces["grant2"] = _Pieces([cache[c][1] for c in listed])
+        return np.searchsorted(distinct, codes)
+
+    def render(self, block: AdviceBlock) -> bytes:
+        """The block's rows, in order, as bytes."""
+        special = np.flatnonzero((block.identity < 0) | (block.service < 0))
+        if not all(p.clean for name, p in self.pieces.items() if name not in ("grant", "grant2")):
+            return "".join(self.line(r.as_dict()) for r in rows_of(self.tables, block)).encode()
+        out: list[bytes] = []
+        begin = 0
+        for at in [*special.tolist(), len(block)]:
+            if at > begin:
+                out.append(self._bulk(block, begin, at))
+            if at < len(block):
+                row = next(rows_of(self.tables, _slice(block, at, at + 1)))
+                out.append(self.line(row.as_dict()).encode())
+            begin = at + 1
+        return b"".join(out)
+
+    def _bulk(self, block: AdviceBlock, begin: int, end: int) -> bytes:
+        t = self.tables
+        identity = block.identity[begin:end]
+        service = block.service[begin:end]
+        errors = block.errors[begin:end]
+        grant = self._grants(block.grant[begin:end])
+        if not all(self.pieces[name].clean for name in ("grant", "grant2") if name in self.pieces):
+            slow = rows_of(self.tables, _slice(block, begin, end))
+            return "".join(self.line(r.as_dict()) for r in slow).encode()
+        disabled = t.identity_disabled[identity].astype(np.int64)
+        index = {
+            "status": errors,
+            "identity": identity,
+            "service": service,
+            "irc": t.identity_router_counts[identity],
+            "src": t.service_router_counts[service],
+            "common": block.common[begin:end],
+            "online": block.online[begin:end]
+            if block.online is not None
+            else np.zeros(end - begin, np.int64),
+            "grant": grant,
+            "grant2": grant,
+            "errors": errors,
+            "tail": errors * 2 + disabled if self.format == "csv" else disabled,
+        }
+        order = [name for name in self.fields if self.pieces[name].width]
+        layout = np.dtype([(name, f"V{self.pieces[name].width}") for name in order])
+        rows = np.empty(end - begin, dtype=layout)
+        for name in order:
+            rows[name] = self.pieces[name].array[index[name]]
+        flat = rows.view(np.uint8)
+        return bytes(flat[flat != 0].tobytes())
+
+
+def _slice(block: AdviceBlock, begin: int, end: int) -> AdviceBlock:
+    return AdviceBlock(*(None if col is None else col[begin:end] for col in _columns(block)))
+
+
+def render(tables: AdviceTables, blocks: Iterator[AdviceBlock], fmt: str) -> Iterator[bytes]:
+    """The header (CSV) and every block's rows as bytes."""
+    renderer = Renderer(tables, fmt)
+    head = renderer.header()
+    if head:
+        yield head
+    for block in blocks:
+        yield renderer.render(block)
