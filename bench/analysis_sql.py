@@ -6,7 +6,8 @@ through the whole API stack (Falcon, authentication, rendering; no sockets):
 - the first query at a revision (the snapshot and the revision's database built);
 - "who can Dial service X": ``SELECT identity_id, identity_name FROM access_pairs WHERE
   service_id = X AND type = 'Dial'`` (first 1,000 rows, the default budget), p50/p99 over
-  random services (target p50 ≤ 50 ms);
+  random services (target p50 ≤ 50 ms); "what can identity Y Dial" the same way, filtered by
+  ``identity_id`` over random identities, and ``access_paths`` of one identity;
 - ``POST /export`` of ``access_pairs`` for one service (target ≤ 1 s), and of the whole view
   (target ≤ 60 s), the Parquet bytes read as a client would and counted.
 
@@ -63,6 +64,19 @@ def run(tier: str, seed: int = 1, runs: int = 50, whole: bool = True) -> str:
                 if n >= 3:
                     samples.append(seconds * 1e3)
             p50, p99 = _percentiles(samples)
+            samples = []
+            for n in range(runs + 3):
+                identity = bench.rng.choice(bench.identities)
+                sql = (
+                    "SELECT service_id, service_name FROM access_pairs"
+                    f" WHERE identity_id = '{identity}' AND type = 'Dial'"
+                )
+                seconds, _ = post("/query", {"sql": sql})
+                if n >= 3:
+                    samples.append(seconds * 1e3)
+            by_identity = _percentiles(samples)
+            identity = bench.rng.choice(bench.identities)
+            paths, _ = post("/query", {"sql": f"SELECT * FROM access_paths WHERE identity_id = '{identity}'"})
             service = bench.rng.choice(bench.services)
             one, one_bytes = post(
                 "/export", {"sql": f"SELECT * FROM access_pairs WHERE service_id = '{service}'"}
@@ -71,6 +85,9 @@ def run(tier: str, seed: int = 1, runs: int = 50, whole: bool = True) -> str:
                 f"analysis-sql tier {tier}: {len(bench.identities)} identities, {len(bench.services)} services",
                 f"  first query at a revision (snapshot + database): {first:.2f} s",
                 f"  who can Dial X (1,000 rows at most): p50 {p50:.1f} ms, p99 {p99:.1f} ms ({runs} services)",
+                f"  what can identity Y Dial (1,000 rows at most): p50 {by_identity[0]:.1f} ms,"
+                f" p99 {by_identity[1]:.1f} ms ({runs} identities)",
+                f"  access_paths of one identity (1,000 rows at most): {paths * 1e3:.1f} ms",
                 f"  export access_pairs of one service: {one:.2f} s ({len(one_bytes):,} bytes)",
             ]
             if whole:

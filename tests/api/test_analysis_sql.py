@@ -96,6 +96,26 @@ def test_access_pairs_agree_with_the_engine(api: Api, net: dict[str, str]) -> No
     ) == [["alice"], ["carol"]]
 
 
+def test_what_an_identity_may_reach_by_identity_filter(api: Api, net: dict[str, str]) -> None:
+    """Filtered by identity (the identity-driven twins, docs/analysis.md §13): the same rows."""
+    assert rows(
+        api,
+        f"SELECT service_name, type FROM access_pairs WHERE identity_id = '{net['bob']}' ORDER BY ALL",
+    ) == [["wiki", "Bind"]]
+    assert rows(
+        api,
+        "SELECT service_name FROM access_pairs WHERE identity_name IN ('alice', 'carol')"
+        " AND type = 'Dial' ORDER BY ALL",
+    ) == [["payroll"], ["payroll"], ["wiki"], ["wiki"]]
+    assert rows(
+        api,
+        "SELECT service_name, policy_name, identity_roles_matched FROM access_paths"
+        " WHERE identity_name = 'carol' ORDER BY ALL",
+    ) == [["payroll", "staff-payroll", ["#staff"]], ["wiki", "staff-payroll", ["#staff"]]]
+    joined = "SELECT p.service_name FROM access_pairs p JOIN identities i ON i.id = p.identity_id"
+    assert rows(api, joined + " WHERE i.name = 'alice' ORDER BY 1") == [["payroll"], ["wiki"]]
+
+
 def test_paths_routers_members_and_entity_tables(api: Api, net: dict[str, str]) -> None:
     paths = rows(
         api,
