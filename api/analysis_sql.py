@@ -419,45 +419,60 @@ def by_identity(statement: str) -> bool:
     below the bitset functions: a service's (the views of ``main``, unnested per service) or an
     identity's (those of :data:`BY_IDENTITY`, unnested per identity). A statement reads the latter
     when it names one of those views and compares (``=``, ``==`` or ``IN``) an identity column
-    (``identity_id``, ``identity_name``) and no service column: "what can identity Y Dial". Read
-    from DuckDB's tokens, so text in strings and comments is never taken for a column; a statement
-    this reads wrong is as right as ever, only slower."""
+    (``identity_id``, ``identity_name``) with a literal and no service column (``service_id``,
+    ``service_name``) with one: "what can identity Y Dial", joined to the services or not; with no
+    literal on either side, when it compares an identity column with anything (a join with one
+    filtered identity, a subquery) and no service column. Read from DuckDB's tokens, so text in
+    strings and comments is never taken for a column; a statement this reads wrong is as right as
+    ever, only slower."""
     try:
         tokens = duckdb.tokenize(statement)
     except (duckdb.Error, RuntimeError):
         return False
-    comment = duckdb.token_type.comment
+    kinds = duckdb.token_type
     words: list[tuple[Any, str]] = []
     for n, (start, kind) in enumerate(tokens):
-        if kind == comment:
+        if kind == kinds.comment:
             continue
         end = tokens[n + 1][0] if n + 1 < len(tokens) else len(statement)
         text = statement[start:end].strip()
-        if kind == duckdb.token_type.identifier:
+        if kind == kinds.identifier:
             text = text.strip('"')
         words.append((kind, text.lower()))
-    identifier = duckdb.token_type.identifier
-    if not any(kind == identifier and text in _DRIVEN for kind, text in words):
+    if not any(kind == kinds.identifier and text in _DRIVEN for kind, text in words):
         return False
+    literals = (kinds.string_const, kinds.numeric_const)
 
-    def compared(n: int) -> bool:
+    def kind_at(n: int) -> Any:
+        return words[n][0] if 0 <= n < len(words) else None
+
+    def compared(n: int) -> str | None:
+        """How the column at token ``n`` is compared: with a literal, with something else, or
+        not at all."""
         after = words[n + 1][1] if n + 1 < len(words) else ""
-        if after in ("=", "==", "in"):
-            return True
+        if after in ("=", "=="):
+            return "literal" if kind_at(n + 2) in literals else "other"
+        if after == "in":
+            following = words[n + 2][1] if n + 2 < len(words) else ""
+            return "literal" if following == "(" and kind_at(n + 3) in literals else "other"
         before = n - 1
         while before >= 1 and words[before][1] == ".":  # a qualifier: p.identity_id
             before -= 2
-        return before >= 0 and words[before][1] in ("=", "==")
+        if before >= 0 and words[before][1] in ("=", "=="):
+            return "literal" if kind_at(before - 1) in literals else "other"
+        return None
 
-    identity = service = False
+    found: dict[tuple[str, str], bool] = {}
     for n, (kind, text) in enumerate(words):
-        if kind != identifier:
+        if kind != kinds.identifier:
             continue
-        if text in _IDENTITY_COLUMNS and compared(n):
-            identity = True
-        elif text in _SERVICE_COLUMNS and compared(n):
-            service = True
-    return identity and not service
+        side = "identity" if text in _IDENTITY_COLUMNS else "service" if text in _SERVICE_COLUMNS else None
+        how = compared(n) if side is not None else None
+        if side is not None and how is not None:
+            found[side, how] = True
+    if found.get(("identity", "literal")) or found.get(("service", "literal")):
+        return bool(found.get(("identity", "literal"))) and not found.get(("service", "literal"))
+    return bool(found.get(("identity", "other"))) and not found.get(("service", "other"))
 
 
 class SqlDatabase:

@@ -184,6 +184,15 @@ def test_identity_filters_read_the_views_driven_by_identity() -> None:
     assert by_identity("SELECT * FROM access_pairs p WHERE p.\"identity_name\"=='x'")
     assert by_identity("SELECT count(*) FROM access_paths WHERE 'x' = identity_id")
     assert by_identity("SELECT * FROM access_pairs p JOIN identities i ON i.id = p.identity_id")
+    assert by_identity(
+        "SELECT s.role_attributes FROM access_pairs p JOIN services s ON s.id = p.service_id"
+        " WHERE p.identity_id = 'x'"
+    )
+    assert by_identity("SELECT * FROM access_pairs WHERE identity_id IN (SELECT min(id) FROM identities)")
+    assert not by_identity(
+        "SELECT * FROM access_pairs p JOIN identities i ON i.id = p.identity_id WHERE p.service_id = 's'"
+    )
+    assert not by_identity("SELECT * FROM access_pairs p JOIN services s ON s.id = p.service_id")
     assert not by_identity("SELECT * FROM access_pairs WHERE service_id = 's'")
     assert not by_identity("SELECT * FROM access_pairs WHERE service_id = 's' AND identity_id = 'x'")
     assert not by_identity("SELECT 'identity_id = 1' FROM access_pairs")
