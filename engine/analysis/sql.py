@@ -78,11 +78,6 @@ class EntityRows:
     attribute_offsets: np.ndarray[Any, np.dtype[np.int32]]
     attribute_values: list[str]
 
-    def attributes(self, row: int) -> list[str]:
-        """The attributes of row ``row`` (not slot), sorted."""
-        offsets = self.attribute_offsets
-        return self.attribute_values[int(offsets[row]) : int(offsets[row + 1])]
-
 
 @dataclass(frozen=True)
 class PolicyRows:
@@ -102,7 +97,7 @@ class Links:
 
     A copy of the side's link list (references to the graph's immutable ints: 8 bytes a slot), the
     side's ``#all`` policies and which slots are live; the union with ``#all`` is made when a slot
-    is asked for, not stored (stored, it was a new int per entity: 16 MB at tier L)."""
+    is asked for, not stored (stored, it was a new int per entity: about 20 MB at tier L)."""
 
     __slots__ = ("all_policies", "links", "live")
 
@@ -175,10 +170,10 @@ class AccessSnapshot:
         """The edge router slots service edge router policies give the service slot."""
         return self._union(self.service_serp_bits.of(service), SERVICE_EDGE_ROUTER_POLICY, EDGE_ROUTER)
 
-    def drop_rows(self, keep: tuple[str, ...] = ()) -> None:
-        """Forget the entity rows (but those of the kinds in ``keep``) and the policy rows, once
-        they are copied elsewhere: the bitsets are all the functions above read."""
-        self.entities = {kind: rows for kind, rows in self.entities.items() if kind in keep}
+    def drop_rows(self) -> None:
+        """Forget the entity and policy rows, once they are copied elsewhere: the bitsets are all
+        the functions above read."""
+        self.entities = {}
         self.policies = {}
 
     def policy_members(self, policy_kind: str, policy: int, entity_kind: str) -> int:
