@@ -44,7 +44,14 @@ from api.middleware import ADMIN
 from api.wire import WireModel
 from engine.analysis import AnalysisManager
 from engine.analysis.findings import evaluate
-from engine.analysis.sql import ENTITY_ORDER, POLICY_ORDER, AccessSnapshot, snapshot_of
+from engine.analysis.sql import (
+    ENTITY_ORDER,
+    POLICY_ORDER,
+    AccessSnapshot,
+    EntityRows,
+    PolicyRows,
+    snapshot_of,
+)
 from engine.entities.findings import RESOLVED
 from engine.errors import FieldError, RateLimitedError
 from engine.policy.model import POLICY_FIELDS
@@ -200,79 +207,89 @@ def _ints(array: Any) -> list[int]:
     return [-1 if v is None else int(v) for v in array.to_pylist()]
 
 
+def _entity_table(rows: EntityRows) -> pa.Table:
+    return pa.table(
+        {
+            "slot": pa.array(rows.slots, pa.int32()),
+            "id": pa.array(rows.ids, pa.string(), memory_pool=_POOL),
+            "name": pa.array(rows.names, pa.string(), memory_pool=_POOL),
+            "role_attributes": pa.ListArray.from_arrays(
+                pa.array(rows.attribute_offsets, pa.int32()),
+                pa.array(rows.attribute_values, pa.string(), memory_pool=_POOL),
+                pool=_POOL,
+            ),
+        }
+    )
+
+
+def _policy_table(all_policies: Mapping[str, PolicyRows]) -> pa.Table:
+    columns: dict[str, list[Any]] = {
+        k: [] for k in ("code", "slot", "kind", "id", "name", "type", "semantic")
+    }
+    roles: dict[str, list[Any]] = {_ROLE_COLUMNS[k]: [] for k in ENTITY_ORDER}
+    for code, policy_kind in enumerate(POLICY_ORDER):
+        policies = all_policies[policy_kind]
+        count = len(policies.slots)
+        columns["code"] += [code] * count
+        columns["slot"] += policies.slots
+        columns["kind"] += [policy_kind] * count
+        columns["id"] += policies.ids
+        columns["name"] += policies.names
+        columns["type"] += policies.types
+        columns["semantic"] += policies.semantics
+        for entity_kind, column in _ROLE_COLUMNS.items():
+            given = policies.roles.get(entity_kind)
+            roles[column] += given if given is not None else [None] * count
+    return pa.table(
+        {
+            "code": pa.array(columns["code"], pa.int32(), memory_pool=_POOL),
+            "slot": pa.array(columns["slot"], pa.int32(), memory_pool=_POOL),
+            **{
+                k: pa.array(columns[k], pa.string(), memory_pool=_POOL)
+                for k in ("kind", "id", "name", "type", "semantic")
+            },
+            **{k: pa.array(v, pa.list_(pa.string()), memory_pool=_POOL) for k, v in roles.items()},
+        }
+    )
+
+
 class SqlTables:
     """The Arrow tables and functions of one :class:`AccessSnapshot` (shared by its queries).
 
-    The tables (one row per entity or policy) are what the revision's database copies in; once it
-    has, :meth:`drop` forgets them and the snapshot's rows (at tier L they were 60 MB kept beside
-    DuckDB's copy): the functions read only the snapshot's bitsets."""
+    The tables (one row per entity or policy) are made one at a time for the revision's database
+    to copy in (:meth:`build`), each kind's rows dropped from the snapshot once its table is made
+    and the table itself once copied: at tier L, rows and tables were 60 MB kept beside DuckDB's
+    copy. The functions read only the snapshot's bitsets."""
 
     def __init__(self, snapshot: AccessSnapshot) -> None:
         self.snapshot = snapshot
-        self.tables: dict[str, pa.Table] = {}
-        for kind in ENTITY_ORDER:
-            rows = snapshot.entities[kind]
-            self.tables["_" + _ENTITY_NAMES[kind]] = pa.table(
-                {
-                    "slot": pa.array(rows.slots, pa.int32()),
-                    "id": pa.array(rows.ids, pa.string(), memory_pool=_POOL),
-                    "name": pa.array(rows.names, pa.string(), memory_pool=_POOL),
-                    "role_attributes": pa.ListArray.from_arrays(
-                        pa.array(rows.attribute_offsets, pa.int32()),
-                        pa.array(rows.attribute_values, pa.string(), memory_pool=_POOL),
-                        pool=_POOL,
-                    ),
-                }
-            )
-        columns: dict[str, list[Any]] = {
-            k: [] for k in ("code", "slot", "kind", "id", "name", "type", "semantic")
-        }
-        roles: dict[str, list[Any]] = {_ROLE_COLUMNS[k]: [] for k in ENTITY_ORDER}
-        for code, policy_kind in enumerate(POLICY_ORDER):
-            policies = snapshot.policies[policy_kind]
-            count = len(policies.slots)
-            columns["code"] += [code] * count
-            columns["slot"] += policies.slots
-            columns["kind"] += [policy_kind] * count
-            columns["id"] += policies.ids
-            columns["name"] += policies.names
-            columns["type"] += policies.types
-            columns["semantic"] += policies.semantics
-            for entity_kind, column in _ROLE_COLUMNS.items():
-                given = policies.roles.get(entity_kind)
-                roles[column] += given if given is not None else [None] * count
-        self.tables["_policies"] = pa.table(
-            {
-                "code": pa.array(columns["code"], pa.int32(), memory_pool=_POOL),
-                "slot": pa.array(columns["slot"], pa.int32(), memory_pool=_POOL),
-                **{
-                    k: pa.array(columns[k], pa.string(), memory_pool=_POOL)
-                    for k in ("kind", "id", "name", "type", "semantic")
-                },
-                **{k: pa.array(v, pa.list_(pa.string()), memory_pool=_POOL) for k, v in roles.items()},
-            }
-        )
-        sides = [
-            (code, ENTITY_ORDER.index(entity_kind))
-            for code, kind in enumerate(POLICY_ORDER)
-            for entity_kind in POLICY_FIELDS[kind]
-        ]
-        self.tables["_sides"] = pa.table(
-            {
-                "policy_code": pa.array([s[0] for s in sides], pa.int32()),
-                "entity_code": pa.array([s[1] for s in sides], pa.int32()),
-                "entity_kind": pa.array([ENTITY_ORDER[s[1]] for s in sides], pa.string()),
-            }
-        )
         routers = snapshot.entities["edge-router"]
         self._router_ids = dict(zip(routers.slots.tolist(), routers.ids, strict=True))
         #: whether a router is online now (None: not known, offline)
         self.is_online: Callable[[str], bool] | None = None
 
-    def drop(self) -> None:
-        """Forget the tables and the snapshot's rows (the database holds its copy)."""
-        self.tables = {}
-        self.snapshot.drop_rows()
+    def build(self) -> Iterator[tuple[str, pa.Table]]:
+        """(name, Arrow table) of each table, one at a time; the snapshot's rows are gone after."""
+        snapshot = self.snapshot
+        for kind in ENTITY_ORDER:
+            yield "_" + _ENTITY_NAMES[kind], _entity_table(snapshot.entities.pop(kind))
+        yield "_policies", _policy_table(snapshot.policies)
+        snapshot.drop_rows()
+        sides = [
+            (code, ENTITY_ORDER.index(entity_kind))
+            for code, kind in enumerate(POLICY_ORDER)
+            for entity_kind in POLICY_FIELDS[kind]
+        ]
+        yield (
+            "_sides",
+            pa.table(
+                {
+                    "policy_code": pa.array([s[0] for s in sides], pa.int32()),
+                    "entity_code": pa.array([s[1] for s in sides], pa.int32()),
+                    "entity_kind": pa.array([ENTITY_ORDER[s[1]] for s in sides], pa.string()),
+                }
+            ),
+        )
 
     # -- the functions (Arrow vectorised: one call per chunk of rows) -------------------------
     def reach(self, services: Any, types: Any) -> pa.ListArray:
@@ -505,10 +522,11 @@ class SqlDatabase:
             },
         )
         try:
-            for name, table in tables.tables.items():
+            for name, table in tables.build():
                 con.register("_arrow", table)
                 con.execute(f"CREATE TABLE {name} AS SELECT * FROM _arrow")
                 con.unregister("_arrow")
+                del table
             con.execute(_FINDINGS_TABLE)
             lists = "INTEGER[]"
             functions: list[tuple[str, Callable[..., Any], list[str], str]] = [
@@ -540,7 +558,6 @@ class SqlDatabase:
         except BaseException:
             con.close()
             raise
-        tables.drop()
 
     def ensure_findings(self, compute: Callable[[], list[Any]] | None) -> None:
         """Fill ``_findings`` once (when a query first names the view)."""
