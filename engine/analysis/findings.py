@@ -174,6 +174,7 @@ class ServiceMemo:
     __slots__ = (
         "erp_all",
         "erp_members",
+        "grants",
         "identities",
         "lows",
         "online",
@@ -192,6 +193,7 @@ class ServiceMemo:
         self.erp_members: list[int] = []
         self.sp_all = self.erp_all = self.routed = self.identities = -1
         self.online: bool | None = None
+        self.grants: tuple[int, int] = (-1, -1)
         # the lowest set bit of policies' member bitsets, by the bitset's id (with the bitset,
         # which keeps the id from being reused)
         self.lows: dict[int, tuple[int, int]] = {}
@@ -463,6 +465,7 @@ def evaluate(
             and memo.identities == bits.identities.all_bits
             and memo.erp_all == erp_every
             and memo.online == (online is not None)
+            and memo.grants == (bits.sp_service.all_policies, granted_mask)
         ):
             sp_changed = memo.changed_slots(sp_members, memo.sp_members) | (
                 memo.sp_all ^ bits.sp_identity.all_policies
@@ -472,6 +475,8 @@ def evaluate(
         memo.sp_all, memo.erp_all = bits.sp_identity.all_policies, erp_every
         memo.routed, memo.identities = identities_routed, bits.identities.all_bits
         memo.online = online is not None
+        memo.grants = (bits.sp_service.all_policies, granted_mask)
+    service_links = bits.sp_service.links
 
     for service_id in select(with_routers, bits.services.ids):
         policy_bits = bits.service_policies_of(service_id) & granted_mask
@@ -485,11 +490,14 @@ def evaluate(
         if erps & erp_every and (online is None or erps_live & erp_every):
             continue  # an edge router policy of every identity gives one of its (online) routers
         if memo is not None:
+            # the service's own policy links: the graph's bitset, shared (compared by identity)
+            links = service_links[bits.services.slot_of[service_id]]
             entry = memo.services.get(service_id)
             if (
                 entry is not None
                 and sp_changed != -1
-                and entry[:3] == (policy_bits, erps, erps_live)
+                and entry[0] is links
+                and entry[1:3] == (erps, erps_live)
                 and not policy_bits & sp_changed
                 and not erps & erp_changed
             ):
@@ -499,7 +507,7 @@ def evaluate(
         before = len(out)
         service_findings(service_id, policy_bits, erps, erps_live)
         if memo is not None:
-            kept[service_id] = (policy_bits, erps, erps_live, tuple(out[before:]))
+            kept[service_id] = (links, erps, erps_live, tuple(out[before:]))
     if memo is not None:
         memo.services = kept
 
