@@ -24,8 +24,8 @@ from engine.policy import (
 )
 from engine.policy.bitset import select
 from tests.conftest import examples
-from tests.unit.engine.test_analysis_oracle import ENTITY_POOLS, apply, batches, networks, routers_of
-from tests.unit.engine.test_policy_oracle import Oracle, OraclePolicy, rebuild, role_lists
+from tests.unit.engine.test_analysis_oracle import apply, batches, networks, routers_of
+from tests.unit.engine.test_policy_oracle import ENTITY_POOLS, Oracle, OraclePolicy, rebuild, role_lists
 
 SETTINGS = settings(
     max_examples=examples(25),
