@@ -203,6 +203,14 @@ def _lists(bitsets: list[int]) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), pool=_POOL)
 
 
+def _typed_lists(bits_of: Callable[[int, str], int], slots: Any, types: Any) -> pa.ListArray:
+    """Per row, the slots of ``bits_of(slot, type)`` (none for a type other than Dial or Bind)."""
+    kinds = types.to_pylist()
+    return _lists(
+        [bits_of(s, t) if t in ("Dial", "Bind") else 0 for s, t in zip(_ints(slots), kinds, strict=True)]
+    )
+
+
 def _ints(array: Any) -> list[int]:
     return [-1 if v is None else int(v) for v in array.to_pylist()]
 
@@ -293,24 +301,10 @@ class SqlTables:
 
     # -- the functions (Arrow vectorised: one call per chunk of rows) -------------------------
     def reach(self, services: Any, types: Any) -> pa.ListArray:
-        snap = self.snapshot
-        kinds = types.to_pylist()
-        return _lists(
-            [
-                snap.service_identities(s, t) if t in ("Dial", "Bind") else 0
-                for s, t in zip(_ints(services), kinds, strict=True)
-            ]
-        )
+        return _typed_lists(self.snapshot.service_identities, services, types)
 
     def identity_reach(self, identities: Any, types: Any) -> pa.ListArray:
-        snap = self.snapshot
-        kinds = types.to_pylist()
-        return _lists(
-            [
-                snap.identity_services(i, t) if t in ("Dial", "Bind") else 0
-                for i, t in zip(_ints(identities), kinds, strict=True)
-            ]
-        )
+        return _typed_lists(self.snapshot.identity_services, identities, types)
 
     def service_policies(self, services: Any) -> pa.ListArray:
         return _lists([self.snapshot.service_policies(s) for s in _ints(services)])

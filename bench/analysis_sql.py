@@ -53,28 +53,22 @@ def run(tier: str, seed: int = 1, runs: int = 50, whole: bool = True) -> str:
                 return time.perf_counter() - started, result.content
 
             first, _ = post("/query", {"sql": "SELECT count(*) FROM services"})
-            samples = []
-            for n in range(runs + 3):
-                service = bench.rng.choice(bench.services)
-                sql = (
-                    "SELECT identity_id, identity_name FROM access_pairs"
-                    f" WHERE service_id = '{service}' AND type = 'Dial'"
-                )
-                seconds, _ = post("/query", {"sql": sql})
-                if n >= 3:
-                    samples.append(seconds * 1e3)
-            p50, p99 = _percentiles(samples)
-            samples = []
-            for n in range(runs + 3):
-                identity = bench.rng.choice(bench.identities)
-                sql = (
-                    "SELECT service_id, service_name FROM access_pairs"
-                    f" WHERE identity_id = '{identity}' AND type = 'Dial'"
-                )
-                seconds, _ = post("/query", {"sql": sql})
-                if n >= 3:
-                    samples.append(seconds * 1e3)
-            by_identity = _percentiles(samples)
+
+            def timed(columns: str, side: str, ids: list[str]) -> tuple[float, float]:
+                """p50 and p99 (ms) of ``runs`` Dial queries filtered on a random ``side``."""
+                samples = []
+                for n in range(runs + 3):
+                    sql = (
+                        f"SELECT {columns} FROM access_pairs"
+                        f" WHERE {side} = '{bench.rng.choice(ids)}' AND type = 'Dial'"
+                    )
+                    seconds, _ = post("/query", {"sql": sql})
+                    if n >= 3:
+                        samples.append(seconds * 1e3)
+                return _percentiles(samples)
+
+            p50, p99 = timed("identity_id, identity_name", "service_id", bench.services)
+            by_identity = timed("service_id, service_name", "identity_id", bench.identities)
             identity = bench.rng.choice(bench.identities)
             paths, _ = post("/query", {"sql": f"SELECT * FROM access_paths WHERE identity_id = '{identity}'"})
             service = bench.rng.choice(bench.services)
