@@ -7,6 +7,8 @@ identity in seven and, with ``--online``, every other router online. Measured:
   each ``--format`` (CSV by default), written to ``--out`` (a temporary file, removed after, by
   default; ``/dev/null`` measures without the disk): rows, bytes and seconds (target for the
   whole of tier L: ≤ 60 s);
+- ``--format parquet``: the same rows as one Parquet file (:mod:`api.advice_parquet`, a row group
+  a block; ``--compression``): rows, bytes and seconds;
 - for comparison, the per-pair path (:func:`engine.analysis.advise.advise` and a line per row)
   for ``--per-pair-seconds`` (default 20): its rows a second.
 """
@@ -19,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from api.advice_parquet import COMPRESSION, write_advice
 from bench.topology import TIERS, generate
 from engine.analysis.advise import advise
 from engine.analysis.advise_bulk import FORMATS, LINES, advise_blocks, render
@@ -28,7 +31,12 @@ from engine.policy import PolicyGraph
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tier", choices=sorted(TIERS), default="S")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--format", action="append", choices=FORMATS, help="repeatable; default csv")
+    parser.add_argument(
+        "--format", action="append", choices=(*FORMATS, "parquet"), help="repeatable; default csv"
+    )
+    parser.add_argument(
+        "--compression", default=COMPRESSION, help="of --format parquet: none, snappy, zstd, lz4"
+    )
     parser.add_argument("--order", choices=("identities", "services"), default="identities")
     parser.add_argument("--online", action="store_true", help="online status known (every other router)")
     parser.add_argument("--out", type=Path, help="the file written (default: a temporary file)")
@@ -51,21 +59,28 @@ def main(args: argparse.Namespace) -> str:
         with tempfile.TemporaryDirectory(prefix="trellis-bench-advise-") as tmp:
             target = args.out or Path(tmp) / f"advice.{fmt}"
             start = time.perf_counter()
-            tables, blocks = advise_blocks(graph, **options)
-            rows = written = 0
-            with open(target, "wb") as sink:
-                for chunk in render(tables, _counted(blocks, lambda n: None), fmt):
-                    written += sink.write(chunk)
-                rows = _counted.rows
+            if fmt == "parquet":
+                tables, blocks = advise_blocks(graph, local_sets=True, **options)
+                rows = write_advice(tables, blocks, str(target), compression=args.compression)
+                written = os.path.getsize(target)
+                fmt = f"parquet ({args.compression})"
+            else:
+                tables, blocks = advise_blocks(graph, **options)
+                rows = written = 0
+                with open(target, "wb") as sink:
+                    for chunk in render(tables, _counted(blocks, lambda n: None), fmt):
+                        written += sink.write(chunk)
+                    rows = _counted.rows
             seconds = time.perf_counter() - start
             lines.append(
                 f"bulk {fmt} ({args.order}): {rows:,} rows, {written / 1e9:.2f} GB in {seconds:.1f} s "
                 f"({rows / seconds / 1e6:.2f} M rows/s) to {'the given file' if args.out else 'a temporary file'}"
+                f"; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
             )
             if args.out is None:
                 os.remove(target)
     if args.per_pair_seconds > 0:
-        line = LINES[(args.format or ["csv"])[0]]
+        line = LINES[next((f for f in args.format or [] if f in LINES), "csv")]
         start = time.perf_counter()
         count = 0
         for row in advise(graph, **options):

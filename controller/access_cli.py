@@ -118,6 +118,26 @@ class Controller:
         except urllib.error.URLError as ex:
             raise CliError(f"{self.base}: {ex.reason}") from None
 
+    def download(self, path: str, target: Path, accept: str) -> int:
+        """A streamed answer's body into a file; its size."""
+        request = urllib.request.Request(
+            self.base + path, method="GET", headers={"zt-session": self.token, "accept": accept}
+        )
+        size = 0
+        try:
+            with (
+                urllib.request.urlopen(request, context=self.context, timeout=300) as answer,
+                open(target, "wb") as sink,
+            ):
+                while chunk := answer.read(1 << 20):
+                    size += sink.write(chunk)
+        except urllib.error.HTTPError as ex:
+            text = ex.read().decode(errors="replace")
+            raise CliError(f"GET {path}: {ex.code} {text[:500]}") from None
+        except urllib.error.URLError as ex:
+            raise CliError(f"{self.base}: {ex.reason}") from None
+        return size
+
 
 def _source(args: argparse.Namespace) -> Snapshot | Controller:
     if args.snapshot and args.controller:
@@ -194,6 +214,13 @@ def _line(row: dict[str, Any]) -> str:
 def advise_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``trellis advise``: every pair's advice as text, JSON (one object per line) or CSV."""
     out = out or sys.stdout
+    if args.format == "parquet":
+        _advise_parquet(args)
+        return 0
+    if args.out is not None:
+        with open(args.out, "w", newline="") as sink:
+            args.out = None
+            return advise_command(args, sink)
     if args.level == "pairs" and args.snapshot and not args.controller:
         _advise_bulk(args, out)
         return 0
@@ -247,6 +274,37 @@ def _advise_bulk(args: argparse.Namespace, out: TextIO) -> None:
         raw.flush()
 
 
+PARQUET = "application/vnd.apache.parquet"
+
+
+def _advise_parquet(args: argparse.Namespace) -> None:
+    """Every pair as one Parquet file (``--out``): built here from a snapshot, or the controller's
+    streamed ``GET /advice?format=parquet`` written as it comes (docs/analysis.md §7)."""
+    if args.out is None:
+        raise CliError("--format parquet needs --out FILE")
+    if args.level != "pairs":
+        raise CliError("--format parquet gives a row per pair (--level pairs)")
+    source = _source(args)
+    if isinstance(source, Controller):
+        query = urllib.parse.urlencode(
+            {"order": args.order, "errorsOnly": str(args.errors_only).lower(), "format": "parquet"}
+        )
+        source.download(f"/advice?{query}", args.out, PARQUET)
+        return
+    from api.advice_parquet import write_advice
+    from engine.analysis.advise_bulk import advise_blocks
+
+    tables, blocks = advise_blocks(
+        source.graph(),
+        names=source.names(),
+        disabled=_disabled(source),
+        order=args.order,
+        errors_only=args.errors_only,
+        local_sets=True,
+    )
+    write_advice(tables, blocks, str(args.out))
+
+
 def access_test_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``trellis test-access FILE``: 0 when every expectation holds, 1 otherwise."""
     out = out or sys.stdout
@@ -297,7 +355,13 @@ def add_commands(sub: Any) -> None:
         one.add_argument("--token", help="an admin's zt-session (with --controller)")
         one.add_argument("--ca", type=Path, help="the CA bundle to trust (with --controller)")
         if name == "advise":
-            one.add_argument("--format", choices=("text", "json", "csv"), default="text")
+            one.add_argument(
+                "--format",
+                choices=("text", "json", "csv", "parquet"),
+                default="text",
+                help="parquet: every pair as one Parquet file (needs --out)",
+            )
+            one.add_argument("--out", type=Path, help="the file written (default: standard output)")
             one.add_argument("--order", choices=("identities", "services"), default="identities")
             one.add_argument(
                 "--level",

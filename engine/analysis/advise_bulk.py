@@ -146,6 +146,12 @@ class AdviceTables:
     online_known: bool
     #: code -> grant; codes below the policy count are single policies (by slot).
     grants: dict[int, Grant] = field(default_factory=dict)
+    #: Service policy slots: how many; the granting ones' names and posture check names; the
+    #: Dial ones (a bitset).
+    policy_count: int = 0
+    policy_names: dict[int, str] = field(default_factory=dict)
+    policy_checks: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    dial_policies: int = 0
 
 
 @dataclass
@@ -159,6 +165,9 @@ class AdviceBlock:
     online: Any
     grant: Any
     errors: Any
+    #: With ``local_sets``: the block's own policy sets (rows of slots ascending, -1 padded); a
+    #: grant code ``c`` past the policy count is the set in row ``c - policy_count``.
+    sets: Any = None
 
     def __len__(self) -> int:
         return len(self.identity)
@@ -240,10 +249,15 @@ def advise_blocks(
     order: str = "identities",
     errors_only: bool = False,
     block_rows: int = BLOCK_ROWS,
+    local_sets: bool = False,
 ) -> tuple[AdviceTables, Iterator[AdviceBlock]]:
     """The rows of :func:`engine.analysis.advise.advise` (without posture evaluation) as blocks:
     the tables now, the blocks as they are iterated. Reads the graph while iterated: the caller
-    keeps it unchanged until the iterator is done."""
+    keeps it unchanged until the iterator is done.
+
+    ``local_sets``: a pair granted by several policies is not numbered over the whole network
+    (no :class:`Grant` made for it): its code indexes the block's own ``sets`` (what a writer
+    rendering each block's distinct sets in bulk wants, :mod:`api.advice_parquet`)."""
     bits = Bits(graph)
     granted = bits.dial | bits.bind
     words = max(1, (len(bits.routers.ids) + 63) // 64)
@@ -270,6 +284,14 @@ def advise_blocks(
         online_known=online is not None,
     )
     grants = _Grants(bits, names, policy_count, tables.grants)
+    grants.local = local_sets
+    tables.policy_count = policy_count
+    tables.policy_names = grants.policy_names
+    tables.policy_checks = {
+        slot: tuple(grants._check_name(c) for c in bits.checks_of(slot)) if grants.any_checks else ()
+        for slot in grants.policy_names
+    }
+    tables.dial_policies = bits.dial
     if order == "services":
         major, minor = services, identities
         members = _members(bits.sp_identity, policy_count, granted, identities.rank_of_slot)
@@ -296,7 +318,9 @@ def advise_blocks(
                 real = (block.identity >= 0) & (block.service >= 0)
                 keep = ~real | (block.errors != 0)
                 keep |= real & tables.identity_disabled[np.maximum(block.identity, 0)]
+                sets = block.sets
                 block = AdviceBlock(*(None if col is None else col[keep] for col in _columns(block)))
+                block.sets = sets
             if len(block):
                 yield block
             start = end
@@ -321,6 +345,7 @@ class _Grants:
         self.policy_names = {s: names(SERVICE_POLICY, str(sp_ids[s])) for s in slots(bits.dial | bits.bind)}
         self.any_checks = bool(bits.sp_posture.table.all_bits)
         self.check_names: dict[str, str] = {}
+        self.local = False
 
     def single(self, policy_slots: Any) -> None:
         for slot in np.unique(policy_slots).tolist():
@@ -389,6 +414,7 @@ def _block(
     theirs = found - rows * other if other else found
     how_many = many[found]
     codes = np.empty(len(found), dtype=np.int64)
+    local_sets = None
     one = how_many == 1
     if total:
         position = np.bincount(t_cell, weights=t_pos, minlength=cells)[found[one]].astype(np.int64)
@@ -396,7 +422,7 @@ def _block(
         grants.single(single)
         codes[one] = single
     if not one.all():
-        codes[~one] = _several(t_cell, np.repeat(inc_policy, sizes), many, found[~one], grants)
+        codes[~one], local_sets = _several(t_cell, np.repeat(inc_policy, sizes), many, found[~one], grants)
     mine_routers = major.routers[start + rows]
     their_routers = minor.routers[theirs]
     common = _popcount_and(mine_routers, their_routers)
@@ -428,11 +454,11 @@ def _block(
         identity, service = theirs, major_rank
     else:
         identity, service = major_rank, theirs
-    return AdviceBlock(identity, service, common, online, codes, errors.astype(np.int64))
+    return AdviceBlock(identity, service, common, online, codes, errors.astype(np.int64), local_sets)
 
 
-def _several(t_cell: Any, t_policy: Any, many: Any, cells: Any, grants: _Grants) -> Any:
-    """Codes of the pairs (grid cells) granted by several policies."""
+def _several(t_cell: Any, t_policy: Any, many: Any, cells: Any, grants: _Grants) -> tuple[Any, Any]:
+    """Codes of the pairs (grid cells) granted by several policies; with local sets, the sets."""
     pick = many[t_cell] > 1
     cell = t_cell[pick]
     policy = t_policy[pick]
@@ -444,11 +470,32 @@ def _several(t_cell: Any, t_policy: Any, many: Any, cells: Any, grants: _Grants)
     column = np.arange(len(cell)) - np.repeat(firsts, sizes)
     matrix = np.full((len(cells), width), -1, dtype=np.int64)
     matrix[np.repeat(np.arange(len(cells)), sizes), column] = policy
-    unique, inverse = np.unique(matrix, axis=0, return_inverse=True)
+    unique, inverse = _unique_rows(matrix)
+    if grants.local:
+        return grants.policy_count + inverse, unique
     mapped = np.asarray(
         [grants.several(tuple(int(s) for s in row if s >= 0)) for row in unique.tolist()], dtype=np.int64
     )
-    return mapped[inverse.reshape(-1)]
+    return mapped[inverse], None
+
+
+def _unique_rows(matrix: Any) -> tuple[Any, Any]:
+    """The distinct rows of a matrix of sets (slots ascending, -1 padded) and each row's place
+    among them: a row keyed by the sum of a random 64-bit word per slot, the keys made unique, and
+    checked (if two sets' keys collide, the exact, slower unique of rows)."""
+    rows = len(matrix)
+    top = int(matrix.max(initial=-1)) + 2
+    if rows == 0:
+        unique, inverse = np.unique(matrix, axis=0, return_inverse=True)
+        return unique, inverse.reshape(-1)
+    words = np.random.default_rng(20261129).integers(1, 2**63, size=top, dtype=np.int64).astype(np.uint64)
+    words[0] = 0  # the padding
+    key = words[matrix + 1].sum(axis=1, dtype=np.uint64)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    unique = matrix[first]
+    if not np.array_equal(unique[inverse], matrix):
+        unique, inverse = np.unique(matrix, axis=0, return_inverse=True)
+    return unique, inverse.reshape(-1)
 
 
 def rows_of(tables: AdviceTables, block: AdviceBlock) -> Iterator[AdviceRow]:
