@@ -23,6 +23,8 @@ Read back: ``pyarrow.parquet.read_table`` (or DuckDB's ``read_parquet``), the JS
 from __future__ import annotations
 
 import json
+import queue
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -33,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engine.analysis.advise import IDENTITY_NO_SERVICES, SERVICE_NO_IDENTITIES
-from engine.analysis.advise_bulk import _DISABLED, AdviceBlock, AdviceTables, _errors_of
+from engine.analysis.advise_bulk import _DISABLED, AdviceBlock, AdviceTables, _errors_of, _unique_rows
 
 __all__ = ["COLUMNS", "COMPRESSION", "PARQUET", "advice_parquet", "advice_schema", "write_advice"]
 
@@ -131,34 +133,48 @@ class _Grants:
         singles[granted + 1, 0] = granted
         self.base = self.render(singles)
 
-    def render(self, sets: Any) -> tuple[Any, Any, pa.Array, pa.Array, pa.Array]:
-        """Per set (a row of slots ascending, -1 padded): dial, bind and the three JSON texts."""
+    def render(self, sets: Any) -> tuple[Any, Any, _Field, _Field, _Field]:
+        """Per set (a row of slots ascending, -1 padded): dial, bind and the three JSON fields."""
         valid = sets >= 0
         slot = np.where(valid, sets, 0)
         dial = valid & self.is_dial[slot]
         bind = valid & self.is_bind[slot]
-        big = np.int64(1) << 40
         rank = self.name_rank[slot]
-        dials = self._join(slot, np.where(dial, rank, big), self.quoted, "[", "]")
-        binds = self._join(slot, np.where(bind, rank, big), self.quoted, "[", "]")
+        dials = self._join(slot, np.where(dial, rank, _LAST), self.quoted, "[", "]")
+        binds = self._join(slot, np.where(bind, rank, _LAST), self.quoted, "[", "]")
         # posture: the Dial policies with checks (by slot), then the Bind ones
         checked = valid & self.has_checks[slot]
         posture = self._join(
-            slot, np.where(checked, slot + np.where(bind, big >> 1, 0), big), self.posture_pieces, "{", "}"
+            slot,
+            np.where(checked, slot + np.where(bind, _LAST >> 1, 0), _LAST),
+            self.posture_pieces,
+            "{",
+            "}",
         )
         return dial.any(axis=1), bind.any(axis=1), dials, binds, posture
 
     @staticmethod
-    def _join(slot: Any, key: Any, pieces: pa.Array, left: str, right: str) -> pa.Array:
-        big = np.int64(1) << 40
+    def _join(slot: Any, key: Any, pieces: pa.Array, left: str, right: str) -> _Field:
+        """The sets' texts: the slots of each kept (key before ``_LAST``) in key order, joined; each
+        distinct list rendered once (many sets share their Bind policies or their posture)."""
         order = np.argsort(key, axis=1, kind="stable")
-        kept = np.take_along_axis(key, order, axis=1) < big
-        values = np.take_along_axis(slot, order, axis=1)[kept]
-        offsets = np.zeros(len(slot) + 1, dtype=np.int32)
+        kept = np.take_along_axis(key, order, axis=1) < _LAST
+        lists = np.where(kept, np.take_along_axis(slot, order, axis=1), -1)
+        unique, inverse = _unique_rows(lists)
+        kept = unique >= 0
+        values = unique[kept]
+        offsets = np.zeros(len(unique) + 1, dtype=np.int32)
         np.cumsum(kept.sum(axis=1), out=offsets[1:])
-        lists = pa.ListArray.from_arrays(pa.array(offsets), pc.take(pieces, pa.array(values)))
-        joined = pc.binary_join(lists, ", ")
-        return pc.binary_join_element_wise(left, joined, right, "")
+        joined = pc.binary_join(
+            pa.ListArray.from_arrays(pa.array(offsets), pc.take(pieces, pa.array(values))), ", "
+        )
+        return inverse, pc.binary_join_element_wise(left, joined, right, "")
+
+
+#: A field of the sets: each set's index into the texts, the texts.
+_Field = tuple[Any, pa.Array]
+#: Past every key: a slot left out of a list.
+_LAST = np.int64(1) << 40
 
 
 def _dictionary(indices: Any, values: pa.Array, mask: Any = None) -> pa.DictionaryArray:
@@ -217,14 +233,15 @@ class _Writer:
         else:
             online = pa.nulls(len(block), self.schema.field("onlineCommonRouterCount").type)
         grants = self.grants
-        dial_of, bind_of, dials, binds, postures = grants.base
+        dial_of, bind_of, *fields = grants.base
         if block.sets is not None and len(block.sets):
             extra = grants.render(block.sets)
             dial_of = np.concatenate([dial_of, extra[0]])
             bind_of = np.concatenate([bind_of, extra[1]])
-            dials = pa.concat_arrays([dials, extra[2]])
-            binds = pa.concat_arrays([binds, extra[3]])
-            postures = pa.concat_arrays([postures, extra[4]])
+            fields = [
+                (np.concatenate([index, len(texts) + more_index]), pa.concat_arrays([texts, more_texts]))
+                for (index, texts), (more_index, more_texts) in zip(fields, extra[2:], strict=True)
+            ]
         grant = (block.grant + 1).astype(np.int32)
         identity_id, identity_name = self._entity(identity, self.identity_ids, self.identity_names)
         service_id, service_name = self._entity(service, self.service_ids, self.service_names)
@@ -242,12 +259,54 @@ class _Writer:
             "dial": pa.array(dial_of[grant]),
             "bind": pa.array(bind_of[grant]),
             "errors": _dictionary(error.astype(np.int8), self.errors),
-            "dialPolicies": _dictionary(grant, dials),
-            "bindPolicies": _dictionary(grant, binds),
-            "posture": _dictionary(grant, postures),
+            "dialPolicies": _dictionary(fields[0][0][grant].astype(np.int32), fields[0][1]),
+            "bindPolicies": _dictionary(fields[1][0][grant].astype(np.int32), fields[1][1]),
+            "posture": _dictionary(fields[2][0][grant].astype(np.int32), fields[2][1]),
             "problems": _dictionary(problems, self.problems),
         }
         return pa.record_batch([columns[name] for name in COLUMNS], schema=self.schema)
+
+
+def _batches(maker: _Writer, blocks: Iterable[AdviceBlock]) -> Iterator[pa.RecordBatch]:
+    """The blocks' record batches, made on a thread of their own up to two ahead of the writer
+    (numpy and Arrow release the GIL for most of either side's work: on two cores the blocks are
+    computed while the last is written)."""
+    ahead: queue.Queue[Any] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+    done = object()
+
+    def put(item: Any) -> None:
+        while not stop.is_set():
+            try:
+                ahead.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def work() -> None:
+        try:
+            for block in blocks:
+                if stop.is_set():
+                    return
+                if len(block):
+                    put(maker.batch(block))
+        except BaseException as ex:  # handed to the writer's side
+            put(ex)
+        put(done)
+
+    thread = threading.Thread(target=work, name="advice-parquet", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = ahead.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def write_advice(
@@ -263,10 +322,9 @@ def write_advice(
     writer = pq.ParquetWriter(where, maker.schema, compression=compression, write_statistics=False)
     rows = 0
     try:
-        for block in blocks:
-            if len(block):
-                writer.write_batch(maker.batch(block), row_group_size=len(block))
-                rows += len(block)
+        for batch in _batches(maker, blocks):
+            writer.write_batch(batch, row_group_size=len(batch))
+            rows += len(batch)
     finally:
         writer.close()
     return rows
@@ -279,10 +337,9 @@ def advice_parquet(
     sink = _Sink()
     maker = _Writer(tables)
     writer = pq.ParquetWriter(sink, maker.schema, compression=compression, write_statistics=False)
-    for block in blocks:
-        if len(block):
-            writer.write_batch(maker.batch(block), row_group_size=len(block))
-            yield sink.take()
+    for batch in _batches(maker, blocks):
+        writer.write_batch(batch, row_group_size=len(batch))
+        yield sink.take()
     writer.close()
     yield sink.take()
 

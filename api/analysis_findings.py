@@ -6,7 +6,9 @@ through :func:`mount_findings` (with its ``mount``, so the Swagger document list
   ``PATCH /findings/{id}`` with ``{"status": "ARCHIVED"|"ACTIVE"}``;
 - ``GET|POST /finding-archive-rules``, ``GET|PUT|PATCH|DELETE /finding-archive-rules/{id}``;
 - ``GET /advice``: policy advice of every (identity, service) pair, paged
-  (``order=identities|services``, ``errorsOnly=true``, ``level=services`` for one row per service);
+  (``order=identities|services``, ``errorsOnly=true``, ``level=services`` for one row per service),
+  or every row as one streamed Parquet file (``format=parquet`` or ``Accept:
+  application/vnd.apache.parquet``, :mod:`api.advice_parquet`);
 - ``POST /access-tests``: a test file's expectations, as JSON; the report.
 """
 
