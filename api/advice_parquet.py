@@ -23,9 +23,9 @@ Read back: ``pyarrow.parquet.read_table`` (or DuckDB's ``read_parquet``), the JS
 from __future__ import annotations
 
 import json
-import queue
-import threading
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
@@ -267,56 +267,47 @@ class _Writer:
         return pa.record_batch([columns[name] for name in COLUMNS], schema=self.schema)
 
 
-def _batches(maker: _Writer, blocks: Iterable[AdviceBlock]) -> Iterator[pa.RecordBatch]:
-    """The blocks' record batches, made on a thread of their own up to two ahead of the writer
-    (numpy and Arrow release the GIL for most of either side's work: on two cores the blocks are
-    computed while the last is written)."""
-    ahead: queue.Queue[Any] = queue.Queue(maxsize=2)
-    stop = threading.Event()
-    done = object()
+#: Blocks computed at once (threads: numpy and Arrow release the GIL for most of the work).
+WORKERS = 2
 
-    def put(item: Any) -> None:
-        while not stop.is_set():
-            try:
-                ahead.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
 
-    def work() -> None:
+def _batches(maker: _Writer, blocks: Iterable[Any], workers: int = WORKERS) -> Iterator[pa.RecordBatch]:
+    """The record batches of the blocks (each an :class:`AdviceBlock` or a call computing one, as
+    :func:`advise_block_jobs` gives), in order, computed on ``workers`` threads up to
+    ``workers + 1`` blocks ahead of the writer."""
+
+    def make(item: Any) -> pa.RecordBatch | None:
+        block = item() if callable(item) else item
+        return maker.batch(block) if len(block) else None
+
+    pending: deque[Future[pa.RecordBatch | None]] = deque()
+    items = iter(blocks)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="advice-parquet") as pool:
         try:
-            for block in blocks:
-                if stop.is_set():
+            while True:
+                while len(pending) <= workers:
+                    item = next(items, None)
+                    if item is None:
+                        break
+                    pending.append(pool.submit(make, item))
+                if not pending:
                     return
-                if len(block):
-                    put(maker.batch(block))
-        except BaseException as ex:  # handed to the writer's side
-            put(ex)
-        put(done)
-
-    thread = threading.Thread(target=work, name="advice-parquet", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = ahead.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join()
+                batch = pending.popleft().result()
+                if batch is not None:
+                    yield batch
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def write_advice(
     tables: AdviceTables,
-    blocks: Iterable[AdviceBlock],
+    blocks: Iterable[AdviceBlock | Callable[[], AdviceBlock]],
     where: str | Path | IO[bytes],
     compression: str = COMPRESSION,
 ) -> int:
-    """Every block (of ``advise_blocks(..., local_sets=True)``) into one Parquet file, a row group
-    a block; the rows written."""
+    """Every block (of ``advise_blocks(..., local_sets=True)`` or, computed several at once, of
+    ``advise_block_jobs``) into one Parquet file, a row group a block; the rows written."""
     maker = _Writer(tables)
     # no column statistics: computing them looks every row's string up
     writer = pq.ParquetWriter(where, maker.schema, compression=compression, write_statistics=False)
@@ -331,7 +322,9 @@ def write_advice(
 
 
 def advice_parquet(
-    tables: AdviceTables, blocks: Iterable[AdviceBlock], compression: str = COMPRESSION
+    tables: AdviceTables,
+    blocks: Iterable[AdviceBlock | Callable[[], AdviceBlock]],
+    compression: str = COMPRESSION,
 ) -> Iterator[bytes]:
     """:func:`write_advice` as the chunks of a streamed answer, a row group at a time."""
     sink = _Sink()

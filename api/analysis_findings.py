@@ -36,7 +36,7 @@ from api.wire import WireModel
 from engine.analysis import AnalysisManager
 from engine.analysis.access_tests import parse_expectations, run_access_tests
 from engine.analysis.advise import advise, service_summaries
-from engine.analysis.advise_bulk import advise_blocks
+from engine.analysis.advise_bulk import advise_block_jobs
 from engine.analysis.findings import FINDING_SYMBOLS, FindingsManager
 from engine.entities.identities import Identity
 from engine.errors import FieldError
@@ -237,7 +237,7 @@ class Advice:
             identity = view.get(Identity, identity_id)
             return identity is not None and identity.is_disabled_at(now)
 
-        tables, blocks = advise_blocks(
+        tables, jobs = advise_block_jobs(
             graph,
             online=self.analysis.managers.fleet.is_online,
             names=self.analysis._namer(view),
@@ -249,7 +249,7 @@ class Advice:
         resp.content_type = PARQUET
         resp.set_header("Content-Disposition", 'attachment; filename="advice.parquet"')
         resp.set_header("X-Trellis-Revision", str(revision))
-        resp.stream = advice_parquet(tables, blocks)
+        resp.stream = advice_parquet(tables, jobs)
 
 
 class AccessTests:

@@ -24,7 +24,7 @@ from pathlib import Path
 from api.advice_parquet import COMPRESSION, write_advice
 from bench.topology import TIERS, generate
 from engine.analysis.advise import advise
-from engine.analysis.advise_bulk import FORMATS, LINES, advise_blocks, render
+from engine.analysis.advise_bulk import FORMATS, LINES, advise_block_jobs, advise_blocks, render
 from engine.policy import PolicyGraph
 
 
@@ -60,8 +60,8 @@ def main(args: argparse.Namespace) -> str:
             target = args.out or Path(tmp) / f"advice.{fmt}"
             start = time.perf_counter()
             if fmt == "parquet":
-                tables, blocks = advise_blocks(graph, local_sets=True, **options)
-                rows = write_advice(tables, blocks, str(target), compression=args.compression)
+                tables, jobs = advise_block_jobs(graph, local_sets=True, **options)
+                rows = write_advice(tables, jobs, str(target), compression=args.compression)
                 written = os.path.getsize(target)
                 fmt = f"parquet ({args.compression})"
             else:

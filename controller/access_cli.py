@@ -292,9 +292,9 @@ def _advise_parquet(args: argparse.Namespace) -> None:
         source.download(f"/advice?{query}", args.out, PARQUET)
         return
     from api.advice_parquet import write_advice
-    from engine.analysis.advise_bulk import advise_blocks
+    from engine.analysis.advise_bulk import advise_block_jobs
 
-    tables, blocks = advise_blocks(
+    tables, jobs = advise_block_jobs(
         source.graph(),
         names=source.names(),
         disabled=_disabled(source),
@@ -302,7 +302,7 @@ def _advise_parquet(args: argparse.Namespace) -> None:
         errors_only=args.errors_only,
         local_sets=True,
     )
-    write_advice(tables, blocks, str(args.out))
+    write_advice(tables, jobs, str(args.out))
 
 
 def access_test_command(args: argparse.Namespace, out: TextIO | None = None) -> int:

@@ -31,6 +31,7 @@ import io
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,16 @@ from engine.analysis.advise import (
 from engine.policy import IDENTITY, POSTURE_CHECK, SERVICE, SERVICE_POLICY, PolicyGraph
 from engine.policy.bitset import slots
 
-__all__ = ["CSV_FIELDS", "FORMATS", "AdviceBlock", "AdviceTables", "advise_blocks", "render", "rows_of"]
+__all__ = [
+    "CSV_FIELDS",
+    "FORMATS",
+    "AdviceBlock",
+    "AdviceTables",
+    "advise_block_jobs",
+    "advise_blocks",
+    "render",
+    "rows_of",
+]
 
 #: The CSV columns of ``trellis advise --format csv`` (and of ``GET /advice?stream=csv``).
 CSV_FIELDS = (
@@ -240,7 +250,7 @@ def _popcount_and(left: Any, right: Any, mask: Any = None) -> Any:
     return np.bitwise_count(both).sum(axis=1, dtype=np.int64)
 
 
-def advise_blocks(
+def advise_block_jobs(
     graph: PolicyGraph,
     *,
     online: Callable[[str], bool] | None = None,
@@ -250,14 +260,10 @@ def advise_blocks(
     errors_only: bool = False,
     block_rows: int = BLOCK_ROWS,
     local_sets: bool = False,
-) -> tuple[AdviceTables, Iterator[AdviceBlock]]:
-    """The rows of :func:`engine.analysis.advise.advise` (without posture evaluation) as blocks:
-    the tables now, the blocks as they are iterated. Reads the graph while iterated: the caller
-    keeps it unchanged until the iterator is done.
-
-    ``local_sets``: a pair granted by several policies is not numbered over the whole network
-    (no :class:`Grant` made for it): its code indexes the block's own ``sets`` (what a writer
-    rendering each block's distinct sets in bulk wants, :mod:`api.advice_parquet`)."""
+) -> tuple[AdviceTables, Iterator[Callable[[], AdviceBlock]]]:
+    """:func:`advise_blocks`, each block as a call that computes it (a block may be empty): what a
+    caller computing several blocks at once runs, in any order. With ``local_sets`` the calls
+    share nothing they change but the single policies' grants, which a call may add to."""
     bits = Bits(graph)
     granted = bits.dial | bits.bind
     words = max(1, (len(bits.routers.ids) + 63) // 64)
@@ -300,7 +306,7 @@ def advise_blocks(
         members = _members(bits.sp_service, policy_count, granted, services.rank_of_slot)
     by_service = order == "services"
 
-    def blocks() -> Iterator[AdviceBlock]:
+    def spans() -> Iterator[tuple[int, int]]:
         total = len(major.ids)
         other = max(1, len(minor.ids))
         # pairs of each entity at most (its policies' members, overlaps counted twice)
@@ -313,17 +319,57 @@ def advise_blocks(
             done = int(upper[start - 1]) if start else 0
             end = int(np.searchsorted(upper, done + block_rows, side="right"))
             end = min(max(end, start + 1), start + grid, total)
-            block = _block(major, minor, members, start, end, grants, online_words, by_service)
-            if errors_only:
-                real = (block.identity >= 0) & (block.service >= 0)
-                keep = ~real | (block.errors != 0)
-                keep |= real & tables.identity_disabled[np.maximum(block.identity, 0)]
-                sets = block.sets
-                block = AdviceBlock(*(None if col is None else col[keep] for col in _columns(block)))
-                block.sets = sets
+            yield start, end
+            start = end
+
+    def one(start: int, end: int) -> AdviceBlock:
+        block = _block(major, minor, members, start, end, grants, online_words, by_service)
+        if errors_only:
+            real = (block.identity >= 0) & (block.service >= 0)
+            keep = ~real | (block.errors != 0)
+            keep |= real & tables.identity_disabled[np.maximum(block.identity, 0)]
+            sets = block.sets
+            block = AdviceBlock(*(None if col is None else col[keep] for col in _columns(block)))
+            block.sets = sets
+        return block
+
+    return tables, (partial(one, start, end) for start, end in spans())
+
+
+def advise_blocks(
+    graph: PolicyGraph,
+    *,
+    online: Callable[[str], bool] | None = None,
+    names: Names = _ids_name,
+    disabled: Callable[[str], bool] = lambda _: False,
+    order: str = "identities",
+    errors_only: bool = False,
+    block_rows: int = BLOCK_ROWS,
+    local_sets: bool = False,
+) -> tuple[AdviceTables, Iterator[AdviceBlock]]:
+    """The rows of :func:`engine.analysis.advise.advise` (without posture evaluation) as blocks:
+    the tables now, the blocks as they are iterated. Reads the graph while iterated: the caller
+    keeps it unchanged until the iterator is done.
+
+    ``local_sets``: a pair granted by several policies is not numbered over the whole network
+    (no :class:`Grant` made for it): its code indexes the block's own ``sets`` (what a writer
+    rendering each block's distinct sets in bulk wants, :mod:`api.advice_parquet`)."""
+    tables, jobs = advise_block_jobs(
+        graph,
+        online=online,
+        names=names,
+        disabled=disabled,
+        order=order,
+        errors_only=errors_only,
+        block_rows=block_rows,
+        local_sets=local_sets,
+    )
+
+    def blocks() -> Iterator[AdviceBlock]:
+        for job in jobs:
+            block = job()
             if len(block):
                 yield block
-            start = end
 
     return tables, blocks()
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from api.advice_parquet import COLUMNS, advice_parquet, write_advice
 from bench.topology import generate
 from engine.analysis.advise import advise
-from engine.analysis.advise_bulk import advise_blocks
+from engine.analysis.advise_bulk import advise_block_jobs, advise_blocks
 from engine.policy import EDGE_ROUTER, IDENTITY, PolicyGraph
 from tests.unit.engine.test_advise_bulk import NAMES, SETTINGS
 from tests.unit.engine.test_analysis_oracle import apply, batches, networks
@@ -43,8 +43,9 @@ def _same(graph: PolicyGraph, block_rows: int, **options: Any) -> None:
     out = io.BytesIO()
     assert write_advice(tables, blocks, out) == len(slow)
     assert read_rows(out.getvalue()) == slow
-    tables, blocks = advise_blocks(graph, block_rows=block_rows, local_sets=True, **options)
-    assert read_rows(b"".join(advice_parquet(tables, blocks))) == slow
+    # computed several blocks at once, as the CLI and the API do
+    tables, jobs = advise_block_jobs(graph, block_rows=block_rows, local_sets=True, **options)
+    assert read_rows(b"".join(advice_parquet(tables, jobs))) == slow
 
 
 @SETTINGS
