@@ -15,8 +15,10 @@ a Python step per row:
   from the ``bincount`` of the policy's position); a pair granted by several by the set of their
   slots, made unique with numpy and numbered once per distinct set. The names, posture checks and
   Dial/Bind flags are rendered once per code.
-- **Routers.** Each entity's routers are a row of 64-bit words; a pair's common routers are the
-  popcount of the AND of its two rows (online: ANDed with the online routers too).
+- **Routers.** Each entity's routers are 64-bit words, kept word by word (the first word of every
+  entity, then the second, ...); a pair's common routers are the popcounts of the ANDs of its two
+  entities' words (online: ANDed with the online routers too), summed a word at a time so that
+  what is gathered stays in cache.
 - **Rendering.** Every field of a row is a piece taken from a per-code table (the identity's
   ``name,id``, the grant's policy names, a count, ...); a block's rows are laid out as numpy
   records of fixed-width pieces padded with NUL bytes, and the NULs dropped: the bytes of the
@@ -110,7 +112,7 @@ class _Kind:
 
     ids: list[str]
     names: list[str]
-    #: (n, words) uint64: each entity's routers.
+    #: (words, n) uint64: each entity's routers, word by word (a word of every entity together).
     routers: Any
     router_counts: Any
     #: CSR: rank -> the granting service policy slots selecting it, ascending.
@@ -223,7 +225,7 @@ def _kind(
     return _Kind(
         ids=ids,
         names=[p[0] for p in pairs],
-        routers=matrix,
+        routers=np.ascontiguousarray(matrix.T),
         router_counts=np.bitwise_count(matrix).sum(axis=1, dtype=np.int64),
         ptr=ptr,
         policies=np.asarray(flat, dtype=np.int64),
@@ -243,11 +245,17 @@ def _members(side: Any, policy_count: int, granted: int, rank_of_slot: Any) -> _
     return _Members(ptr, np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
 
 
-def _popcount_and(left: Any, right: Any, mask: Any = None) -> Any:
-    both = np.bitwise_and(left, right)
-    if mask is not None:
-        np.bitwise_and(both, mask, out=both)
-    return np.bitwise_count(both).sum(axis=1, dtype=np.int64)
+def _popcount_and(left: Any, mine: Any, right: Any, theirs: Any, mask: Any = None) -> Any:
+    """Per pair (``mine[k]`` of ``left``, ``theirs[k]`` of ``right``: routers word by word) the
+    routers both have (and ``mask`` has): a word at a time, so what is gathered stays in cache."""
+    total: Any = np.zeros(len(mine), dtype=np.uint16 if len(left) * 64 < 1 << 16 else np.uint32)
+    for word in range(len(left)):
+        both = left[word][mine]
+        np.bitwise_and(both, right[word][theirs], out=both)
+        if mask is not None:
+            np.bitwise_and(both, mask[word], out=both)
+        total += np.bitwise_count(both)
+    return total.astype(np.int64)
 
 
 def advise_block_jobs(
@@ -327,7 +335,8 @@ def advise_block_jobs(
         if errors_only:
             real = (block.identity >= 0) & (block.service >= 0)
             keep = ~real | (block.errors != 0)
-            keep |= real & tables.identity_disabled[np.maximum(block.identity, 0)]
+            # (a row with no pair reads the False appended: there may be no identity at all)
+            keep |= np.append(tables.identity_disabled, False)[np.where(real, block.identity, -1)]
             sets = block.sets
             block = AdviceBlock(*(None if col is None else col[keep] for col in _columns(block)))
             block.sets = sets
@@ -469,10 +478,13 @@ def _block(
         codes[one] = single
     if not one.all():
         codes[~one], local_sets = _several(t_cell, np.repeat(inc_policy, sizes), many, found[~one], grants)
-    mine_routers = major.routers[start + rows]
-    their_routers = minor.routers[theirs]
-    common = _popcount_and(mine_routers, their_routers)
-    online = _popcount_and(mine_routers, their_routers, online_words) if online_words is not None else None
+    mine = start + rows
+    common = _popcount_and(major.routers, mine, minor.routers, theirs)
+    online = (
+        _popcount_and(major.routers, mine, minor.routers, theirs, online_words)
+        if online_words is not None
+        else None
+    )
     mine_count = major.router_counts[start + rows]
     their_count = minor.router_counts[theirs]
     if by_service:
