@@ -49,6 +49,20 @@ def test_advise_offline_as_parquet(
     )
 
 
+def test_advise_out_writes_the_file_stdout_would_get(
+    snapshot: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for fmt in ("csv", "json", "text"):
+        assert main(["advise", "--snapshot", str(snapshot), "--format", fmt]) == 0
+        printed = capsys.readouterr().out
+        out = tmp_path / f"advice.{fmt}"
+        assert main(["advise", "--snapshot", str(snapshot), "--format", fmt, "--out", str(out)]) == 0
+        assert capsys.readouterr().out == ""
+        assert out.read_bytes().decode() == printed
+
+
 def test_advise_parquet_needs_a_file_and_pairs(
     snapshot: Path,  # noqa: F811
     tmp_path: Path,
