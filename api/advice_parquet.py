@@ -177,6 +177,14 @@ _Field = tuple[Any, pa.Array]
 _LAST = np.int64(1) << 40
 
 
+def _distinct(indices: Any, values: pa.Array) -> pa.DictionaryArray:
+    """A dictionary column over texts some of which are the same (a single policy's and a set's,
+    ``[]`` for many): the texts made distinct first, for a dictionary holding a value twice is
+    written the slow way (each row's string hashed: five times the time at tier L)."""
+    encoded = values.dictionary_encode()
+    return _dictionary(encoded.indices.to_numpy()[indices], encoded.dictionary)
+
+
 def _dictionary(indices: Any, values: pa.Array, mask: Any = None) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(indices, mask=mask), values)
 
@@ -259,9 +267,9 @@ class _Writer:
             "dial": pa.array(dial_of[grant]),
             "bind": pa.array(bind_of[grant]),
             "errors": _dictionary(error.astype(np.int8), self.errors),
-            "dialPolicies": _dictionary(fields[0][0][grant].astype(np.int32), fields[0][1]),
-            "bindPolicies": _dictionary(fields[1][0][grant].astype(np.int32), fields[1][1]),
-            "posture": _dictionary(fields[2][0][grant].astype(np.int32), fields[2][1]),
+            "dialPolicies": _distinct(fields[0][0][grant], fields[0][1]),
+            "bindPolicies": _distinct(fields[1][0][grant], fields[1][1]),
+            "posture": _distinct(fields[2][0][grant], fields[2][1]),
             "problems": _dictionary(problems, self.problems),
         }
         return pa.record_batch([columns[name] for name in COLUMNS], schema=self.schema)
