@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -39,11 +41,12 @@ def _same(graph: PolicyGraph, block_rows: int, **options: object) -> None:
         assert got == expected, fmt
 
 
-@SETTINGS
-@given(oracle=networks(), data=st.data())
-def test_bulk_rows_equal_the_per_pair_rows(oracle: Oracle, data: st.DataObject) -> None:
+def random_case(oracle: Oracle, data: st.DataObject) -> tuple[PolicyGraph, int, dict[str, Any]]:
+    """A random network (changed or not: free slots, entities and policies gone), a block size
+    and the options of an advice run: online routers or unknown, disabled identities, names
+    CSV and JSON must quote, order, errors only."""
     graph = rebuild(oracle)
-    if data.draw(st.booleans()):  # free slots, entities and policies gone
+    if data.draw(st.booleans()):
         apply(graph, oracle, data.draw(batches(oracle)))
     routers = sorted(oracle.entities[EDGE_ROUTER])
     online = set(data.draw(st.lists(st.sampled_from(routers), unique=True)) if routers else [])
@@ -58,25 +61,37 @@ def test_bulk_rows_equal_the_per_pair_rows(oracle: Oracle, data: st.DataObject) 
     def names(kind: str, entity_id: str) -> str:
         return named.get(entity_id, entity_id)
 
-    _same(
-        graph,
-        data.draw(st.sampled_from([1, 3, 1 << 20])),
-        online=online.__contains__ if data.draw(st.booleans()) else None,
-        names=names,
-        disabled=disabled.__contains__,
-        order=data.draw(st.sampled_from(["identities", "services"])),
-        errors_only=data.draw(st.booleans()),
-    )
+    options = {
+        "online": online.__contains__ if data.draw(st.booleans()) else None,
+        "names": names,
+        "disabled": disabled.__contains__,
+        "order": data.draw(st.sampled_from(["identities", "services"])),
+        "errors_only": data.draw(st.booleans()),
+    }
+    return graph, data.draw(st.sampled_from([1, 3, 1 << 20])), options
 
 
-def test_bulk_equals_per_pair_on_a_generated_tier() -> None:
+def tier_cases() -> Iterator[tuple[PolicyGraph, int, dict[str, Any]]]:
+    """A generated tier S, in both orders, with some identities disabled and routers online."""
     topology = generate("S", seed=3)
     graph = PolicyGraph.build(**topology.rows())
     disabled = {row.id for row in topology.identities[::5]}
     online = {row.id for row in topology.edge_routers[::3]}
     for order in ("identities", "services"):
-        _same(graph, 500, online=online.__contains__, disabled=disabled.__contains__, order=order)
-        _same(graph, 500, disabled=disabled.__contains__, order=order, errors_only=True)
+        yield graph, 500, {"online": online.__contains__, "disabled": disabled.__contains__, "order": order}
+        yield graph, 500, {"disabled": disabled.__contains__, "order": order, "errors_only": True}
+
+
+@SETTINGS
+@given(oracle=networks(), data=st.data())
+def test_bulk_rows_equal_the_per_pair_rows(oracle: Oracle, data: st.DataObject) -> None:
+    graph, block_rows, options = random_case(oracle, data)
+    _same(graph, block_rows, **options)
+
+
+def test_bulk_equals_per_pair_on_a_generated_tier() -> None:
+    for graph, block_rows, options in tier_cases():
+        _same(graph, block_rows, **options)
 
 
 @given(st.text())

@@ -17,10 +17,10 @@ from api.advice_parquet import COLUMNS, advice_parquet, write_advice
 from bench.topology import generate
 from engine.analysis.advise import advise
 from engine.analysis.advise_bulk import advise_block_jobs, advise_blocks
-from engine.policy import EDGE_ROUTER, IDENTITY, PolicyGraph
-from tests.unit.engine.test_advise_bulk import NAMES, SETTINGS
-from tests.unit.engine.test_analysis_oracle import apply, batches, networks
-from tests.unit.engine.test_policy_oracle import Oracle, rebuild
+from engine.policy import PolicyGraph
+from tests.unit.engine.test_advise_bulk import SETTINGS, random_case, tier_cases
+from tests.unit.engine.test_analysis_oracle import networks
+from tests.unit.engine.test_policy_oracle import Oracle
 
 #: The columns holding a JSON row's lists and mappings as JSON text.
 JSON_COLUMNS = ("errors", "dialPolicies", "bindPolicies", "posture", "problems")
@@ -51,41 +51,13 @@ def _same(graph: PolicyGraph, block_rows: int, **options: Any) -> None:
 @SETTINGS
 @given(oracle=networks(), data=st.data())
 def test_parquet_rows_equal_the_per_pair_rows(oracle: Oracle, data: st.DataObject) -> None:
-    graph = rebuild(oracle)
-    if data.draw(st.booleans()):  # free slots, entities and policies gone
-        apply(graph, oracle, data.draw(batches(oracle)))
-    routers = sorted(oracle.entities[EDGE_ROUTER])
-    online = set(data.draw(st.lists(st.sampled_from(routers), unique=True)) if routers else [])
-    identities = sorted(oracle.entities[IDENTITY])
-    disabled = set(data.draw(st.lists(st.sampled_from(identities), unique=True)) if identities else [])
-    named = (
-        data.draw(st.dictionaries(st.sampled_from(identities or ["x"]), NAMES))
-        if data.draw(st.booleans())
-        else {}
-    )
-
-    def names(kind: str, entity_id: str) -> str:
-        return named.get(entity_id, entity_id)
-
-    _same(
-        graph,
-        data.draw(st.sampled_from([1, 3, 1 << 20])),
-        online=online.__contains__ if data.draw(st.booleans()) else None,
-        names=names,
-        disabled=disabled.__contains__,
-        order=data.draw(st.sampled_from(["identities", "services"])),
-        errors_only=data.draw(st.booleans()),
-    )
+    graph, block_rows, options = random_case(oracle, data)
+    _same(graph, block_rows, **options)
 
 
 def test_parquet_equals_per_pair_on_a_generated_tier() -> None:
-    topology = generate("S", seed=3)
-    graph = PolicyGraph.build(**topology.rows())
-    disabled = {row.id for row in topology.identities[::5]}
-    online = {row.id for row in topology.edge_routers[::3]}
-    for order in ("identities", "services"):
-        _same(graph, 500, online=online.__contains__, disabled=disabled.__contains__, order=order)
-        _same(graph, 500, disabled=disabled.__contains__, order=order, errors_only=True)
+    for graph, block_rows, options in tier_cases():
+        _same(graph, block_rows, **options)
 
 
 def test_names_are_dictionary_encoded_and_counts_small() -> None:
