@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from api.parquet_chunks import ParquetChunks
 from engine.analysis.advise import IDENTITY_NO_SERVICES, SERVICE_NO_IDENTITIES
 from engine.analysis.advise_bulk import _DISABLED, AdviceBlock, AdviceTables, _errors_of, _unique_rows
 
@@ -335,7 +336,7 @@ def advice_parquet(
     compression: str = COMPRESSION,
 ) -> Iterator[bytes]:
     """:func:`write_advice` as the chunks of a streamed answer, a row group at a time."""
-    sink = _Sink()
+    sink = ParquetChunks()
     maker = _Writer(tables)
     writer = pq.ParquetWriter(sink, maker.schema, compression=compression, write_statistics=False)
     for batch in _batches(maker, blocks):
@@ -343,36 +344,3 @@ def advice_parquet(
         yield sink.take()
     writer.close()
     yield sink.take()
-
-
-class _Sink:
-    """A write-only file the Parquet writer writes into, emptied as the answer is sent."""
-
-    closed = False
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.position = 0
-
-    def write(self, data: Any) -> int:
-        chunk = bytes(data)
-        self.parts.append(chunk)
-        self.position += len(chunk)
-        return len(chunk)
-
-    def tell(self) -> int:
-        return self.position
-
-    def flush(self) -> None:
-        return None
-
-    def writable(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        self.closed = True
-
-    def take(self) -> bytes:
-        out = b"".join(self.parts)
-        self.parts = []
-        return out

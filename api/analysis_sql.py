@@ -41,6 +41,7 @@ from pydantic import Field
 from api.analysis_findings import findings_manager
 from api.http import ok, read_model
 from api.middleware import ADMIN
+from api.parquet_chunks import ParquetChunks
 from api.wire import WireModel
 from engine.analysis import AnalysisManager
 from engine.analysis.findings import evaluate
@@ -721,7 +722,7 @@ class SqlEngine:
     def _stream(
         self, con: duckdb.DuckDBPyConnection, timer: threading.Timer, reader: Any, first: Any
     ) -> Iterator[bytes]:
-        sink = _Chunks()
+        sink = ParquetChunks()
         try:
             writer = pq.ParquetWriter(sink, reader.schema, compression="zstd")
             if first is not None:
@@ -777,7 +778,7 @@ def pairs_parquet(database: SqlDatabase, seconds: float = EXPORT_SECONDS) -> Ite
         [(name, column) for name in ("identity_id", "identity_name", "service_id", "service_name", "type")]
     )
     deadline = time.monotonic() + seconds
-    sink = _Chunks()
+    sink = ParquetChunks()
     # no column statistics: computing them looks every row's string up (six times the time)
     writer = pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=False)
     parts: list[tuple[Any, int, int]] = []
@@ -816,41 +817,6 @@ def pairs_parquet(database: SqlDatabase, seconds: float = EXPORT_SECONDS) -> Ite
         flush()
     writer.close()
     yield sink.take()
-
-
-class _Chunks:
-    """A write-only file Parquet is written into, emptied as the answer is sent."""
-
-    closed = False
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.position = 0
-
-    def write(self, data: Any) -> int:
-        chunk = bytes(data)
-        self.parts.append(chunk)
-        self.size += len(chunk)
-        self.position += len(chunk)
-        return len(chunk)
-
-    def tell(self) -> int:
-        return self.position
-
-    def flush(self) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
-
-    def writable(self) -> bool:
-        return True
-
-    def take(self) -> bytes:
-        out = b"".join(self.parts)
-        self.parts, self.size = [], 0
-        return out
 
 
 def _stopped(ex: duckdb.Error, seconds: float) -> QueryError:
