@@ -22,6 +22,7 @@ from typing import Any
 import falcon
 
 from api.advice_parquet import PARQUET, advice_parquet
+from api.bodies import ReleasingBody, Slots
 from api.http import list_response, ok, read_model
 from api.middleware import ADMIN
 from api.schemas.analysis_findings import (
@@ -39,12 +40,15 @@ from engine.analysis.advise import advise, service_summaries
 from engine.analysis.advise_bulk import advise_block_jobs
 from engine.analysis.findings import FINDING_SYMBOLS, FindingsManager
 from engine.entities.identities import Identity
-from engine.errors import FieldError
+from engine.errors import FieldError, RateLimitedError
 from engine.query import Symbol, SymbolTable, SymbolType
 
 #: The most advice rows one page holds.
 ADVICE_PAGE_MAX = 10_000
 ADVICE_PAGE_DEFAULT = 1_000
+#: Parquet advice answers running at once in a process (at tier L each takes two minutes and two
+#: threads); one more is 429.
+ADVICE_STREAMS = 2
 
 RULE_SYMBOLS = SymbolTable(
     {
@@ -171,9 +175,25 @@ class Advice:
     """Policy advice of every (identity, service) pair in one pass (``trellis advise``)."""
 
     auth = ADMIN
+    responses = {"429": {"description": "too many Parquet advice answers are running"}}
+    #: This operation's media types and query parameters in the served Swagger document.
+    operation_spec = {
+        "get": {
+            "produces": ["application/json", PARQUET],
+            "parameters": [
+                {"name": "limit", "in": "query", "type": "integer", "minimum": 0, "maximum": ADVICE_PAGE_MAX},
+                {"name": "offset", "in": "query", "type": "integer", "minimum": 0},
+                {"name": "order", "in": "query", "type": "string", "enum": ["identities", "services"]},
+                {"name": "level", "in": "query", "type": "string", "enum": ["pairs", "services"]},
+                {"name": "errorsOnly", "in": "query", "type": "boolean"},
+                {"name": "format", "in": "query", "type": "string", "enum": ["json", "parquet"]},
+            ],
+        }
+    }
 
     def __init__(self, analysis: AnalysisManager) -> None:
         self.analysis = analysis
+        self.streams = Slots(ADVICE_STREAMS)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Advice rows, paged (``limit``, ``offset``; ``meta.pagination.more`` when more follow)."""
@@ -229,27 +249,34 @@ class Advice:
 
     def _parquet(self, resp: falcon.Response, order: str, errors_only: bool) -> None:
         """Every pair's row as one Parquet file, streamed a row group (about a million rows) at a
-        time from the bulk path (docs/analysis.md §7): a consistent graph's fork, read as sent."""
-        revision, view, graph = self.analysis._consistent()
-        now = self.analysis.env.clock.now()
+        time from the bulk path (docs/analysis.md §7): a consistent graph's fork, read as sent.
+        At most :data:`ADVICE_STREAMS` at once (429 past them)."""
+        if not self.streams.take():
+            raise RateLimitedError("too many advice downloads are running; try again later")
+        try:
+            revision, view, graph = self.analysis._consistent()
+            now = self.analysis.env.clock.now()
 
-        def disabled(identity_id: str) -> bool:
-            identity = view.get(Identity, identity_id)
-            return identity is not None and identity.is_disabled_at(now)
+            def disabled(identity_id: str) -> bool:
+                identity = view.get(Identity, identity_id)
+                return identity is not None and identity.is_disabled_at(now)
 
-        tables, jobs = advise_block_jobs(
-            graph,
-            online=self.analysis.managers.fleet.is_online,
-            names=self.analysis._namer(view),
-            disabled=disabled,
-            order=order,
-            errors_only=errors_only,
-            local_sets=True,
-        )
+            tables, jobs = advise_block_jobs(
+                graph,
+                online=self.analysis.managers.fleet.is_online,
+                names=self.analysis._namer(view),
+                disabled=disabled,
+                order=order,
+                errors_only=errors_only,
+                local_sets=True,
+            )
+        except BaseException:
+            self.streams.give()
+            raise
         resp.content_type = PARQUET
         resp.set_header("Content-Disposition", 'attachment; filename="advice.parquet"')
         resp.set_header("X-Trellis-Revision", str(revision))
-        resp.stream = advice_parquet(tables, jobs)
+        resp.stream = ReleasingBody(advice_parquet(tables, jobs), self.streams.give)
 
 
 class AccessTests:

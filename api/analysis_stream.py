@@ -35,6 +35,7 @@ from typing import Any
 import falcon
 import orjson
 
+from api.bodies import ReleasingBody, Slots
 from api.errors import envelope
 from api.http import ok
 from api.middleware import ADMIN
@@ -102,42 +103,6 @@ def _number(req: falcon.Request, name: str, default: float, low: float, high: fl
     if not low <= value <= high:
         raise FieldError(name, f"must be a number from {low:g} to {high:g}", text)
     return value
-
-
-class _Slots:
-    """How many SSE answers may wait at once."""
-
-    def __init__(self, size: int) -> None:
-        self._free = threading.BoundedSemaphore(size)
-
-    def take(self) -> bool:
-        return self._free.acquire(blocking=False)
-
-    def give(self) -> None:
-        self._free.release()
-
-
-class _Events:
-    """An SSE answer's body: a bounded generator that gives its slot back when done or closed."""
-
-    def __init__(self, frames: Iterator[bytes], release: Callable[[], None]) -> None:
-        self._frames = frames
-        self._release: Callable[[], None] | None = release
-
-    def __iter__(self) -> _Events:
-        return self
-
-    def __next__(self) -> bytes:
-        try:
-            return next(self._frames)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release()
 
 
 def _frame(part: dict[str, Any]) -> bytes:
@@ -223,7 +188,7 @@ class AccessChanges:
 
     def __init__(self, stream: AccessChangeStream, streams: int) -> None:
         self.stream = stream
-        self.slots = _Slots(streams)
+        self.slots = Slots(streams)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         """The access changes after a revision (JSON pages, or Server-Sent Events)."""
@@ -256,7 +221,7 @@ class AccessChanges:
             resp.content_type = EVENT_STREAM
             resp.set_header("Cache-Control", "no-cache")
             frames = _events(self.stream, cursor, wait, duration, stopping if streams else None)
-            resp.stream = _Events(frames, self.slots.give)
+            resp.stream = ReleasingBody(frames, self.slots.give)
             return
         limit = int(_number(req, "limit", 1000, 1, MAX_LIMIT))
         parts, after = self.stream.read(cursor, limit)

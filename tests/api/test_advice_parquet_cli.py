@@ -88,3 +88,30 @@ def test_advice_streams_as_parquet(api: Api, snapshot: Path) -> None:  # noqa: F
         assert pq.ParquetFile(io.BytesIO(result.content)).metadata.num_rows == len(paged)
     refused = api.request("GET", "/advice", base=A, params={"format": "parquet", "level": "services"})
     assert refused.status_code == 400
+
+
+def test_parquet_advice_answers_past_the_cap_are_429_until_one_ends(api: Api) -> None:
+    """Each Parquet advice answer holds a slot while it streams (at tier L, minutes of two
+    threads): past ``ADVICE_STREAMS`` at once the next is 429; one closed frees its slot."""
+    import falcon.testing
+
+    from api.analysis_findings import ADVICE_STREAMS, Advice
+    from api.bodies import ReleasingBody
+    from engine.analysis import analysis_for
+    from engine.errors import RateLimitedError
+
+    resource = Advice(analysis_for(api.ctrl.managers))
+
+    def start() -> ReleasingBody:
+        resp = falcon.Response()
+        resource.on_get(falcon.testing.create_req(query_string="format=parquet"), resp)
+        assert isinstance(resp.stream, ReleasingBody)
+        return resp.stream
+
+    bodies = [start() for _ in range(ADVICE_STREAMS)]
+    with pytest.raises(RateLimitedError):
+        resource.on_get(falcon.testing.create_req(query_string="format=parquet"), falcon.Response())
+    read_rows(b"".join(bodies.pop()))  # read to its end: the slot is given back
+    bodies.pop().close()  # closed early (a client gone): so is this one
+    for body in [start() for _ in range(ADVICE_STREAMS)]:
+        body.close()
