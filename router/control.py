@@ -350,6 +350,7 @@ class ControlClient:
         precedence: str,
         has_public_key: bool,
         address: str,
+        terminator_id: str = "",
     ) -> Terminator:
         body = await self._request(
             control.message(
@@ -363,6 +364,7 @@ class ControlClient:
                     "precedence": precedence,
                     "hasPublicKey": has_public_key,
                     "address": address,
+                    **({"terminatorId": terminator_id} if terminator_id else {}),
                 },
             ),
             CREATE_TERMINATOR_REPLY,

@@ -373,7 +373,10 @@ class Controllers:
         precedence: str,
         has_public_key: bool,
         address: str,
+        terminator_id: str = "",
     ) -> Terminator:
+        # every controller asked gets the same id: one that committed before its answer was lost
+        # hands the same terminator to the next
         return await self._ask(
             "no terminator",
             lambda client: client.create_terminator(
@@ -385,6 +388,7 @@ class Controllers:
                 precedence=precedence,
                 has_public_key=has_public_key,
                 address=address,
+                terminator_id=terminator_id,
             ),
         )
 

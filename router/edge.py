@@ -47,6 +47,7 @@ import hashlib
 import itertools
 import logging
 import random
+import secrets
 import ssl
 import time
 from abc import ABC, abstractmethod
@@ -993,6 +994,7 @@ class EdgeListener:
                     precedence=precedence,
                     has_public_key=bind.public_key is not None,
                     address=HOSTED_PREFIX + bind.token,
+                    terminator_id=secrets.token_urlsafe(12),
                 ),
             )
         except _Refusal as refusal:

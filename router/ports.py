@@ -130,7 +130,11 @@ class ControllerPort(Protocol):
         precedence: str,
         has_public_key: bool,
         address: str,
-    ) -> Terminator: ...
+        terminator_id: str = "",
+    ) -> Terminator:
+        """A terminator for a Bind; ``terminator_id``, chosen by this router, makes asking again
+        (another controller, after no answer) return the terminator made the first time."""
+        ...
 
     async def remove_terminators(self, terminator_ids: list[str]) -> None: ...
 

@@ -343,6 +343,7 @@ class RouterConnection:
                 cost=wire.integer(body, "cost"),
                 precedence=text(body, "precedence", "default") or "default",
                 has_public_key=request.has_public_key,
+                terminator_id=text(body, "terminatorId"),
             )
             return wire.terminator_reply(message, terminator)
 

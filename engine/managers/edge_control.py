@@ -47,6 +47,7 @@ import dataclasses
 import enum
 import logging
 import random
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,10 @@ TUNNEL_PREFIX = "tunnel:"
 ROUTER_BINDINGS = frozenset({EDGE_BINDING, TUNNEL_BINDING})
 #: Terminator precedences, best first.
 PRECEDENCE_RANK = {"required": 0, "default": 1, "failed": 2}
+
+
+#: A terminator id a router may choose.
+TERMINATOR_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 class Refusal(enum.Enum):
@@ -373,10 +378,20 @@ class EdgeControlManager:
         cost: int = 0,
         precedence: str = "default",
         has_public_key: bool = False,
+        terminator_id: str = "",
     ) -> Terminator:
         """A Bind through ``router_id``: a new terminator of the session's service, hosted by the
         session's identity (cost 0 and precedence ``default`` take the identity's hosting
-        cost and precedence for the service, as set)."""
+        cost and precedence for the service, as set).
+
+        ``terminator_id``, when the router chose one (as OpenZiti's routers do), is the new
+        terminator's id, and asking again is safe: a router that got no answer (its controller went
+        away after committing) asks another controller with the same id and gets the terminator
+        made the first time, not a second one it would never know of."""
+        if terminator_id and not TERMINATOR_ID.fullmatch(terminator_id):
+            raise ControlRefused(
+                Refusal.INVALID_TERMINATOR, "terminatorId must be 1-64 letters, digits, '.', '_' or '-'"
+            )
         if not 0 <= cost <= COST_MAX:
             raise ControlRefused(Refusal.INVALID_COST, f"cost must be between 0 and {COST_MAX}")
         if precedence not in PRECEDENCES:
@@ -409,6 +424,13 @@ class EdgeControlManager:
             # deleted already, so one made now would never be
             if self.env.store.get(Session, session.id) is None:
                 raise ControlRefused(Refusal.INVALID_SESSION, "the session ended")
+            if terminator_id:
+                made = self.env.store.get(Terminator, terminator_id)
+                if made is not None:
+                    if (made.router_id, made.service_id, made.host_id) != (router_id, service.id, session.id):
+                        raise ControlRefused(Refusal.INVALID_TERMINATOR, f"terminator {terminator_id} exists")
+                    return made  # asked again: the one made the first time
+                fields["id"] = terminator_id
             try:
                 return self.terminators.create(fields)
             except ControllerError as ex:

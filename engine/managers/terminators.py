@@ -77,11 +77,16 @@ class TerminatorManager(EntityManager[Terminator]):
 
     # -- hooks -------------------------------------------------------------------------------
     def build(self, uow: UnitOfWork, fields: dict[str, Any]) -> Terminator:
+        chosen = fields.get("id")  # an id the hosting router chose (edge_control)
+        fields = {k: v for k, v in fields.items() if k != "id"}
         if fields.get("address") is ITS_OWN_ID:
             # an SDK-hosted terminator's address is its own id, as OpenZiti 1.x's
             made = super().build(uow, _with_binding({**fields, "address": "-"}))
+            if chosen:
+                made = dataclasses.replace(made, id=chosen)
             return dataclasses.replace(made, address=made.id)
-        return super().build(uow, _with_binding(fields))
+        made = super().build(uow, _with_binding(fields))
+        return dataclasses.replace(made, id=chosen) if chosen else made
 
     def apply(self, uow: UnitOfWork, old: Terminator, fields: dict[str, Any]) -> Terminator:
         kept = {k: v for k, v in fields.items() if k not in CREATE_ONLY}

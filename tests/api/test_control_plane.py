@@ -472,6 +472,32 @@ def test_a_bind_makes_a_terminator_both_apis_list(api: Api, plane: Plane) -> Non
     assert [t["id"] for t in listed] == [reply["terminatorId"]]
 
 
+def test_a_bind_asked_again_with_its_terminator_id_gets_the_same_terminator(api: Api, plane: Plane) -> None:
+    """A router chooses the terminator's id, as OpenZiti's do: asked again (the controller that
+    committed it went away before answering), the terminator made the first time comes back, and
+    no second one is made; an id another Bind holds, or one out of shape, is refused."""
+    net = network(api, plane)
+    session = session_token(api, net.person, net.service, "Bind")
+
+    first = net.link.request(bind(net.person, session["token"], terminatorId="t-from-router_1"))
+    again = net.link.request(bind(net.person, session["token"], terminatorId="t-from-router_1"))
+
+    assert first.content_type == again.content_type == control.CREATE_TERMINATOR_REPLY, again.body
+    assert body(first)["terminatorId"] == body(again)["terminatorId"] == "t-from-router_1"
+    listed = api.get("/terminators", params={"filter": f'service="{net.service}"'}).json["data"]
+    assert [t["id"] for t in listed] == ["t-from-router_1"]
+    assert listed[0]["address"] == "t-from-router_1"
+
+    other = person(api, net.role)
+    taken = net.link.request(
+        bind(other, session_token(api, other, net.service, "Bind")["token"], terminatorId="t-from-router_1")
+    )
+    bad = net.link.request(bind(net.person, session["token"], terminatorId="no spaces/or slashes"))
+    assert error_of(taken)[1].endswith("terminator t-from-router_1 exists")
+    assert "terminatorId" in error_of(bad)[1]
+    assert len(api.get("/terminators", params={"filter": f'service="{net.service}"'}).json["data"]) == 1
+
+
 def test_a_dial_reaches_a_terminator_of_the_service(api: Api, plane: Plane) -> None:
     net = network(api, plane)
     hosted = body(

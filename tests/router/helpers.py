@@ -310,6 +310,7 @@ class TableController:
         precedence: str,
         has_public_key: bool,
         address: str,
+        terminator_id: str = "",
     ) -> Terminator:
         self.terminator_calls.append(
             {
@@ -321,6 +322,7 @@ class TableController:
                 "precedence": precedence,
                 "has_public_key": has_public_key,
                 "address": address,
+                "terminator_id": terminator_id,
             }
         )
         refusal = self.bind_refusals.get(session_token)

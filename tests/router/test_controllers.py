@@ -230,6 +230,40 @@ async def test_a_request_whose_controller_drops_mid_way_is_answered_by_the_other
 
 
 @run_async
+async def test_a_bind_asked_again_of_the_other_controller_carries_the_same_terminator_id(pki: Pki) -> None:
+    """The router's chosen terminator id goes to every controller it asks: one that committed the
+    terminator before its answer was lost makes the next hand back the same terminator."""
+    async with (
+        Controller(pki) as one,
+        Controller(pki) as two,
+        Plane(pki, [one, two], Edge()) as plane,
+    ):
+        await until(lambda: len(plane.up()) == 2, "both control connections up")
+        binding = asyncio.ensure_future(
+            plane.create_terminator(
+                session_token="tok",
+                api_session_id="as-1",
+                fingerprints=[],
+                instance_id="",
+                cost=0,
+                precedence="default",
+                has_public_key=False,
+                address="hosted:tok",
+                terminator_id="t-chosen",
+            )
+        )
+        first = await one.next(control.CREATE_TERMINATOR)
+
+        one.channel.close()  # asked, never answered
+
+        again = await two.next(control.CREATE_TERMINATOR)
+        reply = {"terminatorId": "t-chosen", "sessionId": "s-1", "serviceId": "svc-1"}
+        two.channel.send(control.message(control.CREATE_TERMINATOR_REPLY, reply).reply_to(again))
+        assert json.loads(first.body)["terminatorId"] == json.loads(again.body)["terminatorId"] == "t-chosen"
+        assert (await within(binding)).terminator_id == "t-chosen"
+
+
+@run_async
 async def test_a_request_not_answered_in_time_is_asked_of_the_other(pki: Pki) -> None:
     async with Controller(pki) as one, Controller(pki) as two:
         sessions = ApiSessions()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -314,6 +315,8 @@ async def test_a_bind_registers_a_terminator_and_is_answered_state_connected(pki
         assert answer.reply_for == request.seq
         assert answer.u32(CONN_ID) == 3
         assert answer.u32(SEQ) == 5
+        chosen = router.controller.terminator_calls[0].pop("terminator_id")
+        assert re.fullmatch(r"[A-Za-z0-9._-]{1,64}", chosen), chosen  # its own id, asked again as is
         assert router.controller.terminator_calls == [
             {
                 "session_token": "bind-1",
