@@ -35,8 +35,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from api.parquet_chunks import ParquetChunks
-from engine.analysis.advise import IDENTITY_NO_SERVICES, SERVICE_NO_IDENTITIES
-from engine.analysis.advise_bulk import _DISABLED, AdviceBlock, AdviceTables, _errors_of, _unique_rows
+from engine.analysis.advise import DISABLED, IDENTITY_NO_SERVICES, SERVICE_NO_IDENTITIES
+from engine.analysis.advise_bulk import AdviceBlock, AdviceTables, errors_of, unique_rows
 
 __all__ = ["COLUMNS", "COMPRESSION", "PARQUET", "advice_parquet", "advice_schema", "write_advice"]
 
@@ -64,7 +64,7 @@ COLUMNS = (
 )
 #: What pages are compressed with (lz4 measured the fastest of none, snappy, zstd, lz4 at tier L).
 COMPRESSION = "lz4"
-#: Error codes past the 16 of :func:`_errors_of`: an identity with no service, a service with none.
+#: Error codes past the 16 of :func:`errors_of`: an identity with no service, a service with none.
 _NO_SERVICES, _NO_IDENTITIES = 16, 17
 
 
@@ -161,7 +161,7 @@ class _Grants:
         order = np.argsort(key, axis=1, kind="stable")
         kept = np.take_along_axis(key, order, axis=1) < _LAST
         lists = np.where(kept, np.take_along_axis(slot, order, axis=1), -1)
-        unique, inverse = _unique_rows(lists)
+        unique, inverse = unique_rows(lists)
         kept = unique >= 0
         values = unique[kept]
         offsets = np.zeros(len(unique) + 1, dtype=np.int32)
@@ -203,12 +203,12 @@ class _Writer:
         self.service_names = pa.array(tables.service_names, pa.string())
         self.empty = pa.array([""], pa.string())
         self.status = pa.array(["OKAY", "ERROR"], pa.string())
-        errors = [list(_errors_of(code)) for code in range(16)] + [
+        errors = [list(errors_of(code)) for code in range(16)] + [
             [IDENTITY_NO_SERVICES],
             [SERVICE_NO_IDENTITIES],
         ]
         self.errors = pa.array([json.dumps(e) for e in errors], pa.string())
-        self.problems = pa.array([json.dumps([]), json.dumps([_DISABLED])], pa.string())
+        self.problems = pa.array([json.dumps([]), json.dumps([DISABLED])], pa.string())
         self.grants = _Grants(tables)
         self.identity_router_counts = np.append(tables.identity_router_counts, 0)
         self.service_router_counts = np.append(tables.service_router_counts, 0)

@@ -63,6 +63,8 @@ ALL_OFFLINE = (
 )
 IDENTITY_NO_SERVICES = "Identity does not have access to any services. Adjust service policies."
 SERVICE_NO_IDENTITIES = "Service is not accessible by any identities. Adjust service policies."
+#: The problem a row names beside the errors.
+DISABLED = "identity is disabled"
 
 
 class Bits:
@@ -295,7 +297,7 @@ def advise(
             if posture is not None and not passing:
                 problems.append(f"posture fails for every policy granting {kind}")
         if disabled(identity_id):
-            problems.append("identity is disabled")
+            problems.append(DISABLED)
         status = "ERROR" if errors else "OKAY "
         if errors_only and not errors and not problems:
             return None

@@ -40,6 +40,7 @@ import numpy as np
 
 from engine.analysis.advise import (
     ALL_OFFLINE,
+    DISABLED,
     IDENTITY_NO_SERVICES,
     NO_COMMON,
     NO_IDENTITY_ROUTERS,
@@ -87,13 +88,12 @@ FORMATS = ("csv", "json", "text")
 
 #: Rows per block (about).
 BLOCK_ROWS = 1 << 20
-_DISABLED = "identity is disabled"
 
 # A pair's error bits: no identity routers, no service routers, no common router, all offline.
 _E_MINE, _E_THEIRS, _E_COMMON, _E_OFFLINE = 1, 2, 4, 8
 
 
-def _errors_of(code: int) -> tuple[str, ...]:
+def errors_of(code: int) -> tuple[str, ...]:
     out = []
     if code & _E_MINE:
         out.append(NO_IDENTITY_ROUTERS)
@@ -297,12 +297,11 @@ def advise_block_jobs(
         service_router_counts=services.router_counts,
         online_known=online is not None,
     )
-    grants = _Grants(bits, names, policy_count, tables.grants)
-    grants.local = local_sets
+    grants = _Grants(bits, names, policy_count, tables.grants, local=local_sets)
     tables.policy_count = policy_count
     tables.policy_names = grants.policy_names
     tables.policy_checks = {
-        slot: tuple(grants._check_name(c) for c in bits.checks_of(slot)) if grants.any_checks else ()
+        slot: tuple(grants.check_name(c) for c in bits.checks_of(slot)) if grants.any_checks else ()
         for slot in grants.policy_names
     }
     tables.dial_policies = bits.dial
@@ -390,7 +389,9 @@ def _columns(block: AdviceBlock) -> tuple[Any, ...]:
 class _Grants:
     """Grant codes: a single policy is its slot; a set of several is numbered past the slots."""
 
-    def __init__(self, bits: Bits, names: Names, policy_count: int, table: dict[int, Grant]) -> None:
+    def __init__(
+        self, bits: Bits, names: Names, policy_count: int, table: dict[int, Grant], *, local: bool = False
+    ) -> None:
         self.bits = bits
         self.names = names
         self.policy_count = policy_count
@@ -400,7 +401,7 @@ class _Grants:
         self.policy_names = {s: names(SERVICE_POLICY, str(sp_ids[s])) for s in slots(bits.dial | bits.bind)}
         self.any_checks = bool(bits.sp_posture.table.all_bits)
         self.check_names: dict[str, str] = {}
-        self.local = False
+        self.local = local
 
     def single(self, policy_slots: Any) -> None:
         for slot in np.unique(policy_slots).tolist():
@@ -414,7 +415,7 @@ class _Grants:
             self.table[code] = self._grant(policy_set)
         return code
 
-    def _check_name(self, check_id: str) -> str:
+    def check_name(self, check_id: str) -> str:
         name = self.check_names.get(check_id)
         if name is None:
             name = self.check_names[check_id] = self.names(POSTURE_CHECK, check_id)
@@ -428,7 +429,7 @@ class _Grants:
             for slot in group:
                 checks = self.bits.checks_of(slot) if self.any_checks else []
                 if checks:
-                    posture[self.policy_names[slot]] = tuple(self._check_name(c) for c in checks)
+                    posture[self.policy_names[slot]] = tuple(self.check_name(c) for c in checks)
         return Grant(
             dial=bool(dial),
             bind=bool(bind),
@@ -528,7 +529,7 @@ def _several(t_cell: Any, t_policy: Any, many: Any, cells: Any, grants: _Grants)
     column = np.arange(len(cell)) - np.repeat(firsts, sizes)
     matrix = np.full((len(cells), width), -1, dtype=np.int64)
     matrix[np.repeat(np.arange(len(cells)), sizes), column] = policy
-    unique, inverse = _unique_rows(matrix)
+    unique, inverse = unique_rows(matrix)
     if grants.local:
         return grants.policy_count + inverse, unique
     mapped = np.asarray(
@@ -537,7 +538,7 @@ def _several(t_cell: Any, t_policy: Any, many: Any, cells: Any, grants: _Grants)
     return mapped[inverse], None
 
 
-def _unique_rows(matrix: Any) -> tuple[Any, Any]:
+def unique_rows(matrix: Any) -> tuple[Any, Any]:
     """The distinct rows of a matrix of sets (slots ascending, -1 padded) and each row's place
     among them: a row keyed by the sum of a random 64-bit word per slot, the keys made unique, and
     checked (if two sets' keys collide, the exact, slower unique of rows)."""
@@ -589,7 +590,7 @@ def rows_of(tables: AdviceTables, block: AdviceBlock) -> Iterator[AdviceRow]:
             )
             continue
         grant = tables.grants[code]
-        message = _errors_of(errors)
+        message = errors_of(errors)
         yield AdviceRow(
             status="ERROR" if message else "OKAY",
             identity_id=tables.identity_ids[i],
@@ -606,7 +607,7 @@ def rows_of(tables: AdviceTables, block: AdviceBlock) -> Iterator[AdviceRow]:
             dial_policies=grant.dial_policies,
             bind_policies=grant.bind_policies,
             posture=grant.posture,
-            problems=(_DISABLED,) if tables.identity_disabled[i] else (),
+            problems=(DISABLED,) if tables.identity_disabled[i] else (),
         )
 
 
@@ -698,9 +699,9 @@ class Renderer:
         t = tables
         top = int(max(t.identity_router_counts.max(initial=0), t.service_router_counts.max(initial=0))) + 1
         numbers = [str(n) for n in range(top)]
-        errors = [_errors_of(code) for code in range(16)]
+        errors = [errors_of(code) for code in range(16)]
         status = ["ERROR" if e else "OKAY" for e in errors]
-        disabled = [(), (_DISABLED,)]
+        disabled = [(), (DISABLED,)]
         q, dumps = _csv_cell, json.dumps
         self.grant_cache: dict[int, tuple[str, ...]] = {}
         if fmt == "csv":

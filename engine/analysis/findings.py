@@ -291,8 +291,7 @@ def evaluate(
         """The lowest set bit of a member bitset (of thousands of bits: kept by the bitset's
         identity, which a graph's forks share)."""
         known = lows.get(id(chosen))
-        fresh = known is None or known[1] is not chosen
-        low = (chosen & -chosen).bit_length() - 1 if fresh or known is None else known[0]
+        low = known[0] if known is not None and known[1] is chosen else (chosen & -chosen).bit_length() - 1
         seen_lows[id(chosen)] = (low, chosen)
         return low
 
@@ -511,7 +510,6 @@ def evaluate(
     if memo is not None:
         memo.services = kept
 
-    # posture that blocks every identity a policy grants; grants never used
     # posture that blocks every identity a policy grants; grants never used
     sp_records = bits.policy_tables[SERVICE_POLICY].records
     known_bits = -1  # every identity is asked
