@@ -309,6 +309,22 @@ def _batches(maker: _Writer, blocks: Iterable[Any], workers: int = WORKERS) -> I
                 future.cancel()
 
 
+def _parquet_writer(where: Any, schema: pa.Schema, compression: str) -> pq.ParquetWriter:
+    """A writer of :func:`advice_schema`'s batches: no column statistics (computing them looks
+    every row's string up); a Parquet dictionary only for the columns that are dictionaries
+    already (the counts and flags are plain: hashing each value cost more than it saved); rows
+    encoded 64 Ki at a time, not 1 Ki. Together a sixth less time at tier L, 15 % more bytes."""
+    dictionaries = [field.name for field in schema if pa.types.is_dictionary(field.type)]
+    return pq.ParquetWriter(
+        where,
+        schema,
+        compression=compression,
+        write_statistics=False,
+        use_dictionary=dictionaries,
+        write_batch_size=1 << 16,
+    )
+
+
 def write_advice(
     tables: AdviceTables,
     blocks: Iterable[AdviceBlock | Callable[[], AdviceBlock]],
@@ -318,8 +334,7 @@ def write_advice(
     """Every block (of ``advise_blocks(..., local_sets=True)`` or, computed several at once, of
     ``advise_block_jobs``) into one Parquet file, a row group a block; the rows written."""
     maker = _Writer(tables)
-    # no column statistics: computing them looks every row's string up
-    writer = pq.ParquetWriter(where, maker.schema, compression=compression, write_statistics=False)
+    writer = _parquet_writer(where, maker.schema, compression)
     rows = 0
     try:
         for batch in _batches(maker, blocks):
@@ -338,7 +353,7 @@ def advice_parquet(
     """:func:`write_advice` as the chunks of a streamed answer, a row group at a time."""
     sink = ParquetChunks()
     maker = _Writer(tables)
-    writer = pq.ParquetWriter(sink, maker.schema, compression=compression, write_statistics=False)
+    writer = _parquet_writer(sink, maker.schema, compression)
     for batch in _batches(maker, blocks):
         writer.write_batch(batch, row_group_size=len(batch))
         yield sink.take()

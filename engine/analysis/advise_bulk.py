@@ -402,11 +402,16 @@ class _Grants:
         self.any_checks = bool(bits.sp_posture.table.all_bits)
         self.check_names: dict[str, str] = {}
         self.local = local
+        #: The single policies :attr:`table` holds a grant of, by slot.
+        self.seen = np.zeros(max(policy_count, 1), dtype=bool)
+        self.seen[[slot for slot in table if slot < policy_count]] = True
 
     def single(self, policy_slots: Any) -> None:
-        for slot in np.unique(policy_slots).tolist():
-            if slot not in self.table:
+        new = policy_slots[~self.seen[policy_slots]]
+        if len(new):
+            for slot in np.unique(new).tolist():
                 self.table[slot] = self._grant((slot,))
+            self.seen[new] = True
 
     def several(self, policy_set: tuple[int, ...]) -> int:
         code = self.sets.get(policy_set)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from bench.topology import generate
 from engine.analysis.advise import advise
 from engine.analysis.advise_bulk import FORMATS, LINES, _csv_cell, advise_blocks, csv_header, render, rows_of
-from engine.policy import EDGE_ROUTER, IDENTITY, PolicyGraph
+from engine.policy import EDGE_ROUTER, IDENTITY, EntityRow, PolicyGraph, PolicyRow
 from tests.conftest import examples
 from tests.unit.engine.test_analysis_oracle import apply, batches, networks
 from tests.unit.engine.test_policy_oracle import Oracle, rebuild
@@ -80,6 +80,58 @@ def tier_cases() -> Iterator[tuple[PolicyGraph, int, dict[str, Any]]]:
     for order in ("identities", "services"):
         yield graph, 500, {"online": online.__contains__, "disabled": disabled.__contains__, "order": order}
         yield graph, 500, {"disabled": disabled.__contains__, "order": order, "errors_only": True}
+
+
+def crowded_cases() -> Iterator[tuple[PolicyGraph, int, dict[str, Any]]]:
+    """Entities granted by more service policies than one 52-bit mask of the bulk path holds
+    (130: three masks), with overlapping services, so pairs are granted by sets of policies from
+    every mask, and pairs granted by one policy far down an entity's list; in both orders."""
+    import random
+
+    rng = random.Random(7)
+    identities = [EntityRow(f"i{n}", ("crowd",) if n < 3 else (f"t{n % 2}",)) for n in range(5)]
+    identities.append(EntityRow("i5", ("t1", "late")))
+    services = [EntityRow(f"s{n:02d}", tuple(f"a{k}" for k in range(6) if (n >> k) & 1)) for n in range(40)]
+    services.append(EntityRow("s-late", ("late",)))
+    routers = [EntityRow(f"r{n}", (f"z{n % 3}",)) for n in range(5)]
+    checks = [EntityRow("pc1", ("check",))]
+    policies = [
+        PolicyRow(
+            f"sp{n:03d}",
+            rng.choice(["AnyOf", "AllOf"]),
+            "Dial" if n % 4 else "Bind",
+            identity_roles=["#crowd"] if n % 9 else ["#all"],
+            service_roles=[f"#a{k}" for k in rng.sample(range(6), rng.choice([1, 1, 2]))],
+            posture_check_roles=["#check"] if n % 11 == 0 else (),
+        )
+        for n in range(128)
+    ]
+    # the only grant of (crowd, s-late), and of (i5, #a5 services): last in their lists
+    policies.append(PolicyRow("sp128", "AnyOf", "Dial", identity_roles=["#crowd"], service_roles=["#late"]))
+    policies.append(PolicyRow("sp129", "AnyOf", "Bind", identity_roles=["#late"], service_roles=["#a5"]))
+    erps = [
+        PolicyRow("erp1", "AnyOf", identity_roles=["#crowd", "#t0"], edge_router_roles=["#z0", "#z1"]),
+        PolicyRow("erp2", "AnyOf", identity_roles=["#t1"], edge_router_roles=["#z2"]),
+    ]
+    serps = [PolicyRow("serp1", "AnyOf", service_roles=["#a0", "#a2"], edge_router_roles=["#all"])]
+    graph = PolicyGraph.build(
+        identities=identities,
+        services=services,
+        edge_routers=routers,
+        posture_checks=checks,
+        service_policies=policies,
+        edge_router_policies=erps,
+        service_edge_router_policies=serps,
+    )
+    online = {"r0", "r2"}
+    for order in ("identities", "services"):
+        yield graph, 1 << 20, {"online": online.__contains__, "order": order}
+        yield graph, 7, {"disabled": {"i1"}.__contains__, "order": order}
+
+
+def test_bulk_equals_per_pair_past_one_mask_of_policies() -> None:
+    for graph, block_rows, options in crowded_cases():
+        _same(graph, block_rows, **options)
 
 
 @SETTINGS

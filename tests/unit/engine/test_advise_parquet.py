@@ -18,7 +18,7 @@ from bench.topology import generate
 from engine.analysis.advise import advise
 from engine.analysis.advise_bulk import advise_block_jobs, advise_blocks
 from engine.policy import PolicyGraph
-from tests.unit.engine.test_advise_bulk import SETTINGS, random_case, tier_cases
+from tests.unit.engine.test_advise_bulk import SETTINGS, crowded_cases, random_case, tier_cases
 from tests.unit.engine.test_analysis_oracle import networks
 from tests.unit.engine.test_policy_oracle import Oracle
 
@@ -57,6 +57,11 @@ def test_parquet_rows_equal_the_per_pair_rows(oracle: Oracle, data: st.DataObjec
 
 def test_parquet_equals_per_pair_on_a_generated_tier() -> None:
     for graph, block_rows, options in tier_cases():
+        _same(graph, block_rows, **options)
+
+
+def test_parquet_equals_per_pair_past_one_mask_of_policies() -> None:
+    for graph, block_rows, options in crowded_cases():
         _same(graph, block_rows, **options)
 
 
