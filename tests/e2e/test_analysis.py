@@ -169,3 +169,42 @@ def test_check_lists_new_access_of_a_batch_against_a_snapshot(
     batch.write_text(json.dumps({"items": removal}))
     removed = trellis(server, "check", "--no-new-access", base, str(batch))
     assert removed.returncode == 0, removed.stdout + removed.stderr
+
+
+def test_advise_from_a_controller_as_parquet(server: Server, net: dict[str, Any], tmp_path: Path) -> None:
+    """``trellis advise --controller ... --format parquet``: the server's streamed Parquet body,
+    written as it comes, holds the rows the same command gives as JSON lines."""
+    from tests.unit.engine.test_advise_parquet import read_rows
+
+    remote = ["--controller", server.url, "--token", net["token"], "--ca", server.ca]
+    out = tmp_path / "advice.parquet"
+    written = trellis(server, "advise", *remote, "--format", "parquet", "--out", str(out))
+    assert written.returncode == 0, written.stderr
+    as_json = trellis(server, "advise", *remote, "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    rows = read_rows(out.read_bytes())
+    assert rows == [json.loads(line) for line in as_json.stdout.splitlines()]
+    web = {r["identityName"]: r for r in rows if r["serviceName"] == "web"}
+    assert (web["alice"]["status"], web["alice"]["dial"], web["alice"]["dialPolicies"]) == (
+        "ERROR",
+        True,
+        ["staff-web"],
+    )
+    assert web["alice"]["errors"][0].startswith("Identity has no edge routers assigned")
+    assert web["alice"]["onlineCommonRouterCount"] == 0  # a controller knows who is online
+    refused = tmp_path / "refused.parquet"
+    bad = trellis(
+        server,
+        "advise",
+        *remote[:2],
+        "--token",
+        "nope",
+        *remote[4:],
+        "--format",
+        "parquet",
+        "--out",
+        str(refused),
+    )
+    assert bad.returncode != 0
+    assert "401" in bad.stderr, bad.stderr
+    assert not refused.exists()  # no empty file left behind
