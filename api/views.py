@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import falcon
+import orjson
 
 from api.controller import Controller
 from api.http import Loaded, list_response
@@ -112,12 +113,15 @@ class ServiceRenderer:
         wanted: frozenset[str],
         posture: Callable[[Mapping[str, Grant]], dict[str, list[PolicyPosture]]] | None = None,
         form: Callable[[Service], dict[str, Any]] = service_form,
+        encoded: EncodedServices | None = None,
     ) -> None:
         self.managers = managers
         self.identity = identity
         self.wanted = wanted
         self.posture = posture
         self.form = form
+        #: where :meth:`encode` keeps services' JSON (None: encoded afresh each time)
+        self.encoded = encoded
         self._grants: dict[str, Grant] = {}
         self._queries: dict[str, list[PolicyPosture]] = {}
         #: each policy's posture as rendered for this request (shared by the services it grants)
@@ -145,6 +149,73 @@ class ServiceRenderer:
             out["postureQueries"] = render_posture_queries(self._queries[service.id], self._postures)
         return out
 
+    def encode(self, service: Service) -> bytes:
+        """``orjson.dumps(self(service))``, kept (:class:`EncodedServices`) when every value it
+        is made of is known: the service object, the config data objects by type name, the
+        permissions and, on the client API, postureQueries of policies that check nothing."""
+        if self.encoded is None:
+            return orjson.dumps(self(service))
+        if service.id not in self._grants:
+            self.prepare([service])
+        grant = self._grants[service.id]
+        posture: tuple[tuple[str, str, bool], ...] | None = None
+        if self.posture is not None:
+            shown = []
+            for policy in self._queries[service.id]:
+                if policy.queries:  # evaluated checks: rendered afresh
+                    return orjson.dumps(self(service))
+                shown.append((policy.policy_id, policy.policy_type, policy.is_passing))
+            posture = tuple(shown)
+        entries = self.managers.services.config_entries(
+            service, self.wanted, self.identity.service_configs.get(service.id)
+        )
+        return self.encoded.get(service, entries, grant.permissions, posture, self)
+
+
+#: How many services' encoded forms :class:`EncodedServices` keeps (then it starts afresh).
+ENCODED_KEPT = 8192
+
+
+class EncodedServices:
+    """Services' ``serviceDetail`` as JSON bytes, kept by what each is made of: the service
+    object (entities are immutable: a change is a new object), each config's type name and data
+    object, the permissions and the posture policies (id, type, passing; none with checks). A
+    changed service, config, config type name, grant or policy makes another key, so nothing is
+    ever invalidated: a stale entry is simply not asked for again (and goes when the memo is
+    full). The objects of a key are held beside its answer, so that their ids are not reused.
+    Thread-safe in that concurrent callers at worst encode the same service twice."""
+
+    __slots__ = ("_kept", "_most")
+
+    def __init__(self, kept: int = ENCODED_KEPT) -> None:
+        self._most = kept
+        self._kept: dict[tuple[Any, ...], tuple[tuple[Any, ...], bytes]] = {}
+
+    def get(
+        self,
+        service: Service,
+        entries: Sequence[tuple[str, dict[str, Any]]],
+        permissions: tuple[str, ...],
+        posture: tuple[tuple[str, str, bool], ...] | None,
+        render: Callable[[Service], dict[str, Any]],
+    ) -> bytes:
+        if entries:
+            configs = tuple([(name, id(data)) for name, data in entries])
+            held: tuple[Any, ...] = (service, *[data for _, data in entries])
+        else:
+            configs, held = (), (service,)
+        # While an entry is kept, so are the objects whose ids its key holds: no other object
+        # can have those ids, so an equal key means the same objects (checked for the service).
+        key = (id(service), configs, permissions, posture)
+        kept = self._kept.get(key)
+        if kept is not None and kept[0][0] is service:
+            return kept[1]
+        encoded = orjson.dumps(render(service))
+        if len(self._kept) >= self._most:
+            self._kept.clear()
+        self._kept[key] = (held, encoded)
+        return encoded
+
 
 class ServiceView(View[Service]):
     """Services as an identity sees them (OpenZiti's ``ServiceDetail`` for an identity)."""
@@ -153,6 +224,7 @@ class ServiceView(View[Service]):
         super().__init__(Service, SERVICE_SYMBOLS, self._unseen)
         self.managers = managers
         self.forms = Forms(service_form)
+        self.encoded = EncodedServices()
 
     def _unseen(self, service: Service) -> dict[str, Any]:
         return render_service(service, permissions=service_permissions(()), form=self.forms)
@@ -178,14 +250,16 @@ class ServiceView(View[Service]):
 
     def renderer(self, req: falcon.Request) -> Callable[[Service], dict[str, Any]]:
         """Management: the permissions and overrides of the caller or of ``asIdentity``."""
-        return ServiceRenderer(self.managers, self._as_identity(req), self._wanted(req), form=self.forms)
+        return ServiceRenderer(
+            self.managers, self._as_identity(req), self._wanted(req), form=self.forms, encoded=self.encoded
+        )
 
     def client_renderer(self, req: falcon.Request) -> Callable[[Service], dict[str, Any]]:
         """Client API: the caller's permissions and overrides, and its ``postureQueries``."""
         identity: Identity = req.context.identity
         session_id: str = req.context.session.id
         queries = self.managers.posture.service_queries_for(identity.id, session_id)
-        return ServiceRenderer(self.managers, identity, self._wanted(req), queries, self.forms)
+        return ServiceRenderer(self.managers, identity, self._wanted(req), queries, self.forms, self.encoded)
 
     def visible(self, identity: Identity, service_id: str) -> Service:
         """The service if the identity may Dial or Bind it; else 404 (docs/policy.md §5.1)."""

@@ -97,8 +97,15 @@ class ServiceManager(EntityManager[Service]):
         ``overrides`` (config type id -> config id, an identity's service configs for this service)
         replace the service's own config of the same type (OpenZiti's ``mergeConfigs``).
         """
+        return dict(self.config_entries(service, wanted, overrides))
+
+    def config_entries(
+        self, service: Service, wanted: Collection[str], overrides: Mapping[str, str] | None = None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """:meth:`config_map`'s entries in its order, (config type name, the config's data): the
+        data objects are the (immutable) configs' own, so a renderer may tell them by identity."""
         if not wanted:
-            return {}
+            return []
         store = self.env.store
         by_type: dict[str, dict[str, Any]] = {}
         for config in _configs(self.env, service):
@@ -108,11 +115,11 @@ class ServiceManager(EntityManager[Service]):
             override = store.get(Config, config_id) if type_id in wanted else None
             if override is not None:
                 by_type[type_id] = override.data
-        out: dict[str, Any] = {}
+        out: list[tuple[str, dict[str, Any]]] = []
         for type_id, data in by_type.items():
             config_type = store.get(ConfigType, type_id)
             if config_type is not None:
-                out[config_type.name] = data
+                out.append((config_type.name, data))
         return out
 
 
