@@ -144,6 +144,8 @@ class Grant:
 
 
 NO_GRANT = Grant((), {})
+#: How many (identity, service) grants :meth:`AccessManager.grants` keeps (then it starts afresh).
+GRANTS_KEPT = 65536
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,9 @@ class AccessManager:
         self._graph = graph if graph is not None else build_graph(store)
         #: The store's revision the graph is at (the last batch it took).
         self._revision = store.last_seq
+        #: :meth:`grants`' answers by (identity id, service id) for the graph as it is: emptied
+        #: (under the lock) whenever the graph changes or is replaced.
+        self._grants: dict[tuple[str, str], Grant] = {}
         self._observers: list[GraphObserver] = []
 
     def observe(self, observer: GraphObserver) -> None:
@@ -228,6 +233,7 @@ class AccessManager:
                 log.exception("policy graph update failed; rebuilding it from storage")
                 self._graph = build_graph(self.store)
             self._revision = self.store.last_seq
+            self._grants = {}
             for observer, state in seen:
                 try:
                     observer.after(self._graph, changes, state)
@@ -265,6 +271,7 @@ class AccessManager:
         with self._lock:
             self._graph = graph
             self._revision = self.store.last_seq
+            self._grants = {}
 
     # -- helpers -------------------------------------------------------------------------------
     def _load(self, kind: type[E], ids: Sequence[str]) -> list[E]:
@@ -427,13 +434,23 @@ class AccessManager:
         lock (a list's page: per-service calls from many request threads queue on the lock)."""
         out: dict[str, Grant] = {}
         with self._lock:
+            kept = self._grants
             graph = self._graph
-            known = graph.has_entity(IDENTITY, identity_id)
+            known: bool | None = None
             for service_id in service_ids:
-                if known and graph.has_entity(SERVICE, service_id):
-                    out[service_id] = Grant(*graph.grant(identity_id, service_id))
-                else:
-                    out[service_id] = NO_GRANT
+                key = (identity_id, service_id)
+                grant = kept.get(key)
+                if grant is None:
+                    if known is None:
+                        known = graph.has_entity(IDENTITY, identity_id)
+                    if known and graph.has_entity(SERVICE, service_id):
+                        grant = Grant(*graph.grant(identity_id, service_id))
+                    else:
+                        grant = NO_GRANT
+                    if len(kept) >= GRANTS_KEPT:
+                        kept.clear()
+                    kept[key] = grant
+                out[service_id] = grant
         return out
 
     def posture_gated_services(self) -> list[str]:
