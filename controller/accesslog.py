@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import logging
 import re
 import time
@@ -94,6 +95,13 @@ _SECRET_ENVIRON = frozenset("HTTP_" + name.upper().replace("-", "_") for name in
 
 
 def _secret_param(name: str) -> bool:
+    return _secret_name(name) if len(name) <= 64 else _secret_name.__wrapped__(name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _secret_name(name: str) -> bool:
+    """Whether a query parameter so named carries a secret (a pure function of the name, kept:
+    every request's ``limit`` and ``offset`` ask again)."""
     key = unquote_plus(name).lower().replace("-", "").replace("_", "").strip()
     return key in SECRET_PARAMS or key.endswith(SECRET_SUFFIXES)
 

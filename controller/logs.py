@@ -271,7 +271,8 @@ def logfmt_line(fields: Iterable[tuple[str, Any]]) -> str:
     bare = _BARE.fullmatch
     for key, value in fields:
         kind = type(value)
-        if (kind is str and len(value) <= MAX_VALUE and bare(value)) or kind is int:  # most values
+        # most values; a float's text (``str``, as logfmt_value writes it) is always bare
+        if (kind is str and len(value) <= MAX_VALUE and bare(value)) or kind is int or kind is float:
             parts.append(f"{key}={value}")
         else:
             parts.append(
