@@ -20,7 +20,7 @@ from api import REQUEST_ID_KEY
 from api.controller import CLIENT_BASE, FABRIC_BASE, MANAGEMENT_BASE, Controller
 from api.limits import RequestLimits
 from api.peer import parse_networks
-from api.wire import ts
+from api.wire import ts_fresh
 from engine.errors import UnauthorizedError
 from engine.logs import bind_request_id, event, unbind_request_id
 
@@ -303,7 +303,7 @@ class RequestMiddleware:
             expires = self.ctrl.api_sessions.expires_at(session)
             seconds = int((expires - self.ctrl.env.clock.now()).total_seconds())
             resp.set_header("expiration-seconds", str(max(seconds, 0)))
-            resp.set_header("expires-at", ts(expires) or "")
+            resp.set_header("expires-at", ts_fresh(expires))
         for name, value in resp.headers.items():
             sendable = wsgi_header_value(value)
             if sendable is not value:

@@ -95,15 +95,25 @@ _SECRET_ENVIRON = frozenset("HTTP_" + name.upper().replace("-", "_") for name in
 
 
 def _secret_param(name: str) -> bool:
-    return _secret_name(name) if len(name) <= 64 else _secret_name.__wrapped__(name)
+    key = unquote_plus(name).lower().replace("-", "").replace("_", "").strip()
+    return key in SECRET_PARAMS or key.endswith(SECRET_SUFFIXES)
+
+
+_PLAIN, _SECRET, _FILTER = 0, 1, 2
 
 
 @functools.lru_cache(maxsize=1024)
-def _secret_name(name: str) -> bool:
-    """Whether a query parameter so named carries a secret (a pure function of the name, kept:
-    every request's ``limit`` and ``offset`` ask again)."""
-    key = unquote_plus(name).lower().replace("-", "").replace("_", "").strip()
-    return key in SECRET_PARAMS or key.endswith(SECRET_SUFFIXES)
+def _kept_param_kind(name: str) -> int:
+    if _secret_param(name):
+        return _SECRET
+    return _FILTER if unquote_plus(name).strip().lower() == "filter" else _PLAIN
+
+
+def _param_kind(name: str) -> int:
+    """A query parameter's name as :func:`redact_query` reads it: a secret's, ``filter`` or
+    another; a pure function of the name, kept for short names (every request's ``limit`` and
+    ``offset`` ask again)."""
+    return _kept_param_kind(name) if len(name) <= 64 else _kept_param_kind.__wrapped__(name)
 
 
 def redact_query(query: str) -> str:
@@ -117,9 +127,8 @@ def redact_query(query: str) -> str:
         name, eq, value = part.partition("=")
         if not eq or not value:
             continue
-        secret = _secret_param(name) or (
-            unquote_plus(name).strip().lower() == "filter" and _SECRET_FILTER.search(unquote_plus(value))
-        )
+        kind = _param_kind(name)
+        secret = kind == _SECRET or (kind == _FILTER and _SECRET_FILTER.search(unquote_plus(value)))
         if secret:
             parts[i] = f"{name}={REDACTED}"
             changed = True
