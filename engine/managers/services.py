@@ -82,6 +82,8 @@ class ServiceManager(EntityManager[Service]):
         Unknown entries are ignored, as OpenZiti's ``MapConfigTypeNamesToIds`` ignores them.
         """
         values = list(requested)
+        if not values:  # the common case: none asked, on the request or at login
+            return frozenset()
         types = self.env.store.all(ConfigType)
         if ALL_CONFIG_TYPES in values:
             return frozenset(t.id for t in types)

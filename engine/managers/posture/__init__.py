@@ -330,11 +330,15 @@ class PostureManager:
             return found
 
         def queries(grants: Mapping[str, Grant]) -> dict[str, list[PolicyPosture]]:
+            out: dict[str, list[PolicyPosture]] = {}
             with self._lock:
-                return {
-                    service_id: [policy(p, t, checks) for p, (t, checks) in grant.posture.items()]
-                    for service_id, grant in grants.items()
-                }
+                for service_id, grant in grants.items():
+                    row = []
+                    for p, (t, checks) in grant.posture.items():
+                        found = made.get(p)
+                        row.append(found if found is not None else policy(p, t, checks))
+                    out[service_id] = row
+            return out
 
         return queries
 
