@@ -155,9 +155,10 @@ class ServiceRenderer:
         permissions and, on the client API, postureQueries of policies that check nothing."""
         if self.encoded is None:
             return orjson.dumps(self(service))
-        if service.id not in self._grants:
+        grant = self._grants.get(service.id)
+        if grant is None:
             self.prepare([service])
-        grant = self._grants[service.id]
+            grant = self._grants[service.id]
         posture: tuple[tuple[str, str, bool], ...] | None = None
         if self.posture is not None:
             shown = []
@@ -166,8 +167,12 @@ class ServiceRenderer:
                     return orjson.dumps(self(service))
                 shown.append((policy.policy_id, policy.policy_type, policy.is_passing))
             posture = tuple(shown)
-        entries = self.managers.services.config_entries(
-            service, self.wanted, self.identity.service_configs.get(service.id)
+        entries = (
+            self.managers.services.config_entries(
+                service, self.wanted, self.identity.service_configs.get(service.id)
+            )
+            if self.wanted
+            else ()
         )
         return self.encoded.get(service, entries, grant.permissions, posture, self)
 

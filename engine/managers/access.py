@@ -275,7 +275,8 @@ class AccessManager:
 
     # -- helpers -------------------------------------------------------------------------------
     def _load(self, kind: type[E], ids: Sequence[str]) -> list[E]:
-        return [e for e in (self.store.get(kind, i) for i in ids) if e is not None]
+        get = self.store.get
+        return [e for i in ids if (e := get(kind, i)) is not None]
 
     def load(self, kind: type[E], ids: Sequence[str]) -> list[E]:
         """The entities of ``kind`` and ``ids`` that exist, in that order."""
