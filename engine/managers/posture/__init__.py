@@ -301,18 +301,15 @@ class PostureManager:
                 }
 
             return dummies
-        #: the time and the identity's data, taken once, when a policy first has a check to ask
-        #: (under the lock: ``queries`` holds it); a page whose policies check nothing needs neither
-        taken: list[tuple[datetime, PostureData]] = []
+        now = self.env.clock.now()
+        with self._lock:
+            data = self._view(identity_id, api_session_id)
         passing: dict[str, bool] = {}
         asked: dict[str, PostureQuery] = {}
 
         def query(check: PostureCheck) -> PostureQuery:
             found = asked.get(check.id)
             if found is None:
-                if not taken:
-                    taken.append((self.env.clock.now(), self._view(identity_id, api_session_id)))
-                now, data = taken[0]
                 found = asked[check.id] = self._query(check, api_session_id, data, now, passing)
             return found
 
