@@ -28,12 +28,18 @@ from tests.conftest import Api
 
 
 def listed(who: Device, **params: Any) -> dict[str, dict[str, Any]]:
-    """The device's services by id, each checked against its fresh rendering."""
-    rows = who.services(**params)
+    """The device's services by id, each checked against its fresh rendering: the list's bytes
+    are those of the envelope of the rows ``GET /services/{id}`` renders afresh."""
+    result = who.get("/services", **params)
+    assert result.status_code == 200, result.text
+    rows = list(result.json["data"])
+    fresh_rows = []
     for row in rows:
         fresh = who.get(f"/services/{row['id']}", **params)
         assert fresh.status_code == 200, fresh.text
         assert fresh.json["data"] == row
+        fresh_rows.append(fresh.json["data"])
+    assert result.content == orjson.dumps({"data": fresh_rows, "meta": result.json["meta"]})
     return {row["id"]: row for row in rows}
 
 
@@ -81,14 +87,15 @@ def test_configs_added_to_and_removed_from_a_service(api: Api) -> None:
 def test_a_renamed_config_type_is_listed_under_its_new_name(api: Api) -> None:
     laptop = device(api, "laptop")
     kind = api.create("/config-types", {"name": "acme.v1"})
-    acme = config(api, "echo-acme", kind, {"x": 1})
+    data = {"x": 1.25, "big": 2**53 + 1, "ü": "é\u2028", "nested": [{"a": None}]}
+    acme = config(api, "echo-acme", kind, data)
     echo = service(api, "echo", configs=[acme])
     grant(api, laptop.id, echo)
-    assert listed(laptop, configTypes="all")[echo]["config"] == {"acme.v1": {"x": 1}}
+    assert listed(laptop, configTypes="all")[echo]["config"] == {"acme.v1": data}
 
     assert api.patch(f"/config-types/{kind}", json={"name": "acme.v2"}).status_code == 200
 
-    assert listed(laptop, configTypes="all")[echo]["config"] == {"acme.v2": {"x": 1}}
+    assert listed(laptop, configTypes="all")[echo]["config"] == {"acme.v2": data}
 
 
 def test_an_identity_override_changes_that_identity_s_list_only(api: Api) -> None:
