@@ -109,8 +109,15 @@ class SessionManager(EntityManager[Session]):
         routers = self.access.common_edge_routers(identity_id, service.id)
         if not routers:
             raise NoEdgeRoutersAvailableError()
+        use = (api_session.id, wanted, service.id)
+        # The pair's session, when it has one already, is answered without the write lock: with
+        # several processes that lock is the cluster's write token, which a Dial asked again
+        # (SDKs do, for every connection) would otherwise pull from process to process.
+        existing = self.env.store.find_unique(Session, "use", use)
+        if existing is not None:
+            return self.view(existing, routers)
         with self.env.store.write_lock():
-            existing = self.env.store.find_unique(Session, "use", (api_session.id, wanted, service.id))
+            existing = self.env.store.find_unique(Session, "use", use)
             if existing is not None:
                 return self.view(existing, routers)
             if self.env.store.get(ApiSession, api_session.id) is None:
