@@ -126,6 +126,16 @@ def apply_changes(graph: PolicyGraph, changes: Sequence[Change]) -> None:
             graph.remove_entity(ENTITY_KINDS[name][0], change.id)
 
 
+def touches_graph(changes: Sequence[Change]) -> bool:
+    """Whether :func:`apply_changes` changes anything of the graph for this batch: an entity or
+    a policy of a kind the graph holds is put or deleted."""
+    for change in changes:
+        name = change.entity.ENTITY if isinstance(change, Put) else change.kind.ENTITY
+        if name in ENTITY_KINDS or name in POLICY_KINDS:
+            return True
+    return False
+
+
 class GraphObserver(Protocol):
     """Sees each committed batch with the graph's state before and after it is applied."""
 
@@ -232,8 +242,10 @@ class AccessManager:
             except Exception:
                 log.exception("policy graph update failed; rebuilding it from storage")
                 self._graph = build_graph(self.store)
+                self._grants = {}
             self._revision = self.store.last_seq
-            self._grants = {}
+            if touches_graph(changes):  # (a batch of sessions, say, leaves every grant as it was)
+                self._grants = {}
             for observer, state in seen:
                 try:
                     observer.after(self._graph, changes, state)

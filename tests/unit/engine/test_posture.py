@@ -579,3 +579,27 @@ def test_a_report_whose_check_is_unassigned_joins_the_unread_ones(env: Env, post
     assert "agent" not in data.processes
     assert "/bin/agent" not in data.process_paths
     assert len(data.processes) == MAX_UNREAD_PROCESS_REPORTS
+
+
+@pytest.mark.usefixtures("world")
+def test_grants_are_kept_across_batches_that_leave_the_graph_and_follow_those_that_change_it(
+    env: Env, access: AccessManager
+) -> None:
+    """:meth:`AccessManager.grants` keeps answers while batches touch no entity or policy the
+    graph holds (an API session, say) and answers anew after one that does."""
+    assert access.grants("me", ["svc"])["svc"].permissions == ()
+    put(env, policy("dial", "Dial", []))
+    assert access.grants("me", ["svc"])["svc"].permissions == ("Dial",)
+    session = env.store.get(ApiSession, SESSION)
+    assert session is not None
+    put(env, dataclasses.replace(session, last_activity_at=START + timedelta(seconds=1)))
+    kept = access.grants("me", ["svc"])["svc"]
+    assert kept.permissions == ("Dial",)
+    put(env, policy("bind", "Bind", []))
+    assert access.grants("me", ["svc"])["svc"].permissions == ("Bind", "Dial")
+    uow = UnitOfWork(env.store)
+    uow.delete(ServicePolicy, "dial")
+    env.commit(uow)
+    assert access.grants("me", ["svc"])["svc"].permissions == ("Bind",)
+    put(env, dataclasses.replace(env.store.get(Identity, "me"), name="renamed"))  # type: ignore[type-var]
+    assert access.grants("me", ["svc"])["svc"].permissions == ("Bind",)
