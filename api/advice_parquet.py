@@ -34,14 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from api.parquet_chunks import ParquetChunks
+from api.parquet_chunks import PARQUET, ParquetChunks
 from engine.analysis.advise import DISABLED, IDENTITY_NO_SERVICES, SERVICE_NO_IDENTITIES
 from engine.analysis.advise_bulk import AdviceBlock, AdviceTables, errors_of, unique_rows
 
 __all__ = ["COLUMNS", "COMPRESSION", "PARQUET", "advice_parquet", "advice_schema", "write_advice"]
-
-#: The media type of a Parquet answer.
-PARQUET = "application/vnd.apache.parquet"
 
 #: The columns, in the order of a JSON advice row.
 COLUMNS = (

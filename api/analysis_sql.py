@@ -41,7 +41,7 @@ from pydantic import Field
 from api.analysis_findings import findings_manager
 from api.http import ok, read_model
 from api.middleware import ADMIN
-from api.parquet_chunks import ParquetChunks
+from api.parquet_chunks import PARQUET, ParquetChunks
 from api.wire import WireModel
 from engine.analysis import AnalysisManager
 from engine.analysis.findings import evaluate
@@ -958,7 +958,7 @@ class Export:
         chunks = self.live.engine.export(
             database, sql, seconds=body.timeout_seconds, findings=self.live.findings(database)
         )
-        resp.content_type = "application/vnd.apache.parquet"
+        resp.content_type = PARQUET
         name = body.view or "query"
         resp.set_header("Content-Disposition", f'attachment; filename="{name}.parquet"')
         resp.set_header("X-Trellis-Revision", str(database.revision))

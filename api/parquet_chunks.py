@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The media type of a Parquet answer.
+PARQUET = "application/vnd.apache.parquet"
+
 
 class ParquetChunks:
     """A write-only file Parquet is written into, emptied as the answer is sent."""

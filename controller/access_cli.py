@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from api.parquet_chunks import PARQUET
 from engine.entities import Entity
 from engine.entities.identities import Identity
 from engine.managers.access import ENTITY_KINDS, POLICY_KINDS
@@ -249,19 +250,24 @@ def advise_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0
 
 
+def _bulk_options(source: Snapshot, args: argparse.Namespace) -> dict[str, Any]:
+    """What the bulk advice of a snapshot is asked with: its names, who is disabled, the order
+    and the errors-only choice of the command line."""
+    return {
+        "names": source.names(),
+        "disabled": _disabled(source),
+        "order": args.order,
+        "errors_only": args.errors_only,
+    }
+
+
 def _advise_bulk(args: argparse.Namespace, out: TextIO) -> None:
     """Every pair of a snapshot, rendered in bulk (docs/analysis.md §7)."""
     from engine.analysis.advise_bulk import advise_blocks, render
 
     source = _source(args)
     assert isinstance(source, Snapshot)
-    tables, blocks = advise_blocks(
-        source.graph(),
-        names=source.names(),
-        disabled=_disabled(source),
-        order=args.order,
-        errors_only=args.errors_only,
-    )
+    tables, blocks = advise_blocks(source.graph(), **_bulk_options(source, args))
     raw = getattr(out, "buffer", None)
     if raw is not None:
         out.flush()
@@ -272,9 +278,6 @@ def _advise_bulk(args: argparse.Namespace, out: TextIO) -> None:
             out.write(chunk.decode())
     if raw is not None:
         raw.flush()
-
-
-PARQUET = "application/vnd.apache.parquet"
 
 
 def _advise_parquet(args: argparse.Namespace) -> None:
@@ -294,14 +297,7 @@ def _advise_parquet(args: argparse.Namespace) -> None:
     from api.advice_parquet import write_advice
     from engine.analysis.advise_bulk import advise_block_jobs
 
-    tables, jobs = advise_block_jobs(
-        source.graph(),
-        names=source.names(),
-        disabled=_disabled(source),
-        order=args.order,
-        errors_only=args.errors_only,
-        local_sets=True,
-    )
+    tables, jobs = advise_block_jobs(source.graph(), local_sets=True, **_bulk_options(source, args))
     write_advice(tables, jobs, str(args.out))
 
 
