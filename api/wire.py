@@ -118,10 +118,7 @@ def ts(value: datetime | None) -> str | None:
     return _rfc3339(value)
 
 
-@functools.lru_cache(maxsize=16384)
-def _rfc3339(value: datetime) -> str:
-    # A pure function of the instant, memoised: the same entities' timestamps are rendered on
-    # every list (a page of 286 services renders ~600 of them).
+def _format(value: datetime) -> str:
     v = value.astimezone(UTC)
     return (
         f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}."
@@ -129,24 +126,16 @@ def _rfc3339(value: datetime) -> str:
     )
 
 
-#: :func:`ts_fresh`'s last second (UTC, microseconds zero) and its text up to the seconds' dot.
-_last_second: tuple[datetime, str] = (datetime.min.replace(tzinfo=UTC), "")
+#: :func:`_format` memoised: the same entities' timestamps are rendered on every list (a page of
+#: 286 services renders ~600 of them).
+_rfc3339 = functools.lru_cache(maxsize=16384)(_format)
 
 
 def ts_fresh(value: datetime) -> str:
-    """:func:`ts` of an instant just computed (an API session's expiry on every answer): the
-    same text, not memoised (such an instant is rarely rendered twice, and would push the
-    entities' timestamps out of the memo); the text up to the second is made once a second."""
-    global _last_second
-    v = value.astimezone(UTC)
-    second = v.replace(microsecond=0)
-    last = _last_second
-    if last[0] != second:
-        last = _last_second = (
-            second,
-            f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}.",
-        )
-    return f"{last[1]}{v.microsecond // 1000:03d}Z"
+    """:func:`ts` of an instant just computed (an API session's expiry on every answer), not
+    memoised: such an instant is rarely rendered twice, and would push the entities' timestamps
+    out of the memo."""
+    return _format(value)
 
 
 def link(entity: str, id: str, sub: str | None = None) -> dict[str, str]:
