@@ -31,12 +31,12 @@ from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from api.parquet_chunks import PARQUET, ParquetChunks
 from engine.analysis.advise import DISABLED, IDENTITY_NO_SERVICES, SERVICE_NO_IDENTITIES
-from engine.analysis.advise_bulk import AdviceBlock, AdviceTables, errors_of, unique_rows
+from engine.analysis.advise_bulk import AdviceBlock, AdviceTables, errors_of
+from engine.analysis.advise_kernel import render_lists
 
 __all__ = ["COLUMNS", "COMPRESSION", "PARQUET", "advice_parquet", "advice_schema", "write_advice"]
 
@@ -106,73 +106,61 @@ class _Grants:
         count = tables.policy_count
         self.count = count
         names = tables.policy_names
+        size = max(count, 1)
         # policies by name: the order a pair's lists are in
         ranked = sorted(names, key=lambda s: names[s])
-        self.name_rank = np.zeros(max(count, 1), dtype=np.int64)
+        self.name_rank = np.zeros(size, dtype=np.int64)
         self.name_rank[ranked] = np.arange(len(ranked), dtype=np.int64)
-        self.is_dial = np.zeros(max(count, 1), dtype=bool)
-        self.is_bind = np.zeros(max(count, 1), dtype=bool)
+        self.is_dial = np.zeros(size, dtype=bool)
+        self.is_bind = np.zeros(size, dtype=bool)
         for slot in names:
             self.is_dial[slot] = bool((tables.dial_policies >> slot) & 1)
             self.is_bind[slot] = not self.is_dial[slot]
-        self.has_checks = np.zeros(max(count, 1), dtype=bool)
+        self.has_checks = np.zeros(size, dtype=bool)
         for slot, checks in tables.policy_checks.items():
             self.has_checks[slot] = bool(checks)
-        self.quoted = pa.array([json.dumps(names.get(s, "")) for s in range(count)], pa.string())
-        self.posture_pieces = pa.array(
+        # posture: the Dial policies with checks (by slot), then the Bind ones
+        self.posture_order = np.arange(size, dtype=np.int64) + np.where(self.is_bind, size, 0)
+        self.quoted = _pieces([json.dumps(names.get(s, "")) for s in range(size)])
+        self.posture_pieces = _pieces(
             [
                 f"{json.dumps(names[s])}: {json.dumps(list(tables.policy_checks[s]))}" if s in names else ""
-                for s in range(count)
-            ],
-            pa.string(),
+                for s in range(size)
+            ]
         )
         singles = np.full((count + 1, 1), -1, dtype=np.int64)
         granted = np.asarray(sorted(names), dtype=np.int64)
         singles[granted + 1, 0] = granted
         self.base = self.render(singles)
 
-    def render(self, sets: Any) -> tuple[Any, Any, _Field, _Field, _Field]:
-        """Per set (a row of slots ascending, -1 padded): dial, bind and the three JSON fields."""
+    def render(self, sets: Any) -> tuple[Any, Any, pa.Array, pa.Array, pa.Array]:
+        """Per set (a row of slots ascending, -1 padded): dial, bind and the three JSON texts."""
         valid = sets >= 0
         slot = np.where(valid, sets, 0)
-        dial = valid & self.is_dial[slot]
-        bind = valid & self.is_bind[slot]
-        rank = self.name_rank[slot]
-        dials = self._join(slot, np.where(dial, rank, _LAST), self.quoted, "[", "]")
-        binds = self._join(slot, np.where(bind, rank, _LAST), self.quoted, "[", "]")
-        # posture: the Dial policies with checks (by slot), then the Bind ones
-        checked = valid & self.has_checks[slot]
-        posture = self._join(
-            slot,
-            np.where(checked, slot + np.where(bind, _LAST >> 1, 0), _LAST),
-            self.posture_pieces,
-            "{",
-            "}",
+        dials = _texts(render_lists(sets, self.name_rank, self.is_dial, *self.quoted, ord("["), ord("]")))
+        binds = _texts(render_lists(sets, self.name_rank, self.is_bind, *self.quoted, ord("["), ord("]")))
+        posture = _texts(
+            render_lists(sets, self.posture_order, self.has_checks, *self.posture_pieces, ord("{"), ord("}"))
         )
-        return dial.any(axis=1), bind.any(axis=1), dials, binds, posture
-
-    @staticmethod
-    def _join(slot: Any, key: Any, pieces: pa.Array, left: str, right: str) -> _Field:
-        """The sets' texts: the slots of each kept (key before ``_LAST``) in key order, joined; each
-        distinct list rendered once (many sets share their Bind policies or their posture)."""
-        order = np.argsort(key, axis=1, kind="stable")
-        kept = np.take_along_axis(key, order, axis=1) < _LAST
-        lists = np.where(kept, np.take_along_axis(slot, order, axis=1), -1)
-        unique, inverse = unique_rows(lists)
-        kept = unique >= 0
-        values = unique[kept]
-        offsets = np.zeros(len(unique) + 1, dtype=np.int32)
-        np.cumsum(kept.sum(axis=1), out=offsets[1:])
-        joined = pc.binary_join(
-            pa.ListArray.from_arrays(pa.array(offsets), pc.take(pieces, pa.array(values))), ", "
-        )
-        return inverse, pc.binary_join_element_wise(left, joined, right, "")
+        dial = (valid & self.is_dial[slot]).any(axis=1)
+        bind = (valid & self.is_bind[slot]).any(axis=1)
+        return dial, bind, dials, binds, posture
 
 
-#: A field of the sets: each set's index into the texts, the texts.
-_Field = tuple[Any, pa.Array]
-#: Past every key: a slot left out of a list.
-_LAST = np.int64(1) << 40
+def _pieces(texts: list[str]) -> tuple[Any, Any]:
+    """Texts as :func:`render_lists` takes them: their UTF-8 bytes and offsets."""
+    encoded = [text.encode() for text in texts]
+    ptr = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=ptr[1:])
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), ptr
+
+
+def _texts(rendered: tuple[Any, Any]) -> pa.Array:
+    """:func:`render_lists`'s buffers as an Arrow string array."""
+    offsets, data = rendered
+    return pa.Array.from_buffers(
+        pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
 
 
 def _distinct(indices: Any, values: pa.Array) -> pa.DictionaryArray:
@@ -244,10 +232,7 @@ class _Writer:
             extra = grants.render(block.sets)
             dial_of = np.concatenate([dial_of, extra[0]])
             bind_of = np.concatenate([bind_of, extra[1]])
-            fields = [
-                (np.concatenate([index, len(texts) + more_index]), pa.concat_arrays([texts, more_texts]))
-                for (index, texts), (more_index, more_texts) in zip(fields, extra[2:], strict=True)
-            ]
+            fields = [pa.concat_arrays([texts, more]) for texts, more in zip(fields, extra[2:], strict=True)]
         grant = (block.grant + 1).astype(np.int32)
         identity_id, identity_name = self._entity(identity, self.identity_ids, self.identity_names)
         service_id, service_name = self._entity(service, self.service_ids, self.service_names)
@@ -265,9 +250,9 @@ class _Writer:
             "dial": pa.array(dial_of[grant]),
             "bind": pa.array(bind_of[grant]),
             "errors": _dictionary(error.astype(np.int8), self.errors),
-            "dialPolicies": _distinct(fields[0][0][grant], fields[0][1]),
-            "bindPolicies": _distinct(fields[1][0][grant], fields[1][1]),
-            "posture": _distinct(fields[2][0][grant], fields[2][1]),
+            "dialPolicies": _distinct(grant, fields[0]),
+            "bindPolicies": _distinct(grant, fields[1]),
+            "posture": _distinct(grant, fields[2]),
             "problems": _dictionary(problems, self.problems),
         }
         return pa.record_batch([columns[name] for name in COLUMNS], schema=self.schema)

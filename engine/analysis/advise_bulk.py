@@ -51,6 +51,7 @@ from engine.analysis.advise import (
     Names,
     _ids_name,
 )
+from engine.analysis.advise_kernel import block_pairs
 from engine.policy import IDENTITY, POSTURE_CHECK, SERVICE, SERVICE_POLICY, PolicyGraph
 from engine.policy.bitset import slots
 
@@ -112,7 +113,7 @@ class _Kind:
 
     ids: list[str]
     names: list[str]
-    #: (words, n) uint64: each entity's routers, word by word (a word of every entity together).
+    #: (n, words) uint64: each entity's routers.
     routers: Any
     router_counts: Any
     #: CSR: rank -> the granting service policy slots selecting it, ascending.
@@ -225,7 +226,7 @@ def _kind(
     return _Kind(
         ids=ids,
         names=[p[0] for p in pairs],
-        routers=np.ascontiguousarray(matrix.T),
+        routers=matrix,
         router_counts=np.bitwise_count(matrix).sum(axis=1, dtype=np.int64),
         ptr=ptr,
         policies=np.asarray(flat, dtype=np.int64),
@@ -243,19 +244,6 @@ def _members(side: Any, policy_count: int, granted: int, rank_of_slot: Any) -> _
     ptr = np.zeros(policy_count + 1, dtype=np.int64)
     np.cumsum(lengths, out=ptr[1:])
     return _Members(ptr, np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
-
-
-def _popcount_and(left: Any, mine: Any, right: Any, theirs: Any, mask: Any = None) -> Any:
-    """Per pair (``mine[k]`` of ``left``, ``theirs[k]`` of ``right``: routers word by word) the
-    routers both have (and ``mask`` has): a word at a time, so what is gathered stays in cache."""
-    total: Any = np.zeros(len(mine), dtype=np.uint16 if len(left) * 64 < 1 << 16 else np.uint32)
-    for word in range(len(left)):
-        both = left[word][mine]
-        np.bitwise_and(both, right[word][theirs], out=both)
-        if mask is not None:
-            np.bitwise_and(both, mask[word], out=both)
-        total += np.bitwise_count(both)
-    return total.astype(np.int64)
 
 
 def advise_block_jobs(
@@ -313,24 +301,24 @@ def advise_block_jobs(
         members = _members(bits.sp_service, policy_count, granted, services.rank_of_slot)
     by_service = order == "services"
 
-    def spans() -> Iterator[tuple[int, int]]:
+    def spans() -> Iterator[tuple[int, int, int]]:
         total = len(major.ids)
-        other = max(1, len(minor.ids))
-        # pairs of each entity at most (its policies' members, overlaps counted twice)
+        # the rows of each entity at most: its policies' members (overlaps counted twice, never
+        # more than the other kind), or its own row
         sums = np.zeros(len(major.policies) + 1, dtype=np.int64)
         np.cumsum(members.lengths(major.policies), out=sums[1:])
-        upper = np.cumsum(sums[major.ptr[1:]] - sums[major.ptr[:-1]] + 1)
-        grid = max(1, (8 * block_rows) // other)
+        most = np.minimum(sums[major.ptr[1:]] - sums[major.ptr[:-1]], len(minor.ids))
+        upper = np.cumsum(np.maximum(most, 1))
         start = 0
         while start < total:
             done = int(upper[start - 1]) if start else 0
             end = int(np.searchsorted(upper, done + block_rows, side="right"))
-            end = min(max(end, start + 1), start + grid, total)
-            yield start, end
+            end = min(max(end, start + 1), total)
+            yield start, end, int(upper[end - 1]) - done
             start = end
 
-    def one(start: int, end: int) -> AdviceBlock:
-        block = _block(major, minor, members, start, end, grants, online_words, by_service)
+    def one(start: int, end: int, capacity: int) -> AdviceBlock:
+        block = _block(major, minor, members, start, end, capacity, grants, online_words, by_service)
         if errors_only:
             real = (block.identity >= 0) & (block.service >= 0)
             keep = ~real | (block.errors != 0)
@@ -341,7 +329,7 @@ def advise_block_jobs(
             block.sets = sets
         return block
 
-    return tables, (partial(one, start, end) for start, end in spans())
+    return tables, (partial(one, *span) for span in spans())
 
 
 def advise_blocks(
@@ -405,6 +393,12 @@ class _Grants:
         #: The single policies :attr:`table` holds a grant of, by slot.
         self.seen = np.zeros(max(policy_count, 1), dtype=bool)
         self.seen[[slot for slot in table if slot < policy_count]] = True
+        #: A random word per slot: a set's hash is the sum of its slots' (:func:`block_pairs`).
+        self.slot_keys = (
+            np.random.default_rng(20261129)
+            .integers(1, 2**63, size=max(policy_count, 1), dtype=np.int64)
+            .astype(np.uint64)
+        )
 
     def single(self, policy_slots: Any) -> None:
         new = policy_slots[~self.seen[policy_slots]]
@@ -450,116 +444,44 @@ def _block(
     members: _Members,
     start: int,
     end: int,
+    capacity: int,
     grants: _Grants,
     online_words: Any,
     by_service: bool,
 ) -> AdviceBlock:
-    span = end - start
-    other = len(minor.ids)
-    lo, hi = int(major.ptr[start]), int(major.ptr[end])
-    counts = np.diff(major.ptr[start : end + 1])
-    inc_policy = major.policies[lo:hi]
-    inc_row = np.repeat(np.arange(span, dtype=np.int64), counts)
-    inc_pos = np.arange(hi - lo, dtype=np.int64) - np.repeat(major.ptr[start:end] - lo, counts)
-    sizes = members.lengths(inc_policy)
-    total = int(sizes.sum())
-    firsts = np.cumsum(sizes) - sizes
-    within = np.arange(total, dtype=np.int64) - np.repeat(firsts, sizes)
-    t_other = members.ranks[np.repeat(members.ptr[inc_policy], sizes) + within]
-    t_cell = np.repeat(inc_row, sizes) * other + t_other
-    t_pos = np.repeat(inc_pos, sizes)
-    cells = span * other
-    many = np.bincount(t_cell, minlength=cells) if total else np.zeros(cells, dtype=np.int64)
-    found = np.flatnonzero(many)
-    rows = found // other if other else found
-    theirs = found - rows * other if other else found
-    how_many = many[found]
-    codes = np.empty(len(found), dtype=np.int64)
+    """The rows of the entities ``start``-``end`` of the walking kind (:func:`block_pairs`)."""
+    _, mine, theirs, common, online, codes, errors, sets = block_pairs(
+        start,
+        end,
+        major.ptr,
+        major.policies,
+        members.ptr,
+        members.ranks,
+        major.routers,
+        minor.routers,
+        online_words if online_words is not None else np.zeros(major.routers.shape[1], np.uint64),
+        online_words is not None,
+        major.router_counts,
+        minor.router_counts,
+        by_service,
+        grants.policy_count,
+        grants.slot_keys,
+        capacity,
+    )
+    several = codes >= grants.policy_count
+    grants.single(codes[(codes >= 0) & ~several])
     local_sets = None
-    one = how_many == 1
-    if total:
-        position = np.bincount(t_cell, weights=t_pos, minlength=cells)[found[one]].astype(np.int64)
-        single = major.policies[major.ptr[start + rows[one]] + position]
-        grants.single(single)
-        codes[one] = single
-    if not one.all():
-        codes[~one], local_sets = _several(t_cell, np.repeat(inc_policy, sizes), many, found[~one], grants)
-    mine = start + rows
-    common = _popcount_and(major.routers, mine, minor.routers, theirs)
-    online = (
-        _popcount_and(major.routers, mine, minor.routers, theirs, online_words)
-        if online_words is not None
-        else None
-    )
-    mine_count = major.router_counts[start + rows]
-    their_count = minor.router_counts[theirs]
-    if by_service:
-        mine_count, their_count = their_count, mine_count
-    errors = np.where(mine_count == 0, _E_MINE, 0) | np.where(their_count == 0, _E_THEIRS, 0)
-    both = (mine_count > 0) & (their_count > 0)
-    errors |= np.where(both & (common == 0), _E_COMMON, 0)
-    if online is not None:
-        errors |= np.where(both & (common > 0) & (online == 0), _E_OFFLINE, 0)
-    major_rank = start + rows
-    # entities with no pair get an ERROR row of their own, in their place
-    lonely = np.flatnonzero(np.bincount(rows, minlength=span) == 0)
-    if len(lonely):
-        at = np.searchsorted(rows, lonely)
-        fill = np.full(len(lonely), -1, dtype=np.int64)
-        zero = np.zeros(len(lonely), dtype=np.int64)
-        major_rank = np.insert(major_rank, at, start + lonely)
-        theirs = np.insert(theirs, at, fill)
-        common = np.insert(common, at, zero)
-        if online is not None:
-            online = np.insert(online, at, zero)
-        codes = np.insert(codes, at, fill)
-        errors = np.insert(errors, at, zero)
-    if by_service:
-        identity, service = theirs, major_rank
-    else:
-        identity, service = major_rank, theirs
-    return AdviceBlock(identity, service, common, online, codes, errors.astype(np.int64), local_sets)
-
-
-def _several(t_cell: Any, t_policy: Any, many: Any, cells: Any, grants: _Grants) -> tuple[Any, Any]:
-    """Codes of the pairs (grid cells) granted by several policies; with local sets, the sets."""
-    pick = many[t_cell] > 1
-    cell = t_cell[pick]
-    policy = t_policy[pick]
-    order = np.lexsort((policy, cell))
-    cell, policy = cell[order], policy[order]
-    sizes = many[cells]
-    width = int(sizes.max())
-    firsts = np.cumsum(sizes) - sizes
-    column = np.arange(len(cell)) - np.repeat(firsts, sizes)
-    matrix = np.full((len(cells), width), -1, dtype=np.int64)
-    matrix[np.repeat(np.arange(len(cells)), sizes), column] = policy
-    unique, inverse = unique_rows(matrix)
     if grants.local:
-        return grants.policy_count + inverse, unique
-    mapped = np.asarray(
-        [grants.several(tuple(int(s) for s in row if s >= 0)) for row in unique.tolist()], dtype=np.int64
+        local_sets = sets
+    elif len(sets):
+        mapped = np.asarray(
+            [grants.several(tuple(int(s) for s in row if s >= 0)) for row in sets.tolist()], dtype=np.int64
+        )
+        codes[several] = mapped[codes[several] - grants.policy_count]
+    identity, service = (theirs, mine) if by_service else (mine, theirs)
+    return AdviceBlock(
+        identity, service, common, online if online_words is not None else None, codes, errors, local_sets
     )
-    return mapped[inverse], None
-
-
-def unique_rows(matrix: Any) -> tuple[Any, Any]:
-    """The distinct rows of a matrix of sets (slots ascending, -1 padded) and each row's place
-    among them: a row keyed by the sum of a random 64-bit word per slot, the keys made unique, and
-    checked (if two sets' keys collide, the exact, slower unique of rows)."""
-    rows = len(matrix)
-    top = int(matrix.max(initial=-1)) + 2
-    if rows == 0:
-        unique, inverse = np.unique(matrix, axis=0, return_inverse=True)
-        return unique, inverse.reshape(-1)
-    words = np.random.default_rng(20261129).integers(1, 2**63, size=top, dtype=np.int64).astype(np.uint64)
-    words[0] = 0  # the padding
-    key = words[matrix + 1].sum(axis=1, dtype=np.uint64)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    unique = matrix[first]
-    if not np.array_equal(unique[inverse], matrix):
-        unique, inverse = np.unique(matrix, axis=0, return_inverse=True)
-    return unique, inverse.reshape(-1)
 
 
 def rows_of(tables: AdviceTables, block: AdviceBlock) -> Iterator[AdviceRow]:

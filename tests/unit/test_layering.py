@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 STDLIB = set(sys.stdlib_module_names)
 
 ALLOWED = {
-    # numpy: array arithmetic over the policy bitsets (the access diff), no I/O
-    "engine": {"engine", "networkx", "numpy"},
+    # numpy: array arithmetic over the policy bitsets (the access diff), no I/O; numba: the bulk
+    # advice's compiled loops over those arrays
+    "engine": {"engine", "networkx", "numpy", "numba"},
     "storage": {"engine", "storage", "duckdb", "orjson", "psycopg"},
     "pki": {"engine", "pki", "cryptography", "jwt", "pyotp", "argon2"},
     # the wire format both the controller and the router speak
