@@ -39,6 +39,8 @@ $(STAMP): pyproject.toml
 	   $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e . && \
 	   $(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'; \
 	 else $(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'; fi
+	@# the bulk advice's compiled loops (trellis advise), compiled now and cached (some 15 s)
+	@$(BIN)/python -m api.advice_parquet
 	@touch $(STAMP)
 	@echo "make: installed into $(VENV)"
 

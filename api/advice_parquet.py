@@ -12,9 +12,16 @@ block, every string column dictionary-encoded, so no string is copied per row:
   granting policies, written as the JSON text of the row's field (``["p1", "p2"]``,
   ``{"p1": ["check"]}``): exact for any name, one flat column each. The single policies are
   rendered once; a block's distinct sets of several policies (its ``sets``) rendered per block
-  in bulk with Arrow's string kernels (names sorted, Dial and Bind apart);
+  by a compiled join (:func:`~engine.analysis.advise_kernel.grant_texts`: names sorted, Dial and
+  Bind apart, each distinct text once: a Parquet dictionary holding a value twice is written the
+  slow way, each row's string hashed);
 - the router counts as 16-bit integers (32-bit past 32,767 routers), ``onlineCommonRouterCount``
   null where online status is unknown; ``dial``, ``bind`` booleans.
+
+A block's columns are made in one compiled pass over its rows
+(:func:`~engine.analysis.advise_kernel.advice_columns`) and wrapped as Arrow arrays without a
+copy. Only ``identityId``, ``serviceId`` and ``onlineCommonRouterCount`` may be null; the others
+are written as required columns (no definition levels to encode).
 
 Read back: ``pyarrow.parquet.read_table`` (or DuckDB's ``read_parquet``), the JSON fields with
 ``json.loads``.
@@ -22,6 +29,7 @@ Read back: ``pyarrow.parquet.read_table`` (or DuckDB's ``read_parquet``), the JS
 
 from __future__ import annotations
 
+import io
 import json
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -35,10 +43,18 @@ import pyarrow.parquet as pq
 
 from api.parquet_chunks import PARQUET, ParquetChunks
 from engine.analysis.advise import DISABLED, IDENTITY_NO_SERVICES, SERVICE_NO_IDENTITIES
-from engine.analysis.advise_bulk import AdviceBlock, AdviceTables, errors_of
-from engine.analysis.advise_kernel import render_lists
+from engine.analysis.advise_bulk import (
+    AdviceBlock,
+    AdviceTables,
+    advise_block_jobs,
+    advise_blocks,
+    errors_of,
+    render,
+)
+from engine.analysis.advise_kernel import advice_columns, grant_texts
+from engine.policy import EntityRow, PolicyGraph, PolicyRow
 
-__all__ = ["COLUMNS", "COMPRESSION", "PARQUET", "advice_parquet", "advice_schema", "write_advice"]
+__all__ = ["COLUMNS", "COMPRESSION", "PARQUET", "advice_parquet", "advice_schema", "warm", "write_advice"]
 
 #: The columns, in the order of a JSON advice row.
 COLUMNS = (
@@ -61,8 +77,9 @@ COLUMNS = (
 )
 #: What pages are compressed with (lz4 measured the fastest of none, snappy, zstd, lz4 at tier L).
 COMPRESSION = "lz4"
-#: Error codes past the 16 of :func:`errors_of`: an identity with no service, a service with none.
-_NO_SERVICES, _NO_IDENTITIES = 16, 17
+#: The columns that hold nulls (a row with no pair; online status unknown): the others are
+#: written as required, with no definition levels.
+NULLABLE = ("identityId", "serviceId", "onlineCommonRouterCount")
 
 
 def _count_type(tables: AdviceTables) -> pa.DataType:
@@ -95,7 +112,7 @@ def advice_schema(tables: AdviceTables) -> pa.Schema:
         "posture": words(pa.int32()),
         "problems": words(pa.int8()),
     }
-    return pa.schema([(name, types[name]) for name in COLUMNS])
+    return pa.schema([pa.field(name, types[name], nullable=name in NULLABLE) for name in COLUMNS])
 
 
 class _Grants:
@@ -128,51 +145,38 @@ class _Grants:
                 for s in range(size)
             ]
         )
-        singles = np.full((count + 1, 1), -1, dtype=np.int64)
-        granted = np.asarray(sorted(names), dtype=np.int64)
-        singles[granted + 1, 0] = granted
-        self.base = self.render(singles)
+        # per grant (code + 1: 0 none, 1 + slot a single policy), whether it dials, binds
+        self.dial_of = np.concatenate([[False], self.is_dial[:count]])
+        self.bind_of = np.concatenate([[False], self.is_bind[:count]])
 
-    def render(self, sets: Any) -> tuple[Any, Any, pa.Array, pa.Array, pa.Array]:
-        """Per set (a row of slots ascending, -1 padded): dial, bind and the three JSON texts."""
+    def fields(self, sets: Any) -> tuple[Any, Any, list[tuple[Any, pa.Array]]]:
+        """For each grant (the single policies, then the block's ``sets``: rows of slots
+        ascending, -1 padded): whether it dials, binds, and for each JSON text field the grants'
+        indices among its distinct texts, and those texts."""
         valid = sets >= 0
         slot = np.where(valid, sets, 0)
-        dials = _texts(render_lists(sets, self.name_rank, self.is_dial, *self.quoted, ord("["), ord("]")))
-        binds = _texts(render_lists(sets, self.name_rank, self.is_bind, *self.quoted, ord("["), ord("]")))
-        posture = _texts(
-            render_lists(sets, self.posture_order, self.has_checks, *self.posture_pieces, ord("{"), ord("}"))
-        )
-        dial = (valid & self.is_dial[slot]).any(axis=1)
-        bind = (valid & self.is_bind[slot]).any(axis=1)
-        return dial, bind, dials, binds, posture
+        dial_of = np.concatenate([self.dial_of, (valid & self.is_dial[slot]).any(axis=1)])
+        bind_of = np.concatenate([self.bind_of, (valid & self.is_bind[slot]).any(axis=1)])
+        texts = []
+        for order, kept, pieces, left, right in (
+            (self.name_rank, self.is_dial, self.quoted, "[", "]"),
+            (self.name_rank, self.is_bind, self.quoted, "[", "]"),
+            (self.posture_order, self.has_checks, self.posture_pieces, "{", "}"),
+        ):
+            index, offsets, data = grant_texts(self.count, sets, order, kept, *pieces, ord(left), ord(right))
+            values = pa.Array.from_buffers(
+                pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+            )
+            texts.append((index, values))
+        return dial_of, bind_of, texts
 
 
 def _pieces(texts: list[str]) -> tuple[Any, Any]:
-    """Texts as :func:`render_lists` takes them: their UTF-8 bytes and offsets."""
+    """Texts as :func:`grant_texts` takes them: their UTF-8 bytes and offsets."""
     encoded = [text.encode() for text in texts]
     ptr = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum([len(b) for b in encoded], out=ptr[1:])
     return np.frombuffer(b"".join(encoded), dtype=np.uint8), ptr
-
-
-def _texts(rendered: tuple[Any, Any]) -> pa.Array:
-    """:func:`render_lists`'s buffers as an Arrow string array."""
-    offsets, data = rendered
-    return pa.Array.from_buffers(
-        pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    )
-
-
-def _distinct(indices: Any, values: pa.Array) -> pa.DictionaryArray:
-    """A dictionary column over texts some of which are the same (a single policy's and a set's,
-    ``[]`` for many): the texts made distinct first, for a dictionary holding a value twice is
-    written the slow way (each row's string hashed: five times the time at tier L)."""
-    encoded = values.dictionary_encode()
-    return _dictionary(encoded.indices.to_numpy()[indices], encoded.dictionary)
-
-
-def _dictionary(indices: Any, values: pa.Array, mask: Any = None) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(indices, mask=mask), values)
 
 
 class _Writer:
@@ -182,12 +186,20 @@ class _Writer:
         self.tables = tables
         self.schema = advice_schema(tables)
         self.count_type = self.schema.field("commonRouterCount").type.to_pandas_dtype()
-        self.identity_ids = pa.array(tables.identity_ids, pa.string())
-        self.identity_names = pa.array(tables.identity_names, pa.string())
-        self.service_ids = pa.array(tables.service_ids, pa.string())
-        self.service_names = pa.array(tables.service_names, pa.string())
+        #: per side, its ids and names (by rank)
+        self.entities = {
+            "identity": (
+                pa.array(tables.identity_ids, pa.string()),
+                pa.array(tables.identity_names, pa.string()),
+            ),
+            "service": (
+                pa.array(tables.service_ids, pa.string()),
+                pa.array(tables.service_names, pa.string()),
+            ),
+        }
         self.empty = pa.array([""], pa.string())
         self.status = pa.array(["OKAY", "ERROR"], pa.string())
+        # (advice_columns's codes: the 16 of errors_of, then no service, no identity)
         errors = [list(errors_of(code)) for code in range(16)] + [
             [IDENTITY_NO_SERVICES],
             [SERVICE_NO_IDENTITIES],
@@ -195,67 +207,67 @@ class _Writer:
         self.errors = pa.array([json.dumps(e) for e in errors], pa.string())
         self.problems = pa.array([json.dumps([]), json.dumps([DISABLED])], pa.string())
         self.grants = _Grants(tables)
-        self.identity_router_counts = np.append(tables.identity_router_counts, 0)
-        self.service_router_counts = np.append(tables.service_router_counts, 0)
-        self.identity_disabled = np.append(tables.identity_disabled, False)
-
-    def _entity(self, ranks: Any, ids: pa.Array, names: pa.Array) -> tuple[pa.Array, pa.Array]:
-        present = ranks >= 0
-        if not present.any():
-            index = np.zeros(len(ranks), dtype=np.int32)
-            return _dictionary(index, ids.slice(0, 0), ~present), _dictionary(index, self.empty)
-        low = int(ranks[present].min())
-        high = int(ranks.max())
-        index = np.where(present, ranks - low, high - low + 1).astype(np.int32)
-        span = ids.slice(low, high - low + 1)
-        named = pa.concat_arrays([names.slice(low, high - low + 1), self.empty])
-        return _dictionary(index, span, ~present), _dictionary(index, named)
 
     def batch(self, block: AdviceBlock) -> pa.RecordBatch:
-        t = self.tables
-        identity, service = block.identity, block.service
-        real = (identity >= 0) & (service >= 0)
-        error = np.where(service < 0, _NO_SERVICES, np.where(identity < 0, _NO_IDENTITIES, block.errors))
-        counts = self.count_type
-        # the tables' last entry (appended) for a row with no pair
-        i_safe = np.where(real, identity, -1)
-        s_safe = np.where(real, service, -1)
-        irc = self.identity_router_counts[i_safe].astype(counts)
-        src = self.service_router_counts[s_safe].astype(counts)
-        if t.online_known and block.online is not None:
-            online = pa.array(block.online.astype(counts), mask=~real)
-        else:
-            online = pa.nulls(len(block), self.schema.field("onlineCommonRouterCount").type)
-        grants = self.grants
-        dial_of, bind_of, *fields = grants.base
-        if block.sets is not None and len(block.sets):
-            extra = grants.render(block.sets)
-            dial_of = np.concatenate([dial_of, extra[0]])
-            bind_of = np.concatenate([bind_of, extra[1]])
-            fields = [pa.concat_arrays([texts, more]) for texts, more in zip(fields, extra[2:], strict=True)]
-        grant = (block.grant + 1).astype(np.int32)
-        identity_id, identity_name = self._entity(identity, self.identity_ids, self.identity_names)
-        service_id, service_name = self._entity(service, self.service_ids, self.service_names)
-        problems = self.identity_disabled[i_safe].astype(np.int8)
+        sets = block.sets if block.sets is not None else np.zeros((0, 1), dtype=np.int64)
+        dial_of, bind_of, texts = self.grants.fields(sets)
+        text_maps = np.stack([index for index, _ in texts])
+        rows = len(block)
+        online = block.online if block.online is not None else np.zeros(0, np.int32)
+        has_online = self.tables.online_known and block.online is not None
+        counts = np.empty((4, rows), dtype=self.count_type)
+        ranks, lows, highs, valid, small, indices, flags = advice_columns(
+            block.identity,
+            block.service,
+            block.common,
+            online,
+            has_online,
+            block.grant,
+            block.errors,
+            self.tables.identity_router_counts,
+            self.tables.service_router_counts,
+            self.tables.identity_disabled,
+            dial_of,
+            bind_of,
+            text_maps,
+            counts,
+        )
+        kind = {field.name: field.type for field in self.schema}
         columns = {
-            "status": _dictionary((error != 0).astype(np.int8), self.status),
-            "identityId": identity_id,
-            "identityName": identity_name,
-            "serviceId": service_id,
-            "serviceName": service_name,
-            "identityRouterCount": pa.array(irc),
-            "serviceRouterCount": pa.array(src),
-            "commonRouterCount": pa.array(block.common.astype(counts)),
-            "onlineCommonRouterCount": online,
-            "dial": pa.array(dial_of[grant]),
-            "bind": pa.array(bind_of[grant]),
-            "errors": _dictionary(error.astype(np.int8), self.errors),
-            "dialPolicies": _distinct(grant, fields[0]),
-            "bindPolicies": _distinct(grant, fields[1]),
-            "posture": _distinct(grant, fields[2]),
-            "problems": _dictionary(problems, self.problems),
+            "status": _indexed(kind["status"], small[0], self.status),
+            "identityRouterCount": _plain(kind["identityRouterCount"], rows, counts[0]),
+            "serviceRouterCount": _plain(kind["serviceRouterCount"], rows, counts[1]),
+            "commonRouterCount": _plain(kind["commonRouterCount"], rows, counts[2]),
+            "onlineCommonRouterCount": _plain(kind["onlineCommonRouterCount"], rows, counts[3], valid[2])
+            if has_online
+            else pa.nulls(rows, kind["onlineCommonRouterCount"]),
+            "dial": _plain(pa.bool_(), rows, flags[0]),
+            "bind": _plain(pa.bool_(), rows, flags[1]),
+            "errors": _indexed(kind["errors"], small[1], self.errors),
+            "dialPolicies": _indexed(kind["dialPolicies"], indices[0], texts[0][1]),
+            "bindPolicies": _indexed(kind["bindPolicies"], indices[1], texts[1][1]),
+            "posture": _indexed(kind["posture"], indices[2], texts[2][1]),
+            "problems": _indexed(kind["problems"], small[2], self.problems),
         }
+        for side, name in enumerate(("identity", "service")):
+            ids, names = self.entities[name]
+            low, span = int(lows[side]), int(highs[side] - lows[side] + 1)
+            columns[name + "Id"] = _indexed(kind[name + "Id"], ranks[side], ids.slice(low, span), valid[side])
+            named = pa.concat_arrays([names.slice(low, span), self.empty])
+            columns[name + "Name"] = _indexed(kind[name + "Name"], ranks[side], named)
         return pa.record_batch([columns[name] for name in COLUMNS], schema=self.schema)
+
+
+def _indexed(kind: pa.DataType, index: Any, values: pa.Array, valid: Any = None) -> pa.Array:
+    """A dictionary column over ``values``: its indices (and validity bitmap) as numpy arrays."""
+    bitmap = None if valid is None else pa.py_buffer(valid)
+    return pa.DictionaryArray.from_buffers(kind, len(index), [bitmap, pa.py_buffer(index)], values)
+
+
+def _plain(kind: pa.DataType, rows: int, data: Any, valid: Any = None) -> pa.Array:
+    """An integer or (bit-packed) boolean column from numpy arrays (and a validity bitmap)."""
+    bitmap = None if valid is None else pa.py_buffer(valid)
+    return pa.Array.from_buffers(kind, rows, [bitmap, pa.py_buffer(data)])
 
 
 #: Blocks computed at once (threads: numpy and Arrow release the GIL for most of the work).
@@ -341,3 +353,35 @@ def advice_parquet(
         yield sink.take()
     writer.close()
     yield sink.take()
+
+
+def warm() -> None:
+    """Every compiled kernel of the bulk advice (:mod:`engine.analysis.advise_kernel`) compiled,
+    or loaded from numba's cache, by the calls a real run makes, on a network of a few entities.
+    Compiling them takes some 15 s: ``make`` runs this once after installing (``python -m
+    api.advice_parquet``), so a first ``trellis advise`` does not wait for it."""
+    graph = PolicyGraph.build(
+        identities=[EntityRow("i1", ("a",)), EntityRow("i2", ("a", "b"))],
+        services=[EntityRow("s1", ("x",)), EntityRow("s2", ())],
+        edge_routers=[EntityRow("r1")],
+        service_policies=[
+            PolicyRow("p1", "AnyOf", "Dial", identity_roles=("#a",), service_roles=("#x",)),
+            PolicyRow("p2", "AnyOf", "Bind", identity_roles=("#b",), service_roles=("#x",)),
+        ],
+        edge_router_policies=[
+            PolicyRow("e1", "AnyOf", identity_roles=("#all",), edge_router_roles=("#all",))
+        ],
+        service_edge_router_policies=[
+            PolicyRow("x1", "AnyOf", service_roles=("#all",), edge_router_roles=("#all",))
+        ],
+    )
+    for order in ("identities", "services"):
+        tables, jobs = advise_block_jobs(graph, online=lambda _: True, order=order, local_sets=True)
+        write_advice(tables, jobs, io.BytesIO())
+        tables, blocks = advise_blocks(graph, order=order)
+        for _ in render(tables, blocks, "csv"):
+            pass
+
+
+if __name__ == "__main__":
+    warm()

@@ -7,18 +7,15 @@ pair: at tier L (250 million pairs) over an hour. Here the same rows, in the sam
 a Python step per row:
 
 - **Pairs.** Entities are ranked by (name, id), each service policy's members listed as ranks of the
-  other kind. For a block of consecutive entities of the walking kind (identities for
-  ``order="identities"``) the (entity, policy, member) triples are laid out by ``np.repeat`` and
-  counted per pair with ``np.bincount`` over the block's dense (entity, other) grid: the non-zero
-  cells, in grid order, are the block's pairs in output order (the other side ascending by rank).
-- **Granting policies.** A pair granted by one policy (most) is coded by that policy's slot (found
-  from the ``bincount`` of the policy's position); a pair granted by several by the set of their
-  slots, made unique with numpy and numbered once per distinct set. The names, posture checks and
-  Dial/Bind flags are rendered once per code.
-- **Routers.** Each entity's routers are 64-bit words, kept word by word (the first word of every
-  entity, then the second, ...); a pair's common routers are the popcounts of the ANDs of its two
-  entities' words (online: ANDed with the online routers too), summed a word at a time so that
-  what is gathered stays in cache.
+  other kind. A block of consecutive entities of the walking kind (identities for
+  ``order="identities"``) is computed by one compiled loop (:func:`block_pairs`): per entity its
+  policies' members are counted, and the members counted, in rank order, are its pairs.
+- **Granting policies.** A pair granted by one policy (most) is coded by that policy's slot; a
+  pair granted by several by the set of their slots, numbered in the block (and, unless
+  ``local_sets``, once over the network). The names, posture checks and Dial/Bind flags are
+  rendered once per code.
+- **Routers.** Each entity's routers are 64-bit words; a pair's common routers are the popcounts
+  of the ANDs of its two entities' words (online: ANDed with the online routers too).
 - **Rendering.** Every field of a row is a piece taken from a per-code table (the identity's
   ``name,id``, the grant's policy names, a count, ...); a block's rows are laid out as numpy
   records of fixed-width pieces padded with NUL bytes, and the NULs dropped: the bytes of the
@@ -51,7 +48,7 @@ from engine.analysis.advise import (
     Names,
     _ids_name,
 )
-from engine.analysis.advise_kernel import block_pairs
+from engine.analysis.advise_kernel import block_pairs, set_bits
 from engine.policy import IDENTITY, POSTURE_CHECK, SERVICE, SERVICE_POLICY, PolicyGraph
 from engine.policy.bitset import slots
 
@@ -191,7 +188,7 @@ def bulk_supported(graph: PolicyGraph, names: Names = _ids_name) -> bool:
     return True
 
 
-def _router_words(bits_list: Sequence[int], words: int) -> Any:
+def _words(bits_list: Sequence[int], words: int) -> Any:
     size = words * 8
     data = b"".join(bits.to_bytes(size, "little") for bits in bits_list)
     return np.frombuffer(data, dtype="<u8").reshape(len(bits_list), words).astype(np.uint64)
@@ -211,39 +208,53 @@ def _kind(
     ids = [p[1] for p in pairs]
     rank_of_slot = np.full(len(table.ids), -1, dtype=np.int64)
     rank_of_slot[[p[2] for p in pairs]] = np.arange(len(pairs), dtype=np.int64)
-    routers = []
-    lengths = []
-    flat: list[int] = []
-    for _, entity_id, slot in pairs:
-        entry = cache.get(entity_id)
-        routers.append(int(entry[2]))
-        mine = slots(links_side.effective_links(slot) & granted)
-        lengths.append(len(mine))
-        flat.extend(mine)
-    ptr = np.zeros(len(pairs) + 1, dtype=np.int64)
-    np.cumsum(np.asarray(lengths, dtype=np.int64), out=ptr[1:])
-    matrix = _router_words(routers, words)
+    routers = [int(cache.get(entity_id)[2]) for _, entity_id, _ in pairs]
+    ptr, flat = _slots_of([links_side.effective_links(slot) & granted for _, _, slot in pairs])
+    matrix = _words(routers, words)
     return _Kind(
         ids=ids,
         names=[p[0] for p in pairs],
         routers=matrix,
         router_counts=np.bitwise_count(matrix).sum(axis=1, dtype=np.int64),
         ptr=ptr,
-        policies=np.asarray(flat, dtype=np.int64),
+        policies=flat,
         rank_of_slot=rank_of_slot,
     )
 
 
 def _members(side: Any, policy_count: int, granted: int, rank_of_slot: Any) -> _Members:
+    policies = slots(granted)
+    found, flat = _slots_of([side.member_bits(policy) for policy in policies])
+    sizes = np.diff(found)
     lengths = np.zeros(policy_count, dtype=np.int64)
-    parts = []
-    for policy in slots(granted):
-        ranks = np.sort(rank_of_slot[np.asarray(slots(side.member_bits(policy)), dtype=np.int64)])
-        lengths[policy] = len(ranks)
-        parts.append(ranks)
+    lengths[policies] = sizes
+    ranks = rank_of_slot[flat]
+    # each policy's ranks ascending: sorted by (policy, rank)
+    owner = np.repeat(np.arange(len(policies), dtype=np.int64), sizes)
+    ranks = ranks[np.lexsort((ranks, owner))]
     ptr = np.zeros(policy_count + 1, dtype=np.int64)
     np.cumsum(lengths, out=ptr[1:])
-    return _Members(ptr, np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+    return _Members(ptr, ranks)
+
+
+#: Bitsets turned into slots at once: at most this many bytes of words.
+_SLOT_CHUNK = 1 << 26
+
+
+def _slots_of(bitsets: Sequence[int]) -> tuple[Any, Any]:
+    """The set bits of each bitset, ascending, as CSR (``ptr``, ``slots``): a chunk of bitsets
+    at a time as rows of 64-bit words (:func:`set_bits`)."""
+    words = max(1, max((b.bit_length() for b in bitsets), default=0) + 63 >> 6)
+    step = max(1, _SLOT_CHUNK // (8 * words))
+    lengths, parts = [], []
+    for start in range(0, len(bitsets), step):
+        count, found = set_bits(_words(bitsets[start : start + step], words))
+        lengths.append(count)
+        parts.append(found)
+    ptr = np.zeros(len(bitsets) + 1, dtype=np.int64)
+    if parts:
+        np.cumsum(np.concatenate(lengths), out=ptr[1:])
+    return ptr, np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def advise_block_jobs(
@@ -273,7 +284,7 @@ def advise_block_jobs(
         for slot, router_id in enumerate(bits.routers.ids):
             if router_id is not None and online(router_id):
                 mask |= 1 << slot
-        online_words = _router_words([mask], words)[0]
+        online_words = _words([mask], words)[0]
     policy_count = len(bits.policy_tables[SERVICE_POLICY].ids)
     tables = AdviceTables(
         identity_ids=identities.ids,

@@ -13,10 +13,11 @@ import pyarrow.parquet as pq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.advice_parquet import COLUMNS, advice_parquet, write_advice
+from api.advice_parquet import COLUMNS, advice_parquet, warm, write_advice
 from bench.topology import generate
+from engine.analysis import advise_kernel
 from engine.analysis.advise import advise
-from engine.analysis.advise_bulk import advise_block_jobs, advise_blocks
+from engine.analysis.advise_bulk import advise_block_jobs, advise_blocks, render
 from engine.policy import PolicyGraph
 from tests.unit.engine.test_advise_bulk import SETTINGS, crowded_cases, random_case, tier_cases
 from tests.unit.engine.test_analysis_oracle import networks
@@ -78,3 +79,21 @@ def test_names_are_dictionary_encoded_and_counts_small() -> None:
         assert pa.types.is_dictionary(schema.field(name).type), name
     assert schema.field("commonRouterCount").type == pa.int16()
     assert file.read(columns=["onlineCommonRouterCount"]).column(0).null_count == file.metadata.num_rows
+
+
+def test_the_warm_up_compiles_every_kernel_a_run_calls() -> None:
+    """``make`` compiles the kernels once after installing (:func:`warm`): a real run afterwards,
+    in either order, online status known or not, Parquet or CSV, compiles nothing more."""
+    warm()
+    kernels = (advise_kernel.block_pairs, advise_kernel.set_bits, advise_kernel.grant_texts)
+    kernels += (advise_kernel.advice_columns,)
+    before = [list(kernel.signatures) for kernel in kernels]
+    assert all(before), "each kernel compiled"
+    graph = PolicyGraph.build(**generate("S").rows())
+    for order in ("identities", "services"):
+        for online in (None, lambda _: True):
+            tables, jobs = advise_block_jobs(graph, online=online, order=order, local_sets=True)
+            write_advice(tables, jobs, io.BytesIO())
+            tables, blocks = advise_blocks(graph, online=online, order=order)
+            assert b"".join(render(tables, blocks, "csv"))
+    assert [list(kernel.signatures) for kernel in kernels] == before
