@@ -41,7 +41,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from api.parquet_chunks import PARQUET, ParquetChunks
+from api.parquet_chunks import PARQUET
+from api.parquet_join import Joined
 from engine.analysis.advise import DISABLED, IDENTITY_NO_SERVICES, SERVICE_NO_IDENTITIES
 from engine.analysis.advise_bulk import (
     AdviceBlock,
@@ -51,7 +52,6 @@ from engine.analysis.advise_bulk import (
     errors_of,
     render,
 )
-from engine.analysis.advise_kernel import advice_columns, grant_texts
 from engine.policy import EntityRow, PolicyGraph, PolicyRow
 
 __all__ = ["COLUMNS", "COMPRESSION", "PARQUET", "advice_parquet", "advice_schema", "warm", "write_advice"]
@@ -153,6 +153,8 @@ class _Grants:
         """For each grant (the single policies, then the block's ``sets``: rows of slots
         ascending, -1 padded): whether it dials, binds, and for each JSON text field the grants'
         indices among its distinct texts, and those texts."""
+        from engine.analysis.advise_kernel import grant_texts  # numba: loaded when advice is made
+
         valid = sets >= 0
         slot = np.where(valid, sets, 0)
         dial_of = np.concatenate([self.dial_of, (valid & self.is_dial[slot]).any(axis=1)])
@@ -209,6 +211,8 @@ class _Writer:
         self.grants = _Grants(tables)
 
     def batch(self, block: AdviceBlock) -> pa.RecordBatch:
+        from engine.analysis.advise_kernel import advice_columns  # numba: loaded when advice is made
+
         sets = block.sets if block.sets is not None else np.zeros((0, 1), dtype=np.int64)
         dial_of, bind_of, texts = self.grants.fields(sets)
         text_maps = np.stack([index for index, _ in texts])
@@ -270,20 +274,45 @@ def _plain(kind: pa.DataType, rows: int, data: Any, valid: Any = None) -> pa.Arr
     return pa.Array.from_buffers(kind, rows, [bitmap, pa.py_buffer(data)])
 
 
-#: Blocks computed at once (threads: numpy and Arrow release the GIL for most of the work).
+#: Blocks computed and encoded at once (threads: numba, numpy and Arrow release the GIL).
 WORKERS = 2
 
 
-def _batches(maker: _Writer, blocks: Iterable[Any], workers: int = WORKERS) -> Iterator[pa.RecordBatch]:
-    """The record batches of the blocks (each an :class:`AdviceBlock` or a call computing one, as
-    :func:`advise_block_jobs` gives), in order, computed on ``workers`` threads up to
-    ``workers + 1`` blocks ahead of the writer."""
+def _encoded(schema: pa.Schema, compression: str, batches: Iterable[pa.RecordBatch]) -> memoryview:
+    """A Parquet file of the batches, a row group each: no column statistics (computing them
+    looks every row's string up); a Parquet dictionary only for the columns that are dictionaries
+    already (the counts and flags are plain: hashing each value cost more than it saved); rows
+    encoded 64 Ki at a time, not 1 Ki."""
+    sink = pa.BufferOutputStream()
+    dictionaries = [field.name for field in schema if pa.types.is_dictionary(field.type)]
+    writer = pq.ParquetWriter(
+        sink,
+        schema,
+        compression=compression,
+        write_statistics=False,
+        use_dictionary=dictionaries,
+        write_batch_size=1 << 16,
+    )
+    for batch in batches:
+        writer.write_batch(batch, row_group_size=len(batch))
+    writer.close()
+    return memoryview(sink.getvalue())
 
-    def make(item: Any) -> pa.RecordBatch | None:
+
+def _parts(
+    maker: _Writer, blocks: Iterable[Any], compression: str, counted: list[int], workers: int = WORKERS
+) -> Iterator[memoryview]:
+    """Each block (an :class:`AdviceBlock` or a call computing one, as :func:`advise_block_jobs`
+    gives) as a Parquet file of one row group, in order, computed and encoded on ``workers``
+    threads up to ``workers + 1`` blocks ahead; each one's rows appended to ``counted``."""
+
+    def make(item: Any) -> tuple[memoryview, int] | None:
         block = item() if callable(item) else item
-        return maker.batch(block) if len(block) else None
+        if not len(block):
+            return None
+        return _encoded(maker.schema, compression, [maker.batch(block)]), len(block)
 
-    pending: deque[Future[pa.RecordBatch | None]] = deque()
+    pending: deque[Future[tuple[memoryview, int] | None]] = deque()
     items = iter(blocks)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="advice-parquet") as pool:
         try:
@@ -295,28 +324,26 @@ def _batches(maker: _Writer, blocks: Iterable[Any], workers: int = WORKERS) -> I
                     pending.append(pool.submit(make, item))
                 if not pending:
                     return
-                batch = pending.popleft().result()
-                if batch is not None:
-                    yield batch
+                part = pending.popleft().result()
+                if part is not None:
+                    counted.append(part[1])
+                    yield part[0]
         finally:
             for future in pending:
                 future.cancel()
 
 
-def _parquet_writer(where: Any, schema: pa.Schema, compression: str) -> pq.ParquetWriter:
-    """A writer of :func:`advice_schema`'s batches: no column statistics (computing them looks
-    every row's string up); a Parquet dictionary only for the columns that are dictionaries
-    already (the counts and flags are plain: hashing each value cost more than it saved); rows
-    encoded 64 Ki at a time, not 1 Ki. Together a sixth less time at tier L, 15 % more bytes."""
-    dictionaries = [field.name for field in schema if pa.types.is_dictionary(field.type)]
-    return pq.ParquetWriter(
-        where,
-        schema,
-        compression=compression,
-        write_statistics=False,
-        use_dictionary=dictionaries,
-        write_batch_size=1 << 16,
-    )
+def _joined(
+    tables: AdviceTables,
+    blocks: Iterable[AdviceBlock | Callable[[], AdviceBlock]],
+    compression: str,
+    counted: list[int],
+) -> Iterator[bytes | memoryview]:
+    """The Parquet file of the blocks, a row group each, as bytes: row groups encoded on threads
+    and joined (:class:`~api.parquet_join.Joined`)."""
+    maker = _Writer(tables)
+    joined = Joined(_encoded(maker.schema, compression, []))
+    return joined.all(_parts(maker, blocks, compression, counted))
 
 
 def write_advice(
@@ -327,16 +354,16 @@ def write_advice(
 ) -> int:
     """Every block (of ``advise_blocks(..., local_sets=True)`` or, computed several at once, of
     ``advise_block_jobs``) into one Parquet file, a row group a block; the rows written."""
-    maker = _Writer(tables)
-    writer = _parquet_writer(where, maker.schema, compression)
-    rows = 0
-    try:
-        for batch in _batches(maker, blocks):
-            writer.write_batch(batch, row_group_size=len(batch))
-            rows += len(batch)
-    finally:
-        writer.close()
-    return rows
+    counted: list[int] = []
+    chunks = _joined(tables, blocks, compression, counted)
+    if isinstance(where, (str, Path)):
+        with open(where, "wb") as sink:
+            for chunk in chunks:
+                sink.write(chunk)
+    else:
+        for chunk in chunks:
+            where.write(chunk)
+    return sum(counted)
 
 
 def advice_parquet(
@@ -345,14 +372,8 @@ def advice_parquet(
     compression: str = COMPRESSION,
 ) -> Iterator[bytes]:
     """:func:`write_advice` as the chunks of a streamed answer, a row group at a time."""
-    sink = ParquetChunks()
-    maker = _Writer(tables)
-    writer = _parquet_writer(sink, maker.schema, compression)
-    for batch in _batches(maker, blocks):
-        writer.write_batch(batch, row_group_size=len(batch))
-        yield sink.take()
-    writer.close()
-    yield sink.take()
+    for chunk in _joined(tables, blocks, compression, []):
+        yield bytes(chunk)
 
 
 def warm() -> None:

@@ -48,7 +48,6 @@ from engine.analysis.advise import (
     Names,
     _ids_name,
 )
-from engine.analysis.advise_kernel import block_pairs, set_bits
 from engine.policy import IDENTITY, POSTURE_CHECK, SERVICE, SERVICE_POLICY, PolicyGraph
 from engine.policy.bitset import slots
 
@@ -244,6 +243,8 @@ _SLOT_CHUNK = 1 << 26
 def _slots_of(bitsets: Sequence[int]) -> tuple[Any, Any]:
     """The set bits of each bitset, ascending, as CSR (``ptr``, ``slots``): a chunk of bitsets
     at a time as rows of 64-bit words (:func:`set_bits`)."""
+    from engine.analysis.advise_kernel import set_bits  # numba: loaded when advice is made
+
     words = max(1, max((b.bit_length() for b in bitsets), default=0) + 63 >> 6)
     step = max(1, _SLOT_CHUNK // (8 * words))
     lengths, parts = [], []
@@ -461,6 +462,8 @@ def _block(
     by_service: bool,
 ) -> AdviceBlock:
     """The rows of the entities ``start``-``end`` of the walking kind (:func:`block_pairs`)."""
+    from engine.analysis.advise_kernel import block_pairs  # numba: loaded when advice is made
+
     _, mine, theirs, common, online, codes, errors, sets = block_pairs(
         start,
         end,

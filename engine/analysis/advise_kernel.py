@@ -71,7 +71,7 @@ def _popcount(x: Any) -> Any:
 def _table(keys: Any, count: int, size: int) -> Any:
     """An open-addressing table (``size`` a power of two) of the numbers of the ``count`` keys."""
     mask = size - 1
-    table = np.full(size, -1, np.int64)
+    table = np.full(size, -1, np.int32)
     for number in range(count):
         at = np.int64(keys[number] & np.uint64(mask))
         while table[at] >= 0:
@@ -145,14 +145,14 @@ def block_pairs(
     -1 padded; -1 for no pair) and the error bits."""
     other = minor_words.shape[0]
     words = major_words.shape[1]
-    out_major = np.empty(capacity, np.int64)
-    out_minor = np.empty(capacity, np.int64)
+    out_major = np.empty(capacity, np.int32)
+    out_minor = np.empty(capacity, np.int32)
     out_common = np.empty(capacity, np.int32)
     out_online = np.zeros(capacity if has_online else 0, np.int32)
-    out_code = np.empty(capacity, np.int64)
+    out_code = np.empty(capacity, np.int32)
     out_errors = np.empty(capacity, np.int8)
     counts = np.zeros(max(other, 1), np.int32)
-    last = np.empty(max(other, 1), np.int64)
+    last = np.empty(max(other, 1), np.int32)
     widest = 1
     chained = 1
     linked = 0
@@ -165,15 +165,15 @@ def block_pairs(
         chained = max(chained, links)
         linked += links
     found = np.empty(widest, np.int64)
-    link_policy = np.empty(chained, np.int64)
-    link_previous = np.empty(chained, np.int64)
+    link_policy = np.empty(chained, np.int32)
+    link_previous = np.empty(chained, np.int32)
     # the block's distinct sets (at most a set a row, their slots at most the links): slots
     # (CSR) and key; an open-addressing table of set numbers, at most half full
     set_ptr = np.zeros(capacity + 1, np.int64)
     set_slots = np.empty(linked, np.int64)
     set_keys = np.empty(capacity, np.uint64)
     state = np.zeros(2, np.int64)  # the sets numbered, the widest
-    table = np.full(1 << 12, -1, np.int64)
+    table = np.full(1 << 12, -1, np.int32)
     rows = 0
     for entity in range(start, end):
         low, high = major_ptr[entity], major_ptr[entity + 1]

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -97,3 +100,13 @@ def test_the_warm_up_compiles_every_kernel_a_run_calls() -> None:
             tables, blocks = advise_blocks(graph, online=online, order=order)
             assert b"".join(render(tables, blocks, "csv"))
     assert [list(kernel.signatures) for kernel in kernels] == before
+
+
+def test_numba_is_loaded_only_when_advice_is_made() -> None:
+    """numba costs a process about 0.7 s and 100 MB to import: the controller's modules, those
+    of the advice included, leave it out until a block of advice is computed."""
+    script = (
+        "import sys, controller.app, controller.access_cli, api.advice_parquet, engine.analysis.advise_bulk\n"
+        "assert 'numba' not in sys.modules, 'numba imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=Path(__file__).resolve().parents[3])
