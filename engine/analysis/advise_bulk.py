@@ -207,9 +207,8 @@ def _kind(
     ids = [p[1] for p in pairs]
     rank_of_slot = np.full(len(table.ids), -1, dtype=np.int64)
     rank_of_slot[[p[2] for p in pairs]] = np.arange(len(pairs), dtype=np.int64)
-    routers = [int(cache.get(entity_id)[2]) for _, entity_id, _ in pairs]
     ptr, flat = _slots_of([links_side.effective_links(slot) & granted for _, _, slot in pairs])
-    matrix = _words(routers, words)
+    matrix = _routers(cache, [slot for _, _, slot in pairs], words)
     return _Kind(
         ids=ids,
         names=[p[0] for p in pairs],
@@ -234,6 +233,19 @@ def _members(side: Any, policy_count: int, granted: int, rank_of_slot: Any) -> _
     ptr = np.zeros(policy_count + 1, dtype=np.int64)
     np.cumsum(lengths, out=ptr[1:])
     return _Members(ptr, ranks)
+
+
+def _routers(cache: Any, entity_slots: list[int], words: int) -> Any:
+    """Each entity's routers as rows of 64-bit words, in bulk: what the graph's entity cache
+    holds (the union of the router members of the edge router policies, or service edge router
+    policies, selecting the entity; ``#all`` resolved), from the policies' words."""
+    from engine.analysis.advise_kernel import or_rows  # numba: loaded when advice is made
+
+    source, target = cache.source, cache.target
+    ptr, policies = _slots_of([source.effective_links(slot) for slot in entity_slots])
+    top = int(policies.max(initial=-1)) + 1
+    policy_words = _words([target.member_bits(policy) for policy in range(top)], words)
+    return or_rows(ptr, policies, policy_words)
 
 
 #: Bitsets turned into slots at once: at most this many bytes of words.

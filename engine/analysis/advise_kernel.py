@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-__all__ = ["advice_columns", "block_pairs", "compiled", "grant_texts", "set_bits"]
+__all__ = ["advice_columns", "block_pairs", "compiled", "grant_texts", "or_rows", "set_bits"]
 
 
 def compiled(function: Callable[..., Any]) -> Any:
@@ -475,3 +475,15 @@ def set_bits(matrix: Any) -> Any:
                 at += 1
                 word ^= low
     return lengths, out
+
+
+@compiled
+def or_rows(ptr: Any, items: Any, table: Any) -> Any:
+    """Per row of a CSR (``ptr``, ``items``), the OR of the ``table`` rows its items name."""
+    rows, words = len(ptr) - 1, table.shape[1]
+    out = np.zeros((rows, words), np.uint64)
+    for row in range(rows):
+        for k in range(ptr[row], ptr[row + 1]):
+            for w in range(words):
+                out[row, w] |= table[items[k], w]
+    return out

@@ -89,7 +89,7 @@ def test_the_warm_up_compiles_every_kernel_a_run_calls() -> None:
     in either order, online status known or not, Parquet or CSV, compiles nothing more."""
     warm()
     kernels = (advise_kernel.block_pairs, advise_kernel.set_bits, advise_kernel.grant_texts)
-    kernels += (advise_kernel.advice_columns,)
+    kernels += (advise_kernel.advice_columns, advise_kernel.or_rows)
     before = [list(kernel.signatures) for kernel in kernels]
     assert all(before), "each kernel compiled"
     graph = PolicyGraph.build(**generate("S").rows())
