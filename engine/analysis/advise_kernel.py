@@ -134,15 +134,16 @@ def block_pairs(
 ) -> Any:
     """The advice rows of the entities ``start``-``end`` (ranks of the walking kind), in order.
 
-    ``major_ptr``/``major_policies``: each entity's granting policy slots (CSR, ascending); ``member_ptr``/``member_ranks``: each policy's members of the
-    other kind (CSR, ascending ranks); ``*_words``: (entities, words) uint64 router bits;
-    ``slot_keys``: a random uint64 per slot (a set's hash is its slots' sum); ``capacity``: at
-    least the rows (each entity's members with repeats, plus one).
+    ``major_ptr``/``major_policies``: each entity's granting policy slots (CSR, ascending);
+    ``member_ptr``/``member_ranks``: each policy's members of the other kind (CSR, ascending
+    ranks); ``*_words``: (entities, words) uint64 router bits; ``slot_keys``: a random uint64 per
+    slot (a set's hash is its slots' sum); ``capacity``: at least the rows (each entity's members
+    with repeats, at most the other kind, or one).
 
-    Returns (rows, major, minor, common, online, code, errors, sets): per row the two ranks (minor
-    -1: an entity with no pair), the common and online-common router counts, the grant code (a
-    slot, or ``policy_count`` + the row of ``sets``: the block's distinct sets, slots ascending,
-    -1 padded; -1 for no pair) and the error bits."""
+    Returns (rows, major, minor, common, online, code, errors, sets): per row the two ranks
+    (int32; minor -1: an entity with no pair), the common and online-common router counts
+    (int32), the grant code (int32: a slot, or ``policy_count`` + the row of ``sets``, the block's
+    distinct sets, slots ascending, -1 padded; -1 for no pair) and the error bits (int8)."""
     other = minor_words.shape[0]
     words = major_words.shape[1]
     out_major = np.empty(capacity, np.int32)
