@@ -476,7 +476,7 @@ def _block(
     """The rows of the entities ``start``-``end`` of the walking kind (:func:`block_pairs`)."""
     from engine.analysis.advise_kernel import block_pairs  # numba: loaded when advice is made
 
-    _, mine, theirs, common, online, codes, errors, sets = block_pairs(
+    mine, theirs, common, online, codes, errors, sets = block_pairs(
         start,
         end,
         major.ptr,

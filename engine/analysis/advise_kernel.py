@@ -8,8 +8,9 @@ by word). Here one loop visits each triple once and each pair once:
 - :func:`block_pairs`: for each entity of a block, its policies' members counted in a per-member
   counter, each count linked to the policy counted (a chain per member); the members counted, in
   rank order, are its pairs. A pair counted once is coded by that policy's slot; counted more, by
-  its set of granting policies (its chain), numbered in the block by an exact hash table. Common and online-common routers are popcounts of the two entities'
-  router words. An entity with no pair gets a row of its own (other side -1).
+  its set of granting policies (its chain), numbered in the block by an exact hash table. Common
+  and online-common routers are popcounts of the two entities' router words. An entity with no
+  pair gets a row of its own (other side -1).
 - :func:`grant_texts`: each grant (a policy, or a block's set of policies) as the JSON text of a
   list of names (its kept slots in a given order), each distinct text made once: the bytes and
   offsets of an Arrow string array, and each grant's index among them.
@@ -52,8 +53,9 @@ _TEXT_LIMIT = 2**31 - 1
 _HASH = np.uint64(0x9E3779B97F4A7C15)
 _S1, _S2, _S4, _S56 = np.uint64(1), np.uint64(2), np.uint64(4), np.uint64(56)
 
-# A pair's error bits (as advise_bulk's): no identity routers, no service routers, no common
-# router, all common routers offline.
+# A pair's error bits, as advise_bulk's errors_of reads them (not imported from there: it imports
+# this module, inside its functions): no identity routers, no service routers, no common router,
+# all common routers offline.
 _E_MINE, _E_THEIRS, _E_COMMON, _E_OFFLINE = 1, 2, 4, 8
 
 
@@ -140,7 +142,7 @@ def block_pairs(
     slot (a set's hash is its slots' sum); ``capacity``: at least the rows (each entity's members
     with repeats, at most the other kind, or one).
 
-    Returns (rows, major, minor, common, online, code, errors, sets): per row the two ranks
+    Returns (major, minor, common, online, code, errors, sets): per row the two ranks
     (int32; minor -1: an entity with no pair), the common and online-common router counts
     (int32), the grant code (int32: a slot, or ``policy_count`` + the row of ``sets``, the block's
     distinct sets, slots ascending, -1 padded; -1 for no pair) and the error bits (int8)."""
@@ -258,7 +260,6 @@ def block_pairs(
         for q in range(set_ptr[n], set_ptr[n + 1]):
             matrix[n, q - set_ptr[n]] = set_slots[q]
     return (
-        rows,
         out_major[:rows],
         out_minor[:rows],
         out_common[:rows],
@@ -285,15 +286,15 @@ def grant_texts(
     grants = policy_count + 1 + count
     index = np.empty(grants, np.int32)
     chosen = np.empty(max(width, 1), np.int64)
-    # the distinct lists (CSR) and an open-addressing table of their numbers
+    # the distinct lists (CSR) and an open-addressing table of their numbers, at most half full
     size = 1
     while size < 2 * grants:
         size *= 2
-    table = np.full(size, -1, np.int64)
+    table = np.full(size, -1, np.int32)
     keys = np.empty(grants, np.uint64)
     list_ptr = np.zeros(grants + 1, np.int64)
     list_slots = np.empty(policy_count + count * max(width, 1), np.int64)
-    distinct = 0
+    state = np.zeros(2, np.int64)  # the lists numbered, the longest
     for g in range(grants):
         n = 0
         if g > policy_count:
@@ -313,22 +314,8 @@ def grant_texts(
         key = np.uint64(n)
         for q in range(n):
             key = key * _HASH + np.uint64(chosen[q] + 1)
-        at = np.int64(key & np.uint64(size - 1))
-        while True:
-            number = table[at]
-            if number < 0:
-                number = distinct
-                base = list_ptr[number]
-                list_slots[base : base + n] = chosen[:n]
-                list_ptr[number + 1] = base + n
-                keys[number] = key
-                table[at] = number
-                distinct += 1
-                break
-            if keys[number] == key and _same(list_slots, list_ptr[number], list_ptr[number + 1], chosen, n):
-                break
-            at = (at + 1) & (size - 1)
-        index[g] = number
+        index[g] = _number(chosen, n, key, table, list_ptr, list_slots, keys, state)
+    distinct = state[0]
     offsets = np.zeros(distinct + 1, np.int32)
     total = 0
     for number in range(distinct):
